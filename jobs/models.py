@@ -1,0 +1,106 @@
+"""Models: resolve what the user picked to a loadable folder, load it (bf16/fp32, or 4-bit NF4 for
+QLoRA), wrap it with PEFT LoRA, and load base + adapter for chat."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+from jobs import paths
+from jobs.builtin import smollm2
+from jobs.spec import BUILTIN_MODEL, JobSpec
+
+
+class ModelError(RuntimeError):
+    """A model that cannot be found or loaded; the message says what to do."""
+
+
+def resolve_model(model: str, data_dir: Path | None = None, log=print) -> str:
+    """A local folder or hub id that `from_pretrained` can load. GGUF files (and the built-in
+    model) are converted once to a cached safetensors folder under the data dir."""
+    cache = paths.model_cache_dir(paths.data_dir(data_dir))
+    if model == BUILTIN_MODEL:
+        try:
+            return str(smollm2.builtin_model_dir(cache, log=log))
+        except smollm2.BuiltinModelMissing as exc:
+            raise ModelError(str(exc)) from None
+    path = Path(model).expanduser()
+    if model.endswith(".gguf"):
+        if not path.is_file():
+            raise ModelError(f"GGUF file {path} does not exist")
+        stat = path.stat()
+        key = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]
+        return str(smollm2.convert_gguf(path, cache / f"{path.stem}-{key}", log=log))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{path} has no config.json: it is not a Hugging Face model folder")
+        return str(path)
+    return model  # a hub id
+
+
+def pick_dtype(spec: JobSpec, device: torch.device) -> torch.dtype:
+    if spec.dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[spec.dtype]
+
+
+def load_tokenizer(source: str):
+    from transformers import AutoTokenizer
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"could not load a tokenizer for {source!r}: {exc}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_base_model(source: str, dtype: torch.dtype, device: torch.device, load_in_4bit: bool = False):
+    from transformers import AutoModelForCausalLM
+    kwargs = {"dtype": dtype}
+    if load_in_4bit:
+        from transformers import BitsAndBytesConfig
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=dtype)
+        kwargs["device_map"] = {"": device.index or 0} if device.type == "cuda" else {"": "cpu"}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"could not load model {source!r}: {exc}") from None
+    if not load_in_4bit:
+        model.to(device)
+    return model
+
+
+def add_lora(model, spec: JobSpec):
+    from peft import LoraConfig, get_peft_model
+    targets = spec.target_modules
+    config = LoraConfig(r=spec.lora_r, lora_alpha=spec.lora_alpha, lora_dropout=spec.lora_dropout,
+                        target_modules=targets, bias="none", task_type="CAUSAL_LM")
+    try:
+        return get_peft_model(model, config)
+    except ValueError as exc:
+        raise ModelError(f"target_modules {targets!r} do not fit this model: {exc}") from None
+
+
+def load_for_chat(model: str, adapter_dir: str | None, data_dir: Path | None = None):
+    """(model, tokenizer) for generation; a PeftModel when an adapter is given, so the base
+    answer is the same model under `with model.disable_adapter():`."""
+    source = resolve_model(model, data_dir)
+    tokenizer = load_tokenizer(adapter_dir if adapter_dir and _has_tokenizer(adapter_dir) else source)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    base = load_base_model(source, dtype, device)
+    if adapter_dir:
+        from peft import PeftModel
+        base = PeftModel.from_pretrained(base, adapter_dir)
+    base.eval()
+    return base, tokenizer
+
+
+def _has_tokenizer(folder: str) -> bool:
+    return (Path(folder) / "tokenizer_config.json").is_file()

@@ -1,0 +1,235 @@
+"""JobSpec: the one typed description of a training job.
+
+The same dataclass feeds the studio's Train form, the YAML file a job runs from and the
+``python -m jobs.train`` command line (the idea of one args dataclass for all three comes from
+litgpt's ``args.py``). Each field carries its help text in ``metadata["help"]``; validation names
+the offending key and says how to fix it, and runs before anything is loaded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+BUILTIN_MODEL = "builtin:smollm2-135m-instruct"
+BUILTIN_DATASET = "builtin:identity"
+DATASET_FORMATS = ("auto", "alpaca", "sharegpt", "messages", "text")
+DTYPES = ("auto", "bf16", "fp16", "fp32")
+CHECKPOINTING = ("auto", "on", "off", "offload")
+DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
+MODULE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+
+
+class SpecError(ValueError):
+    """A refused job config. ``key`` names the offending field (None for the whole file)."""
+
+    def __init__(self, key: str | None, message: str):
+        self.key = key
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+def _f(default: Any, help: str, **extra: Any) -> Any:
+    """A dataclass field with its help text (and optional choices / bounds) in metadata."""
+    meta = {"help": help, **extra}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class JobSpec:
+    """Everything a training job needs. Defaults are the built-in CPU quick start."""
+
+    model: str = _f(BUILTIN_MODEL, "Base model: a hub id, a local Hugging Face folder, a .gguf file, "
+                    f"or {BUILTIN_MODEL} (ships with Fusetune, runs offline).")
+    dataset: str = _f(BUILTIN_DATASET, "Training data: a .json/.jsonl/.csv/.parquet file, a hub id, "
+                      f"or {BUILTIN_DATASET} (self-cognition Q&A built from bot_name and bot_author).")
+    dataset_format: str = _f("auto", "Row format: auto-detect, alpaca (instruction/input/output), "
+                             "sharegpt (conversations from/value), messages (role/content) or text.",
+                             choices=DATASET_FORMATS)
+    bot_name: str = _f("Fusetune", "The name the identity dataset teaches the model to call itself.")
+    bot_author: str = _f("Fusetune Studio", "Who the identity dataset says built the model.")
+    output_dir: str = _f("", "Folder the job writes its log, events, checkpoints and adapter to. "
+                         "The studio fills it in; empty means ./outputs/<model>-<time>.")
+    lora_r: int = _f(16, "LoRA rank: the size of the trainable low-rank update.", min=1, max=1024)
+    lora_alpha: int = _f(32, "LoRA alpha: the update is scaled by alpha / r.", min=1, max=4096)
+    lora_dropout: float = _f(0.0, "Dropout on the LoRA input (0 keeps the fused kernels usable).",
+                             min=0.0, max=0.9)
+    target_modules: Any = _f("all-linear", "Modules that get LoRA: 'all-linear' or a list of names "
+                             "such as [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj].")
+    load_in_4bit: bool = _f(False, "QLoRA: store the frozen base weights in 4-bit NF4 (needs a CUDA GPU).")
+    fused_kernels: bool = _f(False, "Use Fusetune's Triton engine; parts it cannot run fall back to "
+                             "PyTorch and the log says why.")
+    gradient_checkpointing: str = _f("auto", "Recompute activations in backward to save memory: auto, "
+                                     "on, off, or offload (layer inputs kept in CPU memory).",
+                                     choices=CHECKPOINTING)
+    dtype: str = _f("auto", "Training precision: auto (bf16 on a GPU that supports it, fp32 on CPU), "
+                    "bf16, fp16 or fp32.", choices=DTYPES)
+    max_seq_length: int = _f(256, "Longest tokenized example; longer ones are truncated.", min=8, max=1048576)
+    batch_size: int = _f(4, "Examples per micro-batch.", min=1, max=4096)
+    gradient_accumulation_steps: int = _f(1, "Micro-batches per optimizer step.", min=1, max=4096)
+    learning_rate: float = _f(2e-4, "Peak learning rate of the cosine schedule.", min=1e-8, max=1.0)
+    warmup_steps: int = _f(5, "Steps of linear warm-up before the cosine decay.", min=0, max=1_000_000)
+    weight_decay: float = _f(0.0, "AdamW weight decay on the LoRA weights.", min=0.0, max=1.0)
+    max_grad_norm: float = _f(1.0, "Clip the gradient norm to this (0 turns clipping off).", min=0.0, max=1e6)
+    max_steps: int = _f(60, "Optimizer steps to run; 0 means run num_epochs over the data.", min=0, max=10_000_000)
+    num_epochs: float = _f(1.0, "Passes over the data when max_steps is 0.", min=0.0, max=1000.0)
+    save_steps: int = _f(20, "Write a resumable checkpoint every this many steps (0: only at the end).",
+                         min=0, max=10_000_000)
+    seed: int = _f(42, "Random seed for LoRA init, shuffling and dropout.", min=0, max=2**32 - 1)
+    resume_from: str = _f("", "A checkpoints/step-N folder to resume from (empty: start fresh).")
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "JobSpec":
+        """Build and validate a spec; unknown keys are refused by name."""
+        if not isinstance(data, dict):
+            raise SpecError(None, "the config must be one flat mapping of key: value pairs")
+        known = set(cls.field_names())
+        unknown = sorted(str(k) for k in data if k not in known)
+        if unknown:
+            raise SpecError(unknown[0], f"unknown key (known keys: {', '.join(sorted(known))})")
+        spec = cls(**{k: _coerce(k, v) for k, v in data.items()})
+        spec.validate()
+        return spec
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "JobSpec":
+        text = Path(path).read_text(encoding="utf-8")
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SpecError(None, f"{path} is not valid YAML: {exc}") from exc
+        return cls.from_dict(data or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+    def write_yaml(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_yaml(), encoding="utf-8")
+        return path
+
+    # ---- validation ---------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise SpecError naming the first bad field. Checks only what needs no model load."""
+        for f in dataclasses.fields(self):
+            _check_bounds(f, getattr(self, f.name))
+        if not self.model.strip():
+            raise SpecError("model", "is empty: pick the built-in model, a hub id, a folder or a .gguf file")
+        if not self.dataset.strip():
+            raise SpecError("dataset", "is empty: pick builtin:identity or upload a data file")
+        _check_dataset_path(self.dataset)
+        _check_model_path(self.model)
+        self.target_modules = _normalise_targets(self.target_modules)
+        if self.max_steps == 0 and self.num_epochs <= 0:
+            raise SpecError("num_epochs", "must be > 0 when max_steps is 0 (or set max_steps)")
+        if self.dataset == BUILTIN_DATASET and not self.bot_name.strip():
+            raise SpecError("bot_name", "is empty: the identity dataset needs a name to teach")
+        if self.resume_from and not Path(self.resume_from).is_dir():
+            raise SpecError("resume_from", f"{self.resume_from} is not a checkpoint folder")
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Turn YAML / form / CLI values into the field's type, refusing what does not fit."""
+    kind = JobSpec.__dataclass_fields__[key].type
+    try:
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
+                return value.lower() in ("true", "yes", "1", "on")
+            raise ValueError
+        if kind == "int":
+            if isinstance(value, bool):
+                raise ValueError
+            as_float = float(value)
+            if not as_float.is_integer():
+                raise ValueError
+            return int(as_float)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            number = float(value)
+            if not math.isfinite(number):
+                raise ValueError
+            return number
+        if kind == "str":
+            if value is None:
+                return ""
+            if isinstance(value, (dict, list)):
+                raise ValueError
+            return str(value)
+    except (TypeError, ValueError):
+        raise SpecError(key, f"{value!r} is not a valid {kind}") from None
+    return value
+
+
+def _check_bounds(f: dataclasses.Field, value: Any) -> None:
+    meta = f.metadata
+    if "choices" in meta and value not in meta["choices"]:
+        raise SpecError(f.name, f"{value!r} is not one of {', '.join(meta['choices'])}")
+    if "min" in meta and value < meta["min"]:
+        raise SpecError(f.name, f"{value} is below the minimum {meta['min']}")
+    if "max" in meta and value > meta["max"]:
+        raise SpecError(f.name, f"{value} is above the maximum {meta['max']}")
+
+
+def _looks_like_path(value: str) -> bool:
+    return value.startswith(("/", "./", "../", "~")) or Path(value).suffix != ""
+
+
+def _check_dataset_path(dataset: str) -> None:
+    if dataset.startswith("builtin:"):
+        if dataset != BUILTIN_DATASET:
+            raise SpecError("dataset", f"unknown built-in dataset {dataset!r}; the built-in one is {BUILTIN_DATASET}")
+        return
+    if not _looks_like_path(dataset):
+        return  # a hub id; checked when it loads
+    path = Path(dataset).expanduser()
+    if path.suffix.lower() not in DATASET_SUFFIXES:
+        raise SpecError("dataset", f"{path.name} has an unsupported type; use one of {', '.join(DATASET_SUFFIXES)}")
+    if not path.is_file():
+        raise SpecError("dataset", f"file {path} does not exist")
+
+
+def _check_model_path(model: str) -> None:
+    if model.startswith("builtin:"):
+        if model != BUILTIN_MODEL:
+            raise SpecError("model", f"unknown built-in model {model!r}; the built-in one is {BUILTIN_MODEL}")
+        return
+    path = Path(model).expanduser()
+    if model.endswith(".gguf"):
+        if not path.is_file():
+            raise SpecError("model", f"GGUF file {path} does not exist")
+    elif model.startswith(("/", "./", "../", "~")):
+        if not (path / "config.json").is_file():
+            raise SpecError("model", f"{path} is not a Hugging Face model folder (no config.json)")
+
+
+def _normalise_targets(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if text in ("all-linear", ""):
+            return "all-linear"
+        text = text.removeprefix("[").removesuffix("]")  # "[q_proj, v_proj]" from a form or the CLI
+        value = [part.strip().strip("'\"") for part in text.replace("\n", ",").split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SpecError("target_modules", "must be 'all-linear' or a non-empty list of module names")
+    names = [str(v).strip() for v in value]
+    for name in names:
+        if not name or set(name) - MODULE_NAME_CHARS:
+            raise SpecError("target_modules", f"{name!r} is not a module name (letters, digits, _ and .)")
+    return names

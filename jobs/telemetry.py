@@ -1,0 +1,86 @@
+"""Hardware readings for step events and the studio: NVML for GPUs, psutil for the process."""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import psutil
+
+_GB = 1024 ** 3
+
+
+@functools.lru_cache(maxsize=1)
+def _nvml():
+    """The initialised pynvml module, or None where there is no NVIDIA driver."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml
+    except (ImportError, OSError) as exc:  # no package or no driver library
+        _nvml_reason.append(str(exc))
+        return None
+    except Exception as exc:  # pynvml.NVMLError subclasses Exception only
+        _nvml_reason.append(str(exc))
+        return None
+
+
+_nvml_reason: list[str] = []
+
+
+def gpu_snapshot() -> list[dict]:
+    """One dict per visible GPU: index, name, util_pct, mem_used_gb, mem_total_gb. [] without GPUs."""
+    nvml = _nvml()
+    if nvml is None:
+        return []
+    out = []
+    for index in _visible_indices(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+        util = nvml.nvmlDeviceGetUtilizationRates(handle)
+        name = nvml.nvmlDeviceGetName(handle)
+        out.append({
+            "index": index,
+            "name": name.decode() if isinstance(name, bytes) else name,
+            "util_pct": float(util.gpu),
+            "mem_used_gb": round(mem.used / _GB, 3),
+            "mem_total_gb": round(mem.total / _GB, 3),
+        })
+    return out
+
+
+def _visible_indices(count: int) -> list[int]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or visible.strip() == "":
+        return list(range(count)) if visible is None else []
+    picked = []
+    for part in visible.split(","):
+        part = part.strip()
+        if part.isdigit() and int(part) < count:
+            picked.append(int(part))
+    return picked
+
+
+def process_rss_gb(pid: int | None = None) -> float:
+    return round(psutil.Process(pid or os.getpid()).memory_info().rss / _GB, 3)
+
+
+def system_memory() -> dict:
+    vm = psutil.virtual_memory()
+    return {"ram_used_gb": round((vm.total - vm.available) / _GB, 3), "ram_total_gb": round(vm.total / _GB, 3),
+            "cpu_pct": psutil.cpu_percent(interval=None)}
+
+
+def fused_kernels_available() -> tuple[bool, str]:
+    """Whether the Triton engine can run here, and if not, a sentence saying why."""
+    if importlib.util.find_spec("triton") is None:
+        return False, "Triton is not installed (pip install -r requirements.txt); training uses PyTorch."
+    import torch
+    if not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        return False, (f"No CUDA GPU found (torch {torch.__version__}, {build}): the Triton kernels need an "
+                       "NVIDIA GPU, so training runs on the PyTorch path.")
+    major, minor = torch.cuda.get_device_capability(0)
+    if major < 7:
+        return False, f"GPU compute capability {major}.{minor} is below 7.0, which Triton needs."
+    return True, f"Triton kernels available on {torch.cuda.get_device_name(0)}."

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create .venv and install Fusetune's pinned requirements (idempotent). `--dev` adds test tools
+# and Debian's chromium for the browser tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -r requirements.txt
+.venv/bin/python -m pip install -q --no-deps -r requirements-builtin.txt
+if [ "${1:-}" = "--dev" ]; then
+  .venv/bin/python -m pip install -q -r requirements-dev.txt
+  if [ ! -x /usr/bin/chromium ]; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium fonts-dejavu-core fonts-noto-cjk
+  fi
+fi

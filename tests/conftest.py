@@ -1,0 +1,13 @@
+"""Test-wide setup. TRITON_INTERPRET must be set before triton is first imported, so that the
+Triton kernels run on CPU tensors in CI (there is no GPU there)."""
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))

@@ -1,0 +1,63 @@
+import pytest
+
+from jobs.spec import BUILTIN_DATASET, BUILTIN_MODEL, JobSpec, SpecError
+
+
+def test_defaults_are_the_builtin_quick_start():
+    spec = JobSpec.from_dict({})
+    assert spec.model == BUILTIN_MODEL and spec.dataset == BUILTIN_DATASET
+    assert spec.lora_r == 16 and spec.max_seq_length <= 256 and spec.target_modules == "all-linear"
+
+
+@pytest.mark.parametrize("data,key", [
+    ({"lora_r": 0}, "lora_r"),
+    ({"lora_r": "sixteen"}, "lora_r"),
+    ({"lora_r": 3.5}, "lora_r"),
+    ({"learning_rate": -1}, "learning_rate"),
+    ({"learning_rate": float("nan")}, "learning_rate"),
+    ({"dataset_format": "xml"}, "dataset_format"),
+    ({"load_in_4bit": "maybe"}, "load_in_4bit"),
+    ({"dataset": "/no/such/file.jsonl"}, "dataset"),
+    ({"dataset": "data.txt"}, "dataset"),
+    ({"model": "/no/such/folder"}, "model"),
+    ({"model": "missing.gguf"}, "model"),
+    ({"target_modules": "q_proj; drop table"}, "target_modules"),
+    ({"target_modules": []}, "target_modules"),
+    ({"max_steps": 0, "num_epochs": 0}, "num_epochs"),
+    ({"bot_name": "  "}, "bot_name"),
+    ({"lora_rank": 8}, "lora_rank"),
+    ({"gradient_checkpointing": "sometimes"}, "gradient_checkpointing"),
+])
+def test_bad_values_are_refused_naming_the_key(data, key):
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict(data)
+    assert info.value.key == key
+    assert str(info.value).startswith(key)
+
+
+def test_unknown_key_lists_the_known_ones():
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict({"epochs": 3})
+    assert "num_epochs" in str(info.value)
+
+
+def test_values_from_forms_and_cli_are_coerced():
+    spec = JobSpec.from_dict({"lora_r": "8", "load_in_4bit": "false", "learning_rate": "1e-3",
+                              "target_modules": "[q_proj, 'v_proj']", "max_steps": 10.0})
+    assert spec.lora_r == 8 and spec.load_in_4bit is False and spec.learning_rate == 1e-3
+    assert spec.target_modules == ["q_proj", "v_proj"] and spec.max_steps == 10
+
+
+def test_yaml_round_trip(tmp_path):
+    data_file = tmp_path / "d.jsonl"
+    data_file.write_text('{"text": "hello"}\n')
+    spec = JobSpec.from_dict({"dataset": str(data_file), "lora_r": 4, "target_modules": ["q_proj"]})
+    path = spec.write_yaml(tmp_path / "c.yaml")
+    assert JobSpec.from_yaml(path) == spec
+
+
+def test_yaml_that_is_not_a_mapping_is_refused(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("- just\n- a list\n")
+    with pytest.raises(SpecError, match="flat mapping"):
+        JobSpec.from_yaml(path)
