@@ -44,7 +44,7 @@ def make_tiny_model(folder: str | Path, hidden: int = 64, layers: int = 2, seed:
     tokenizer = make_tokenizer()
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, tie_word_embeddings=True,
+                         max_position_embeddings=512, tie_word_embeddings=True, initializer_range=0.3,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                          bos_token_id=None)
     torch.manual_seed(seed)

@@ -1,0 +1,108 @@
+"""The runner starts real `python -m jobs.train` subprocesses on a tiny model."""
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jobs.events import summarize
+from jobs.runner import Runner
+from jobs.spec import JobSpec, SpecError
+
+
+def wait_for(predicate, timeout=240, interval=0.5):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("timed out waiting")
+
+
+def _spec(model, **kw):
+    return JobSpec.from_dict({"model": str(model), "max_steps": 6, "learning_rate": 5e-3,
+                              "save_steps": 0, "max_seq_length": 64, **kw})
+
+
+def test_bad_spec_starts_nothing(tmp_path, tiny_model):
+    runner = Runner(tmp_path)
+    with pytest.raises(SpecError) as info:
+        runner.submit(JobSpec(model=str(tiny_model), lora_r=0))
+    assert info.value.key == "lora_r"
+    assert runner.list_jobs() == [] and not list(tmp_path.glob("jobs/*"))
+
+
+def test_job_runs_to_done_in_its_own_process_group(tmp_path, tiny_model):
+    runner = Runner(tmp_path)
+    record = runner.submit(_spec(tiny_model))
+    assert record.state == "running" and record.pid
+    assert os.getpgid(record.pid) == record.pid  # its own group, so cancel reaches every child
+    assert psutil.Process(record.pid).cmdline()[1:3] == ["-m", "jobs.train"]
+    done = wait_for(lambda: (r := runner.get(record.id)).finished and r)
+    assert done.state == "done", done.reason
+    log = (Path(done.job_dir) / "train.log").read_text()
+    assert "step 6/6" in log and "done:" in log
+    assert (Path(done.job_dir) / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_second_job_queues_until_the_first_finishes(tmp_path, tiny_model):
+    runner = Runner(tmp_path)
+    first = runner.submit(_spec(tiny_model))
+    second = runner.submit(_spec(tiny_model))
+    assert second.state == "queued"
+    runner.start_monitor(interval_s=0.5)
+    try:
+        wait_for(lambda: runner.store.get(second.id).state == "done")
+        assert runner.store.get(first.id).state == "done"
+        assert runner.store.get(second.id).started_at >= runner.store.get(first.id).finished_at
+    finally:
+        runner.shutdown()
+
+
+def test_cancel_saves_the_adapter_and_leaves_no_process(tmp_path, tiny_model):
+    runner = Runner(tmp_path)
+    record = runner.submit(_spec(tiny_model, max_steps=100000, save_steps=0))
+    wait_for(lambda: summarize(record.job_dir).steps)
+    runner.cancel(record.id)
+    final = wait_for(lambda: (r := runner.get(record.id)).finished and r, timeout=90)
+    assert final.state == "cancelled"
+    assert "adapter saved" in final.reason
+    assert (Path(record.job_dir) / "adapter" / "adapter_model.safetensors").is_file()
+    assert not psutil.pid_exists(record.pid) or psutil.Process(record.pid).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(ProcessLookupError):
+        os.killpg(record.pid, 0)  # nothing left in the job's process group
+
+
+def test_cancel_of_a_queued_job_never_starts_it(tmp_path, tiny_model):
+    runner = Runner(tmp_path)
+    first = runner.submit(_spec(tiny_model, max_steps=100000))
+    queued = runner.submit(_spec(tiny_model))
+    runner.cancel(queued.id)
+    assert runner.get(queued.id).state == "cancelled"
+    runner.cancel(first.id)
+    wait_for(lambda: runner.get(first.id).finished, timeout=120)
+    assert runner.get(queued.id).pid is None
+
+
+def test_a_new_runner_reattaches_to_a_running_job(tmp_path, tiny_model):
+    first = Runner(tmp_path)
+    record = first.submit(_spec(tiny_model, max_steps=100000))
+    wait_for(lambda: summarize(record.job_dir).steps)
+    second = Runner(tmp_path)  # as after an app restart: the job is not its child
+    assert second.get(record.id).state == "running"
+    second.cancel(record.id)
+    final = wait_for(lambda: (r := second.get(record.id)).finished and r, timeout=90)
+    assert final.state == "cancelled"
+
+
+def test_a_failing_job_is_failed_with_its_reason(tmp_path, tiny_model):
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"instruction": "hi", "output": "ok"}\n{"instruction": "x"}\n')
+    runner = Runner(tmp_path)
+    record = runner.submit(_spec(tiny_model, dataset=str(data)))
+    final = wait_for(lambda: (r := runner.get(record.id)).finished and r)
+    assert final.state == "failed"
+    assert "row 2" in final.reason and "output" in final.reason
+    assert summarize(record.job_dir).final["kind"] == "data"
