@@ -1,0 +1,173 @@
+"""LoRA / QLoRA training-step benchmark in the exact config of ../shared/BASELINES.md.
+
+Random-init bf16 weights built on the GPU from a config of the named shape; LoRA r=16, alpha=16,
+dropout 0 on q,k,v,o,gate,up,down; AdamW lr 1e-4; random token ids with labels = inputs; a step is
+forward + backward + optimizer, timed with torch.cuda.synchronize() around it; median of 8 steps
+after 3 warm-ups; peak = torch.cuda.max_memory_allocated() after load. Each run appends one JSON
+line (GPU, versions, config, tokens/s, peak GB, first-step loss, the HF+PEFT first-step loss on the
+same weights and data) to bench/results/<file>.jsonl.
+
+    python bench/bench_lora.py --shape llama-3.1-8b --bs 2 --seq 2048 --stack fusetune --checkpointing on
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SHAPES = {
+    "llama-3.1-8b": dict(model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                         num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, rope_theta=5e5,
+                         tie_word_embeddings=False, max_position_embeddings=131072),
+    "qwen2.5-7b": dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, rope_theta=1e6,
+                       tie_word_embeddings=False, max_position_embeddings=131072),
+    "llama-3.2-1b": dict(model_type="llama", hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, rope_theta=5e5,
+                         tie_word_embeddings=True, max_position_embeddings=131072),
+    "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, vocab_size=49152, rope_theta=1e5,
+                         tie_word_embeddings=True, max_position_embeddings=8192),
+    "gemma-2-2b": dict(model_type="gemma2", hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                       num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=256000,
+                       tie_word_embeddings=True, max_position_embeddings=8192),
+    "llama-3.1-70b": dict(model_type="llama", hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                          num_attention_heads=64, num_key_value_heads=8, vocab_size=128256, rope_theta=5e5,
+                          tie_word_embeddings=False, max_position_embeddings=131072),
+}
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+USEFUL_PEAK_TFLOPS = 790.0
+
+
+def build_model(shape: str, qlora: bool):
+    from transformers import AutoConfig, AutoModelForCausalLM
+    cfg = dict(SHAPES[shape])
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    if qlora:
+        from bench.quantize import quantize_model_nf4
+        quantize_model_nf4(model)
+    return model
+
+
+def add_lora(model):
+    from peft import LoraConfig, get_peft_model
+    return get_peft_model(model, LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, target_modules=TARGETS,
+                                            bias="none", task_type="CAUSAL_LM"))
+
+
+def useful_flops_per_token(model, cfg: dict, seq: int) -> float:
+    """(4·N_linear + 6·L·seq·hidden), BASELINES.md's useful-MFU numerator (frozen base: no dW)."""
+    n_linear = sum(m.weight.numel() if not hasattr(m.weight, "quant_state") else m.weight.quant_state.shape.numel()
+                   for name, m in model.named_modules()
+                   if isinstance(m, torch.nn.Linear) and "lora_" not in name)
+    return 4 * n_linear + 6 * cfg["num_hidden_layers"] * seq * cfg["hidden_size"]
+
+
+def setup_stack(model, stack: str, checkpointing: str) -> list[str]:
+    if stack == "hf":
+        if checkpointing == "on":
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return ["hf+peft"]
+    from kernels import apply_checkpointing, patch_model
+    report = patch_model(model, backend="triton")
+    policy = apply_checkpointing(model, checkpointing)
+    return report.lines() + [f"checkpointing: {policy}"]
+
+
+def run(args) -> dict:
+    model = add_lora(build_model(args.shape, args.qlora))
+    model.config.use_cache = False
+    gen = torch.Generator(device="cuda").manual_seed(1234)
+    vocab = SHAPES[args.shape]["vocab_size"]
+    batches = [torch.randint(0, vocab, (args.bs, args.seq), device="cuda", generator=gen) for _ in range(4)]
+    with torch.no_grad():
+        reference_loss = float(model(input_ids=batches[0], labels=batches[0]).loss)
+    report = setup_stack(model, args.stack, args.checkpointing)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times, first_loss = [], None
+    for i in range(args.warmup + args.steps):
+        x = batches[i % len(batches)]
+        torch.cuda.synchronize()
+        tick = time.perf_counter()
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - tick)
+        if i == 0:
+            first_loss = float(loss)
+    median = statistics.median(times[args.warmup:])
+    tokens_per_s = args.bs * args.seq / median
+    flops = useful_flops_per_token(model, SHAPES[args.shape], args.seq)
+    return {
+        "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": _version("triton"),
+        "transformers": _version("transformers"), "peft": _version("peft"), "python": platform.python_version(),
+        "shape": args.shape, "stack": args.stack, "qlora": args.qlora, "bs": args.bs, "seq": args.seq,
+        "checkpointing": args.checkpointing, "lora_r": 16, "tokens_per_s": round(tokens_per_s, 1),
+        "step_s_median": round(median, 4), "step_s_all": [round(t, 4) for t in times],
+        "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2),
+        "first_step_loss": first_loss, "hf_first_step_loss": reference_loss,
+        "loss_rel_diff": abs(first_loss - reference_loss) / abs(reference_loss),
+        "useful_mfu": round(flops * tokens_per_s / (USEFUL_PEAK_TFLOPS * 1e12), 4),
+        "report": report, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def _version(name: str) -> str:
+    import importlib.metadata
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "missing"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), required=True)
+    parser.add_argument("--bs", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=2048)
+    parser.add_argument("--stack", choices=["hf", "fusetune"], default="fusetune")
+    parser.add_argument("--checkpointing", choices=["on", "off", "auto", "offload"], default="on")
+    parser.add_argument("--qlora", action="store_true")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--memory-cap-gb", type=float, default=None,
+                        help="cap the process with torch.cuda.set_per_process_memory_fraction")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "lora.jsonl"))
+    args = parser.parse_args()
+    if args.memory_cap_gb:
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gb * 1e9 / total))
+    try:
+        result = run(args)
+    except torch.OutOfMemoryError as exc:
+        result = {"shape": args.shape, "stack": args.stack, "bs": args.bs, "seq": args.seq, "qlora": args.qlora,
+                  "checkpointing": args.checkpointing, "oom": True, "error": str(exc).splitlines()[0],
+                  "gpu": torch.cuda.get_device_name(0), "memory_cap_gb": args.memory_cap_gb}
+    result["memory_cap_gb"] = args.memory_cap_gb
+    line = json.dumps(result)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "a") as fh:
+        fh.write(line + "\n")
+    print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
