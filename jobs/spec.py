@@ -61,7 +61,8 @@ class JobSpec:
                              min=0.0, max=0.9)
     target_modules: Any = _f("all-linear", "Modules that get LoRA: 'all-linear' or a list of names "
                              "such as [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj].")
-    load_in_4bit: bool = _f(False, "QLoRA: store the frozen base weights in 4-bit NF4 (needs a CUDA GPU).")
+    load_in_4bit: bool = _f(False, "QLoRA: store the frozen base weights in 4-bit NF4 (bitsandbytes); a fraction of the memory, "
+                         "fast on a CUDA GPU, slow on CPU.")
     fused_kernels: bool = _f(False, "Use Fusetune's Triton engine; parts it cannot run fall back to "
                              "PyTorch and the log says why.")
     gradient_checkpointing: str = _f("auto", "Recompute activations in backward to save memory: auto, "

@@ -187,7 +187,8 @@ class Trainer:
                      lr=self.scheduler.get_last_lr()[0], grad_norm=result.grad_norm,
                      tokens_per_s=round(result.tokens / max(step_s, 1e-9), 1), elapsed_s=round(elapsed, 2),
                      eta_s=round(per_step * (self.max_steps - self.step), 1),
-                     rss_gb=telemetry.process_rss_gb(), gpus=telemetry.gpu_snapshot())
+                     rss_gb=telemetry.process_rss_gb(), gpus=telemetry.gpu_snapshot(),
+                     **telemetry.system_memory())
         if self.device.type == "cuda":
             event["peak_gb"] = round(torch.cuda.max_memory_allocated() / 1024 ** 3, 3)
         self.events.emit("step", **event)
