@@ -112,7 +112,9 @@ class Runner:
     def _start(self, record: JobRecord) -> None:
         job_dir = Path(record.job_dir)
         argv = [self.python, "-m", "jobs.train", str(job_dir / "config.yaml")]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "FUSETUNE_JOB_ID": record.id}
+        # Progress bars are \r-animated lines: unreadable in a log file, so they are turned off.
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "FUSETUNE_JOB_ID": record.id,
+               "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
         with open(job_dir / LOG_FILE, "ab") as log:
             proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import signal
 import sys
 import time
@@ -90,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     job_dir = Path(spec.output_dir)
     spec.write_yaml(job_dir / "config.yaml")
 
+    # bitsandbytes warns on AVX512-BF16 CPUs that an optional hub kernel is missing; it has a
+    # built-in CPU path, and the warning (naming a `kernels` package) only confuses users.
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     from jobs.events import EventWriter
     from jobs.trainer import Trainer
     events = EventWriter(job_dir)

@@ -1,0 +1,197 @@
+"""GPU correctness and speed of every op at real model shapes (bf16), against its PyTorch
+reference computed in fp32 on the same inputs, plus patched-vs-unpatched parity of whole models.
+
+CI checks the kernels in the Triton interpreter on CPU; this is the same check compiled for the
+GPU (triton 3.6 on the device). Prints one line per op and writes JSON lines to --out.
+
+    python bench/gpu_check.py --out bench/results/gpu_check.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+DEV = "cuda"
+BF16 = torch.bfloat16
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.float(), b.float()
+    return float((a - b).norm() / b.norm().clamp_min(1e-12))
+
+
+def ms(fn) -> float:
+    import triton.testing
+    return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
+
+
+def leaf(*shape, dtype=BF16, grad=True, scale=1.0):
+    return (torch.randn(*shape, device=DEV, dtype=torch.float32) * scale).to(dtype).requires_grad_(grad)
+
+
+def compare(name, op, ref, inputs, grad_inputs, upcast=True):
+    """Run op and ref (ref on fp32 copies) forward+backward; relative errors and times."""
+    out = op(*inputs)
+    ref_inputs = [t.detach().float().requires_grad_(t.requires_grad) if torch.is_tensor(t) and upcast and
+                  t.is_floating_point() else t for t in inputs]
+    ref_out = ref(*ref_inputs)
+    outs = out if isinstance(out, tuple) else (out,)
+    ref_outs = ref_out if isinstance(ref_out, tuple) else (ref_out,)
+    errors = {f"out{i}": rel(o, r) for i, (o, r) in enumerate(zip(outs, ref_outs))}
+    seeds = [torch.randn_like(r) for r in ref_outs]
+    torch.autograd.backward([o for o in outs], [s.to(o.dtype) for o, s in zip(outs, seeds)])
+    torch.autograd.backward(list(ref_outs), seeds)
+    for i in grad_inputs:
+        errors[f"grad{i}"] = rel(inputs[i].grad, ref_inputs[i].grad)
+    fresh = [t.detach().requires_grad_(t.requires_grad) if torch.is_tensor(t) else t for t in inputs]
+    fresh_ref = [t.detach().requires_grad_(t.requires_grad) if torch.is_tensor(t) else t for t in inputs]
+
+    def fwd_bwd(fn, args):
+        o = fn(*args)
+        o = o if isinstance(o, tuple) else (o,)
+        torch.autograd.backward(list(o), [torch.ones_like(x) for x in o])
+    return {"op": name, "errors": errors, "ms_ours": ms(lambda: fwd_bwd(op, fresh)),
+            "ms_torch_bf16": ms(lambda: fwd_bwd(ref, fresh_ref))}
+
+
+def op_cases():
+    from kernels.ops import fused_linear_cross_entropy as flce
+    from kernels.ops import geglu, rms_norm, rope, swiglu
+    tokens, hidden, inter = 4096, 4096, 14336
+    yield "rms_norm(frozen w)", lambda: compare(
+        "rms_norm(frozen w)", lambda x, w: rms_norm.rms_norm(x, w, 1e-5),
+        lambda x, w: rms_norm.rms_norm_reference(x, w, 1e-5), [leaf(tokens, hidden), leaf(hidden, grad=False)], [0])
+    yield "rms_norm(gemma, trained w)", lambda: compare(
+        "rms_norm(gemma, trained w)", lambda x, w: rms_norm.rms_norm(x, w, 1e-6, 1.0),
+        lambda x, w: rms_norm.rms_norm_reference(x, w, 1e-6, 1.0), [leaf(tokens, 2304), leaf(2304, scale=0.1)], [0, 1])
+    yield "swiglu", lambda: compare("swiglu", swiglu.swiglu, swiglu.swiglu_reference,
+                                    [leaf(tokens, inter), leaf(tokens, inter)], [0, 1])
+    yield "geglu(tanh)", lambda: compare("geglu(tanh)", geglu.geglu, geglu.geglu_reference,
+                                         [leaf(tokens, 9216), leaf(tokens, 9216)], [0, 1])
+
+    def rope_case():
+        q, k = leaf(2, 32, 2048, 128), leaf(2, 8, 2048, 128)
+        pos = torch.arange(2048, device=DEV, dtype=torch.float32)
+        inv = 1.0 / (500000 ** (torch.arange(0, 128, 2, device=DEV).float() / 128))
+        freqs = torch.outer(pos, inv)
+        emb = torch.cat([freqs, freqs], -1)
+        cos, sin = emb.cos()[None].expand(2, -1, -1).to(BF16), emb.sin()[None].expand(2, -1, -1).to(BF16)
+        # rope works in place: give it clones so the leaves keep their values for the reference
+        return compare("rope", lambda a, b, c, s: rope.rope(a.clone(), b.clone(), c, s), rope.rope_reference,
+                       [q, k, cos, sin], [0, 1])
+    yield "rope", rope_case
+
+    def flce_case():
+        h, w = leaf(tokens, hidden), leaf(128256, hidden, grad=False, scale=0.02)
+        labels = torch.randint(0, 128256, (tokens,), device=DEV)
+        labels[::7] = -100
+        return compare("fused_linear_cross_entropy", lambda a, b: flce.fused_linear_cross_entropy(a, b, labels),
+                       lambda a, b: flce.fused_linear_cross_entropy_reference(a, b, labels), [h, w], [0])
+    yield "fused_linear_cross_entropy", flce_case
+    yield from lora_cases(tokens, hidden, inter)
+
+
+def lora_cases(tokens, hidden, inter):
+    from kernels.ops._lora_common import LoraProjection
+    from kernels.ops import lora_mlp, lora_o, lora_qkv
+
+    def proj(n_out, n_in):
+        return LoraProjection(leaf(n_out, n_in, grad=False, scale=0.02), leaf(16, n_in, scale=0.02),
+                              leaf(n_out, 16, scale=0.02), 1.0)
+
+    def as_args(projs):
+        return [t for p in projs for t in (p.weight, p.lora_A, p.lora_B)]
+
+    def rebuild(args, n):
+        return [LoraProjection(args[3 * i], args[3 * i + 1], args[3 * i + 2], 1.0) for i in range(n)]
+
+    q, k, v = proj(hidden, hidden), proj(1024, hidden), proj(1024, hidden)
+    x = leaf(tokens, hidden)
+    args = [x, *as_args([q, k, v])]
+    grads = [0, 2, 3, 5, 6, 8, 9]
+    yield "lora_qkv", lambda: compare("lora_qkv", lambda x_, *a: lora_qkv.lora_qkv(x_, *rebuild(a, 3)),
+                                      lambda x_, *a: lora_qkv.lora_qkv_reference(x_, *rebuild(a, 3)), args, grads)
+    o = proj(hidden, hidden)
+    yield "lora_o", lambda: compare("lora_o", lambda x_, w, a, b: lora_o.lora_o(x_, w, a, b, 1.0),
+                                    lambda x_, w, a, b: lora_o.lora_o_reference(x_, w, a, b, 1.0),
+                                    [leaf(tokens, hidden), o.weight, o.lora_A, o.lora_B], [0, 2, 3])
+    g, u, d = proj(inter, hidden), proj(inter, hidden), proj(hidden, inter)
+    margs = [leaf(tokens, hidden), *as_args([g, u, d])]
+    yield "lora_mlp", lambda: compare("lora_mlp", lambda x_, *a: lora_mlp.lora_mlp(x_, *rebuild(a, 3)),
+                                      lambda x_, *a: lora_mlp.lora_mlp_reference(x_, *rebuild(a, 3)), margs, grads)
+
+
+def nf4_case():
+    import bitsandbytes.functional as bnbf
+    from kernels.ops.nf4 import dequantize_nf4
+    w = torch.randn(14336, 4096, device=DEV, dtype=BF16)
+    packed, state = bnbf.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)
+    ours, theirs = dequantize_nf4(packed, state), bnbf.dequantize_4bit(packed, state)
+    out = torch.empty_like(ours)
+    return {"op": "dequantize_nf4", "errors": {"bit_exact": bool(torch.equal(ours, theirs))},
+            "ms_ours": ms(lambda: dequantize_nf4(packed, state, out=out)),
+            "ms_bitsandbytes": ms(lambda: bnbf.dequantize_4bit(packed, state))}
+
+
+def model_parity(model_type: str):
+    """A small random model with PEFT LoRA: patched (triton) vs unpatched loss and LoRA grads."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from kernels import patch_model
+    extra = {"head_dim": 64} if model_type in ("gemma2", "gemma3_text", "qwen3") else {}
+    config = AutoConfig.for_model(model_type, hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
+                                  num_attention_heads=8, num_key_value_heads=4, vocab_size=32000, **extra)
+    x = torch.randint(0, 32000, (2, 512), device=DEV)
+    results = []
+    for patched in (False, True):
+        torch.manual_seed(0)
+        with torch.device(DEV):
+            model = AutoModelForCausalLM.from_config(config, dtype=BF16)
+        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=16, target_modules="all-linear"))
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.02)  # non-zero B so every LoRA gradient is exercised
+        report = patch_model(model, backend="triton").lines() if patched else []
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        grads = {n: p.grad.float() for n, p in model.named_parameters() if p.requires_grad}
+        results.append((float(loss), grads, report))
+    (l0, g0, _), (l1, g1, report) = results
+    worst = max(rel(g1[n], g0[n]) for n in g0)
+    return {"op": f"model[{model_type}]", "errors": {"loss_rel": abs(l1 - l0) / abs(l0), "worst_grad_rel": worst},
+            "report": report}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="gpu_check.jsonl")
+    args = parser.parse_args()
+    cases = list(op_cases()) + [("dequantize_nf4", nf4_case)]
+    cases += [(f"model[{m}]", lambda m=m: model_parity(m))
+              for m in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")]
+    with open(args.out, "a") as fh:
+        for name, case in cases:
+            torch.manual_seed(0)
+            try:
+                row = case()
+            except Exception as exc:  # report every failing op and go on to the next
+                row = {"op": name, "failed": f"{type(exc).__name__}: {exc}",
+                       "trace": traceback.format_exc()[-1500:]}
+            row.update(gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
+                       triton=__import__("triton").__version__)
+            fh.write(json.dumps(row) + "\n")
+            shown = {k: row[k] for k in ("errors", "ms_ours", "ms_torch_bf16", "ms_bitsandbytes", "failed")
+                     if k in row}
+            print(name, json.dumps(shown)[:400], flush=True)
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
