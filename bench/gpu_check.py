@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DEV = "cuda"
 BF16 = torch.bfloat16
+SMALL = False  # --small: tiny shapes, for checking this script on CPU with TRITON_INTERPRET=1
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -28,6 +29,8 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def ms(fn) -> float:
+    if SMALL:
+        return 0.0
     import triton.testing
     return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
 
@@ -64,21 +67,22 @@ def compare(name, op, ref, inputs, grad_inputs, upcast=True):
 def op_cases():
     from kernels.ops import fused_linear_cross_entropy as flce
     from kernels.ops import geglu, rms_norm, rope, swiglu
-    tokens, hidden, inter = 4096, 4096, 14336
+    tokens, hidden, inter = (37, 64, 96) if SMALL else (4096, 4096, 14336)
+    vocab, g_hidden, g_inter, seq = (311, 48, 80, 9) if SMALL else (128256, 2304, 9216, 2048)
     yield "rms_norm(frozen w)", lambda: compare(
         "rms_norm(frozen w)", lambda x, w: rms_norm.rms_norm(x, w, 1e-5),
         lambda x, w: rms_norm.rms_norm_reference(x, w, 1e-5), [leaf(tokens, hidden), leaf(hidden, grad=False)], [0])
     yield "rms_norm(gemma, trained w)", lambda: compare(
         "rms_norm(gemma, trained w)", lambda x, w: rms_norm.rms_norm(x, w, 1e-6, 1.0),
-        lambda x, w: rms_norm.rms_norm_reference(x, w, 1e-6, 1.0), [leaf(tokens, 2304), leaf(2304, scale=0.1)], [0, 1])
+        lambda x, w: rms_norm.rms_norm_reference(x, w, 1e-6, 1.0), [leaf(tokens, g_hidden), leaf(g_hidden, scale=0.1)], [0, 1])
     yield "swiglu", lambda: compare("swiglu", swiglu.swiglu, swiglu.swiglu_reference,
                                     [leaf(tokens, inter), leaf(tokens, inter)], [0, 1])
     yield "geglu(tanh)", lambda: compare("geglu(tanh)", geglu.geglu, geglu.geglu_reference,
-                                         [leaf(tokens, 9216), leaf(tokens, 9216)], [0, 1])
+                                         [leaf(tokens, g_inter), leaf(tokens, g_inter)], [0, 1])
 
     def rope_case():
-        q, k = leaf(2, 32, 2048, 128), leaf(2, 8, 2048, 128)
-        pos = torch.arange(2048, device=DEV, dtype=torch.float32)
+        q, k = leaf(2, 32, seq, 128), leaf(2, 8, seq, 128)
+        pos = torch.arange(seq, device=DEV, dtype=torch.float32)
         inv = 1.0 / (500000 ** (torch.arange(0, 128, 2, device=DEV).float() / 128))
         freqs = torch.outer(pos, inv)
         emb = torch.cat([freqs, freqs], -1)
@@ -89,8 +93,8 @@ def op_cases():
     yield "rope", rope_case
 
     def flce_case():
-        h, w = leaf(tokens, hidden), leaf(128256, hidden, grad=False, scale=0.02)
-        labels = torch.randint(0, 128256, (tokens,), device=DEV)
+        h, w = leaf(tokens, hidden), leaf(vocab, hidden, grad=False, scale=0.02)
+        labels = torch.randint(0, vocab, (tokens,), device=DEV)
         labels[::7] = -100
         return compare("fused_linear_cross_entropy", lambda a, b: flce.fused_linear_cross_entropy(a, b, labels),
                        lambda a, b: flce.fused_linear_cross_entropy_reference(a, b, labels), [h, w], [0])
@@ -112,7 +116,8 @@ def lora_cases(tokens, hidden, inter):
     def rebuild(args, n):
         return [LoraProjection(args[3 * i], args[3 * i + 1], args[3 * i + 2], 1.0) for i in range(n)]
 
-    q, k, v = proj(hidden, hidden), proj(1024, hidden), proj(1024, hidden)
+    kv = hidden // 4
+    q, k, v = proj(hidden, hidden), proj(kv, hidden), proj(kv, hidden)
     x = leaf(tokens, hidden)
     args = [x, *as_args([q, k, v])]
     grads = [0, 2, 3, 5, 6, 8, 9]
@@ -131,7 +136,7 @@ def lora_cases(tokens, hidden, inter):
 def nf4_case():
     import bitsandbytes.functional as bnbf
     from kernels.ops.nf4 import dequantize_nf4
-    w = torch.randn(14336, 4096, device=DEV, dtype=BF16)
+    w = torch.randn(*((96, 64) if SMALL else (14336, 4096)), device=DEV, dtype=BF16)
     packed, state = bnbf.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)
     ours, theirs = dequantize_nf4(packed, state), bnbf.dequantize_4bit(packed, state)
     out = torch.empty_like(ours)
@@ -146,9 +151,13 @@ def model_parity(model_type: str):
     from transformers import AutoConfig, AutoModelForCausalLM
     from kernels import patch_model
     extra = {"head_dim": 64} if model_type in ("gemma2", "gemma3_text", "qwen3") else {}
-    config = AutoConfig.for_model(model_type, hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
-                                  num_attention_heads=8, num_key_value_heads=4, vocab_size=32000, **extra)
-    x = torch.randint(0, 32000, (2, 512), device=DEV)
+    hidden, layers, vocab, seq = (64, 2, 128, 17) if SMALL else (512, 4, 32000, 512)
+    extra = {"head_dim": 16} if SMALL and extra else extra
+    config = AutoConfig.for_model(model_type, hidden_size=hidden, intermediate_size=hidden * 2 + 32,
+                                  num_hidden_layers=layers, num_attention_heads=4 if SMALL else 8,
+                                  num_key_value_heads=2 if SMALL else 4, vocab_size=vocab,
+                                  pad_token_id=0, bos_token_id=1, eos_token_id=2, **extra)
+    x = torch.randint(0, vocab, (2, seq), device=DEV)
     results = []
     for patched in (False, True):
         torch.manual_seed(0)
@@ -159,6 +168,7 @@ def model_parity(model_type: str):
             if "lora_B" in name:
                 torch.nn.init.normal_(p, std=0.02)  # non-zero B so every LoRA gradient is exercised
         report = patch_model(model, backend="triton").lines() if patched else []
+        model = model.float() if DEV == "cpu" else model  # the interpreter's bf16 dot is wrong
         loss = model(input_ids=x, labels=x).loss
         loss.backward()
         grads = {n: p.grad.float() for n, p in model.named_parameters() if p.requires_grad}
@@ -172,7 +182,11 @@ def model_parity(model_type: str):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="gpu_check.jsonl")
+    parser.add_argument("--small", action="store_true", help="tiny shapes on --device (script check)")
+    parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
+    global DEV, SMALL
+    DEV, SMALL = args.device, args.small
     cases = list(op_cases()) + [("dequantize_nf4", nf4_case)]
     cases += [(f"model[{m}]", lambda m=m: model_parity(m))
               for m in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")]
@@ -184,7 +198,7 @@ def main() -> None:
             except Exception as exc:  # report every failing op and go on to the next
                 row = {"op": name, "failed": f"{type(exc).__name__}: {exc}",
                        "trace": traceback.format_exc()[-1500:]}
-            row.update(gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
+            row.update(gpu=torch.cuda.get_device_name(0) if DEV == "cuda" else DEV, torch=torch.__version__,
                        triton=__import__("triton").__version__)
             fh.write(json.dumps(row) + "\n")
             shown = {k: row[k] for k in ("errors", "ms_ours", "ms_torch_bf16", "ms_bitsandbytes", "failed")
