@@ -1,0 +1,132 @@
+"""apply_checkpointing: every policy gives the gradients of no checkpointing (CPU), and "auto"
+spends memory the way its docstring says."""
+import copy
+
+import pytest
+import torch
+from transformers import LlamaConfig
+
+from kernels import PatchReport, apply_checkpointing
+from kernels.checkpoint import GIB, _set_policy, decoder_layers, layer_activation_bytes, plan_auto
+from tests.kernels.test_patch import loss_and_grads, tiny_model, with_lora
+
+EXACT = dict(atol=1e-6, rtol=1e-6)  # same ops in the same order: only recompute differs
+
+
+def _lora_model():
+    # dropout > 0 so that recomputation must replay the same dropout masks (RNG state restored)
+    model = with_lora(tiny_model("llama", num_hidden_layers=3), dropout=0.2)
+    model.train()
+    return model
+
+
+def _step(model, seed=7):
+    torch.manual_seed(seed)  # same dropout masks in both models' first forward
+    return loss_and_grads(model)
+
+
+def _assert_same(model_a, model_b):
+    loss_a, grads_a = _step(model_a)
+    loss_b, grads_b = _step(model_b)
+    torch.testing.assert_close(loss_a, loss_b, **EXACT)
+    assert grads_a.keys() == grads_b.keys() and len(grads_a) > 0
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], **EXACT, msg=lambda m: f"{name}: {m}")
+
+
+def test_on_matches_off():
+    reference = _lora_model()
+    model = copy.deepcopy(reference)
+    description = apply_checkpointing(model, "on")
+    assert "3 layers recomputed" in description
+    assert all(layer.gradient_checkpointing for layer in decoder_layers(model))
+    apply_checkpointing(reference, "off")
+    _assert_same(model, reference)
+
+
+def test_offload_on_cpu_falls_back_to_plain_checkpointing():
+    reference = _lora_model()
+    model = copy.deepcopy(reference)
+    report = PatchReport(backend="torch")
+    description = apply_checkpointing(model, "offload", report=report)
+    assert "offload fell back" in description and "needs CUDA" in description
+    (fallback,) = [e for e in report.fallbacks if e.op == "checkpoint_offload"]
+    assert fallback.modules == 3 and "plain checkpointing" in fallback.reason
+    _assert_same(model, reference)
+
+
+def test_offloaded_checkpoint_function_matches_off(monkeypatch):
+    """The offload autograd Function itself (host copies are plain clones on CPU)."""
+    import kernels.checkpoint as checkpoint_module
+
+    loads = []
+    real_load = checkpoint_module._HostOffloader.load
+    monkeypatch.setattr(checkpoint_module._HostOffloader, "load",
+                        lambda self, saved: loads.append(saved["index"]) or real_load(self, saved))
+    reference = _lora_model()
+    model = copy.deepcopy(reference)
+    _set_policy(decoder_layers(model), [True, True, True], offload=True, device=torch.device("cpu"))
+    _assert_same(model, reference)
+    assert loads == [2, 1, 0]  # every layer's input came back, last layer first
+
+
+def test_checkpointing_a_triton_patched_model_matches_off():
+    """Recompute re-runs the in-place Triton ops (rope, swiglu, rms_norm): still exact."""
+    from kernels import patch_model
+
+    reference = _lora_model()
+    model = copy.deepcopy(reference)
+    assert "rope" in patch_model(model, backend="triton").triton_ops
+    apply_checkpointing(model, "on")
+    _assert_same(model, reference)
+
+
+def test_partial_policy_checkpoints_the_first_layers_only():
+    reference = _lora_model()
+    model = copy.deepcopy(reference)
+    _set_policy(decoder_layers(model), [True, False, False], offload=False, device=torch.device("cpu"))
+    assert [layer.gradient_checkpointing for layer in decoder_layers(model)] == [True, False, False]
+    _assert_same(model, reference)
+
+
+def test_auto_keeps_everything_for_a_tiny_cpu_model():
+    model = _lora_model()
+    description = apply_checkpointing(model, "auto", batch_tokens=26)
+    assert description.startswith("auto: no recompute")
+    assert not any(layer.gradient_checkpointing for layer in decoder_layers(model))
+
+
+LLAMA_8B = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=8)
+
+
+def test_auto_on_h200_with_8b_model_chooses_no_recompute():
+    per_layer = layer_activation_bytes(LLAMA_8B, 2 * 2048, dtype_bytes=2)
+    assert 0.4 * GIB < per_layer < 0.8 * GIB  # ~0.53 GiB: (6h + 2kv + 3I) x 4096 tokens x 2 bytes
+    h200_free = int(140 * GIB - 16 * GIB - 0.10 * 140 * GIB - 2 * GIB)  # after bf16 weights, reserve
+    flags, offload, description = plan_auto(32, LLAMA_8B, 2, 2 * 2048, h200_free, "cuda")
+    assert flags == [False] * 32 and not offload and "no recompute" in description
+
+
+def test_auto_recomputes_only_what_does_not_fit():
+    per_layer = layer_activation_bytes(LLAMA_8B, 4096, 2)
+    budget = 20 * per_layer
+    flags, offload, description = plan_auto(32, LLAMA_8B, 2, 4096, budget, "cuda")
+    keep = flags.count(False)
+    assert not offload and 0 < keep < 20 and flags == [True] * (32 - keep) + [False] * keep
+    input_bytes = 4096 * 4096 * 2
+    assert keep * per_layer + (32 - keep) * input_bytes + per_layer <= budget  # the peak fits
+    assert f"{32 - keep} of 32 layers recomputed" in description
+
+
+def test_auto_offloads_when_even_checkpointing_does_not_fit():
+    per_layer = layer_activation_bytes(LLAMA_8B, 4096, 2)
+    flags, offload, description = plan_auto(32, LLAMA_8B, 2, 4096, int(1.5 * per_layer), "cuda")
+    assert offload and all(flags) and "offloaded to pinned CPU memory" in description
+    flags_cpu, offload_cpu, _ = plan_auto(32, LLAMA_8B, 2, 4096, int(1.5 * per_layer), "cpu")
+    assert not offload_cpu and all(flags_cpu)
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        apply_checkpointing(_lora_model(), "sometimes")
