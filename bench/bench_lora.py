@@ -75,14 +75,14 @@ def useful_flops_per_token(model, cfg: dict, seq: int) -> float:
     return 4 * n_linear + 6 * cfg["num_hidden_layers"] * seq * cfg["hidden_size"]
 
 
-def setup_stack(model, stack: str, checkpointing: str) -> list[str]:
+def setup_stack(model, stack: str, checkpointing: str, batch_tokens: int | None = None) -> list[str]:
     if stack == "hf":
         if checkpointing == "on":
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return ["hf+peft"]
     from kernels import apply_checkpointing, patch_model
     report = patch_model(model, backend="triton")
-    policy = apply_checkpointing(model, checkpointing)
+    policy = apply_checkpointing(model, checkpointing, batch_tokens=batch_tokens)
     return report.lines() + [f"checkpointing: {policy}"]
 
 
@@ -96,7 +96,7 @@ def run(args, model=None) -> dict:
     if not getattr(model, "_bench_ready", False):
         with torch.no_grad():
             reference_loss = float(model(input_ids=batches[0], labels=batches[0]).loss)
-        model._bench_report = setup_stack(model, args.stack, args.checkpointing)
+        model._bench_report = setup_stack(model, args.stack, args.checkpointing, args.bs * args.seq)
         model._bench_ready = True
     report = model._bench_report
     params = [p for p in model.parameters() if p.requires_grad]

@@ -91,8 +91,9 @@ class Trainer:
         if self.spec.fused_kernels:
             from kernels import apply_checkpointing, patch_model
             report = patch_model(self.model, backend="auto")
-            lines = report.lines()
-            lines.append("  checkpointing: " + apply_checkpointing(self.model, self.spec.gradient_checkpointing))
+            tokens = self.spec.batch_size * self.spec.max_seq_length
+            policy = apply_checkpointing(self.model, self.spec.gradient_checkpointing, batch_tokens=tokens)
+            lines = report.lines() + ["  checkpointing: " + policy]
         else:
             lines.append("fused kernels: off (PyTorch path)")
             lines.append("  checkpointing: " + self._torch_checkpointing())
