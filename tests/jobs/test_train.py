@@ -100,3 +100,14 @@ def test_cli_overrides_the_yaml(tmp_path, tiny_model):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert summarize(out).start["max_steps"] == 2
     assert yaml.safe_load((out / "config.yaml").read_text())["max_steps"] == 2
+
+
+def test_fused_kernels_on_cpu_fall_back_and_say_why(tmp_path, tiny_model):
+    proc, out = run_job(tmp_path, "fused", tiny_model, fused_kernels=True, max_steps=3, save_steps=0,
+                        gradient_checkpointing="offload")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = "\n".join(summarize(out).start["patch_report"])
+    assert "backend=torch" in report and "no CUDA device" in report
+    assert "checkpointing:" in report
+    log = (out / "train.log").read_text() if (out / "train.log").exists() else proc.stdout
+    assert "no CUDA device" in log
