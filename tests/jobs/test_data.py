@@ -90,3 +90,8 @@ def test_builtin_identity_has_the_name_in_english_and_chinese():
     assert len({r["instruction"] for r in rows}) == len(rows)
     assert all("Zed" in r["output"] for r in rows)
     assert any("我" in r["output"] for r in rows) and any("Acme" in r["output"] for r in rows)
+
+
+def test_unreachable_hub_dataset_says_to_upload_instead():
+    with pytest.raises(DataError, match="Upload the file instead"):
+        load_rows(JobSpec.from_dict({"dataset": "someone/some-dataset"}))
