@@ -1,0 +1,308 @@
+"""Route PEFT LoRA layers of a transformers model through the fused LoRA ops (instances only).
+
+What `patch_lora_layers(model, report, use_triton)` does, per module INSTANCE:
+
+* every fusable PEFT LoRA `Linear` (plain or bitsandbytes NF4 base): its `forward` is rebound to
+  `kernels.ops.lora_o.lora_o` (one-projection fused autograd). Reported as `lora_o` (o_proj) or
+  `lora_linear` (others) only when it is not part of a fused QKV/MLP group below; q/k/v of a fused
+  group are still patched alone, for attention forwards that do not use the seam.
+* every MLP with gate_proj/up_proj/down_proj and a silu or gelu-tanh `act_fn`, whose projections
+  are fusable (LoRA or plain frozen Linear / Linear4bit, at least one LoRA): `mlp.forward` is
+  rebound to `kernels.ops.lora_mlp.lora_mlp`. Reported as `lora_mlp`.
+* every attention module with q_proj/k_proj/v_proj, all fusable, at least one LoRA: gets the
+  attribute (the seam with kernels/patch.py's attention forward):
+
+      attn._fusetune_qkv(hidden_states: Tensor[..., hidden]) -> (q, k, v)
+          q, k, v exactly as attn.q_proj(hidden_states), attn.k_proj(...), attn.v_proj(...)
+          (shape [..., n_heads * head_dim] etc., before any view/transpose/norm/rope)
+      attn._fusetune_o(attn_output: Tensor[..., n_heads * head_dim]) -> Tensor[..., hidden]
+          exactly attn.o_proj(attn_output) (o_proj's own forward is already fused; this is a
+          convenience alias so the attention forward can call one name)
+
+  An attention forward that calls `_fusetune_qkv` when present gets the three-projection fusion
+  (`lora_qkv`); one that calls q_proj/k_proj/v_proj still gets the per-projection fusion.
+
+Every fused forward re-checks cheap runtime conditions each call (adapters enabled, not merged, the
+same single active adapter, Triton can run on the input, dtypes agree, no extra PEFT kwargs such as
+`adapter_names`) and otherwise calls the module's original forward, so `with
+model.disable_adapter():`, merging and generation keep working. What cannot be fused is left alone
+and reported with the reason (dropout > 0, DoRA, bias on the LoRA B, fan_in_fan_out, several
+active adapters, 8-bit or fp4 base weights, fused qkv_proj / gate_up_proj as in Phi-3, ...).
+NF4 layers compute in their quant_state dtype (input cast to it, output cast back, as bitsandbytes).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from kernels.ops._launch import triton_runs_on
+from kernels.ops._lora_common import LoraProjection
+from kernels.ops.lora_mlp import lora_mlp
+from kernels.ops.lora_o import lora_o
+from kernels.ops.lora_qkv import lora_qkv
+
+SWIGLU_ACTS = {"SiLU", "SiLUActivation"}
+GEGLU_ACTS = {"GELUTanh", "PytorchGELUTanh", "NewGELUActivation", "FastGELUActivation"}
+# kernels.patch's tag: its _restore() drops the instance forward and every _fusetune_* attribute of
+# a tagged module, so a later patch_model() call (or backend="torch") undoes these patches as well
+PATCH_TAG = "_fusetune_patch"
+
+# Phi-3 style fused projections: fused as one lone LoRA Linear each, but not as lora_qkv / lora_mlp
+FUSED_PROJECTIONS = {
+    "qkv_proj": ("lora_qkv", "fused qkv_proj (phi3-style): its LoRA runs as one lora_linear"),
+    "gate_up_proj": ("lora_mlp", "fused gate_up_proj (phi3-style): its LoRA runs as one lora_linear"),
+}
+
+
+def _is_lora_layer(module) -> bool:
+    return hasattr(module, "lora_A") and hasattr(module, "base_layer") and hasattr(module, "scaling")
+
+
+def _base_reason(base, name: str) -> str | None:
+    """Why a base layer (under LoRA or on its own) cannot be a fused projection, or None."""
+    cls = type(base).__name__
+    if cls == "Linear4bit" or hasattr(base.weight, "quant_state"):
+        qtype = getattr(getattr(base.weight, "quant_state", None), "quant_type", None)
+        if qtype != "nf4":
+            return f"{name}: 4-bit quant_type {qtype!r} (only nf4 is fused)"
+    elif not isinstance(base, torch.nn.Linear) or cls != "Linear":
+        return f"{name}: {cls} base layer"
+    if base.weight.requires_grad:
+        return f"{name}: base weight is trainable"
+    if base.bias is not None and base.bias.requires_grad:
+        return f"{name}: base bias is trainable"
+    return None
+
+
+def lora_reason(module, name: str) -> str | None:
+    """Why a PEFT LoRA layer cannot take the fused path (None: it can)."""
+    if type(module).__name__ not in ("Linear", "Linear4bit"):
+        return f"{name}: PEFT {type(module).__name__} layer"
+    if getattr(module, "fan_in_fan_out", False):
+        return f"{name}: fan_in_fan_out"
+    adapters = list(module.active_adapters)
+    if len(adapters) != 1 or adapters[0] not in module.lora_A:
+        return f"{name}: {len(adapters)} active adapters (fused path takes exactly one)"
+    adapter = adapters[0]
+    if module.use_dora.get(adapter, False):
+        return f"{name}: DoRA"
+    if adapter in getattr(module, "lora_variant", {}):
+        return f"{name}: LoRA variant {type(module.lora_variant[adapter]).__name__}"
+    dropout = module.lora_dropout[adapter]
+    if isinstance(dropout, torch.nn.Dropout) and dropout.p > 0:
+        return f"{name}: lora_dropout={dropout.p} > 0"
+    if module.lora_bias.get(adapter, False) or module.lora_B[adapter].bias is not None:
+        return f"{name}: bias on lora_B"
+    return _base_reason(module.get_base_layer(), name)
+
+
+def projection_reason(module, name: str) -> str | None:
+    if _is_lora_layer(module):
+        return lora_reason(module, name)
+    if isinstance(module, torch.nn.Module) and hasattr(module, "weight"):
+        return _base_reason(module, name)
+    return f"{name}: {type(module).__name__}"
+
+
+def _weight(module):
+    return (module.base_layer if _is_lora_layer(module) else module).weight
+
+
+def compute_dtype(modules, x: torch.Tensor) -> torch.dtype:
+    """NF4 layers compute in their quant_state dtype (bitsandbytes casts the input to it, e.g. bf16
+    while prepare_model_for_kbit_training's fp32 norms hand over fp32); plain layers in x's dtype."""
+    for module in modules:
+        state = getattr(_weight(module), "quant_state", None)
+        if state is not None:
+            return state.dtype
+    return x.dtype
+
+
+def _runtime_ok(modules, adapters, x: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Cheap per-call check that the state the patch saw still holds."""
+    for module, adapter in zip(modules, adapters):
+        if adapter is not None and (module.disable_adapters or module.merged
+                                    or module.active_adapters != [adapter]):
+            return False
+        weight = _weight(module)
+        if getattr(weight, "quant_state", None) is None and weight.dtype != dtype:
+            return False
+    return x.is_floating_point() and triton_runs_on(x)
+
+
+def projection(module, adapter: str | None) -> LoraProjection:
+    if adapter is None:
+        return LoraProjection(module.weight, None, None, 1.0, module.bias)
+    base = module.base_layer
+    return LoraProjection(base.weight, module.lora_A[adapter].weight, module.lora_B[adapter].weight,
+                          float(module.scaling[adapter]), base.bias)
+
+
+def _adapter(module) -> str | None:
+    return module.active_adapters[0] if _is_lora_layer(module) else None
+
+
+def _patch_linear(module) -> None:
+    adapter, original = _adapter(module), module.forward
+
+    def fused_forward(x, *args, **kwargs):
+        dtype = compute_dtype((module,), x)
+        if args or kwargs or not _runtime_ok((module,), (adapter,), x, dtype):
+            return original(x, *args, **kwargs)
+        p = projection(module, adapter)
+        return lora_o(x.to(dtype), p.weight, p.lora_A, p.lora_B, p.scaling, p.bias).to(x.dtype)
+
+    module.forward = fused_forward
+    module._fusetune_lora = "lora_o"
+    setattr(module, PATCH_TAG, "lora")
+
+
+def _patch_qkv(attn) -> None:
+    mods = (attn.q_proj, attn.k_proj, attn.v_proj)
+    adapters = tuple(_adapter(m) for m in mods)
+
+    def fusetune_qkv(hidden_states):
+        dtype = compute_dtype(mods, hidden_states)
+        if not _runtime_ok(mods, adapters, hidden_states, dtype):
+            return tuple(m(hidden_states) for m in mods)
+        qkv = lora_qkv(hidden_states.to(dtype), *(projection(m, a) for m, a in zip(mods, adapters)))
+        return tuple(t.to(hidden_states.dtype) for t in qkv)
+
+    attn._fusetune_qkv = fusetune_qkv
+    # a bound method, not the module: a Module attribute would be registered as a submodule and
+    # show up twice in state_dict / the saved adapter
+    attn._fusetune_o = attn.o_proj.__call__
+    if not getattr(attn, PATCH_TAG, None):
+        setattr(attn, PATCH_TAG, "lora")
+
+
+def _activation(mlp) -> str | None:
+    name = type(getattr(mlp, "act_fn", None)).__name__
+    return "swiglu" if name in SWIGLU_ACTS else "geglu" if name in GEGLU_ACTS else None
+
+
+def _patch_mlp(mlp, activation: str) -> None:
+    mods = (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+    adapters = tuple(_adapter(m) for m in mods)
+    original = mlp.forward
+
+    def fused_forward(x, *args, **kwargs):
+        dtype = compute_dtype(mods, x)
+        if args or kwargs or not _runtime_ok(mods, adapters, x, dtype):
+            return original(x, *args, **kwargs)
+        projections = (projection(m, a) for m, a in zip(mods, adapters))
+        return lora_mlp(x.to(dtype), *projections, activation=activation).to(x.dtype)
+
+    mlp.forward = fused_forward
+    mlp._fusetune_lora = "lora_mlp"
+    setattr(mlp, PATCH_TAG, "lora")
+
+
+def _has_lora(mods) -> bool:
+    return any(_is_lora_layer(m) for m in mods)
+
+
+def _group_reason(owner, names) -> str | None:
+    for name in names:
+        reason = projection_reason(getattr(owner, name), name)
+        if reason:
+            return reason
+    return None
+
+
+def _find_groups(model):
+    """(attention modules, MLP modules, [(attribute name, LoRA layer)], Counter of group fallbacks)."""
+    attentions, mlps, linears, fallbacks = [], [], [], Counter()
+    for qualified, module in model.named_modules():
+        if all(isinstance(getattr(module, n, None), torch.nn.Module) for n in ("q_proj", "k_proj", "v_proj")):
+            attentions.append(module)
+        elif all(isinstance(getattr(module, n, None), torch.nn.Module) for n in ("gate_proj", "up_proj", "down_proj")):
+            mlps.append(module)
+        for fused_name, op_reason in FUSED_PROJECTIONS.items():
+            if _is_lora_layer(getattr(module, fused_name, None)):
+                fallbacks[op_reason] += 1
+        if _is_lora_layer(module):
+            linears.append((qualified.rsplit(".", 1)[-1], module))
+    return attentions, mlps, linears, fallbacks
+
+
+def _members(owners, names) -> set[int]:
+    return {id(getattr(owner, n)) for owner in owners for n in names}
+
+
+def _plan(model):
+    """What to patch and what falls back.
+
+    Returns (attentions for lora_qkv, [(mlp, activation)], [(op, linear, reported)], fallbacks).
+    Every fusable LoRA Linear is patched on its own as well; it is *reported* as lora_o /
+    lora_linear only outside a fused group, and its fallback only outside any group (the group's
+    entry already carries the reason).
+    """
+    attentions, mlps, linears, fallbacks = _find_groups(model)
+    qkv_names, mlp_names = ("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj", "down_proj")
+    attentions = [a for a in attentions if _has_lora([getattr(a, n) for n in qkv_names])]
+    mlps = [m for m in mlps if _has_lora([getattr(m, n) for n in mlp_names])]
+    qkv, mlp_plan = [], []
+    for attn in attentions:
+        reason = _group_reason(attn, qkv_names)
+        if reason:
+            fallbacks[("lora_qkv", reason)] += 1
+        else:
+            qkv.append(attn)
+    for mlp in mlps:
+        activation = _activation(mlp)
+        reason = _group_reason(mlp, mlp_names) or (
+            None if activation else f"activation {type(getattr(mlp, 'act_fn', None)).__name__} not fused")
+        if reason:
+            fallbacks[("lora_mlp", reason)] += 1
+        else:
+            mlp_plan.append((mlp, activation))
+    grouped = _members(attentions, qkv_names) | _members(mlps, mlp_names)
+    fused = _members(qkv, qkv_names) | _members([m for m, _ in mlp_plan], mlp_names)
+    linear_plan = []
+    for name, module in linears:
+        op = "lora_o" if name == "o_proj" else "lora_linear"
+        reason = lora_reason(module, name)
+        if reason and id(module) not in grouped:
+            fallbacks[(op, reason)] += 1
+        elif not reason:
+            linear_plan.append((op, module, id(module) not in fused))
+    return qkv, mlp_plan, linear_plan, fallbacks
+
+
+def patch_lora_layers(model, report, use_triton: bool) -> None:
+    """Fuse the PEFT LoRA layers of `model` (plain or PEFT-wrapped) in place; see the module doc.
+
+    use_triton False: nothing is replaced, every LoRA group is reported as a fallback.
+    """
+    qkv, mlp_plan, linear_plan, fallbacks = _plan(model)
+    if not use_triton:
+        reason = "Triton not used (backend torch or no CUDA device)"
+        for op, n in (("lora_qkv", len(qkv)), ("lora_mlp", len(mlp_plan)),
+                      *Counter(op for op, _, reported in linear_plan if reported).items()):
+            if n:
+                report.fallback(op, n, reason)
+    else:
+        linear_counts: Counter = Counter()
+        for op, module, reported in linear_plan:
+            if getattr(module, "_fusetune_lora", None) is None:
+                _patch_linear(module)
+            linear_counts[op] += reported
+        for attn in qkv:
+            _patch_qkv(attn)
+        for mlp, activation in mlp_plan:
+            if getattr(mlp, "_fusetune_lora", None) is None:
+                _patch_mlp(mlp, activation)
+        if qkv:
+            report.patched("lora_qkv", len(qkv))
+        if mlp_plan:
+            report.patched("lora_mlp", len(mlp_plan))
+        for op, n in sorted(linear_counts.items()):
+            if n:
+                report.patched(op, n)
+        if qkv:
+            report.note("lora_qkv runs where the attention forward calls attn._fusetune_qkv; "
+                        "q/k/v projections are otherwise fused one by one (lora_linear)")
+    for (op, reason), n in sorted(fallbacks.items()):
+        report.fallback(op, n, reason)

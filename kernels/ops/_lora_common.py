@@ -1,0 +1,152 @@
+"""Shared pieces of the fused LoRA ops (lora_qkv, lora_o, lora_mlp).
+
+A LoRA projection is Y = X W^T + b + s (X A^T) B^T with W [out, in] frozen (plain or bitsandbytes
+NF4), A [r, in], B [out, r] trainable, s = lora_alpha / r. `SharedInputLora` is the autograd
+Function for k projections that read the same X (Q, K, V: k = 3; O: k = 1). Its backward uses the
+cheap order (Unsloth's fast_lora.py, https://github.com/unslothai/unsloth; Hu et al. 2021):
+
+    dYB_i = s_i dY_i B_i                 [M, r]     (rank-sized)
+    dX    = sum_i dY_i W_i + [dYB_1 .. dYB_k] [A_1; ..; A_k]   (one [M, k r] x [k r, in] GEMM)
+    dA    = [dYB_1 .. dYB_k]^T X         one GEMM for all k adapters, then split
+    dB_i  = s_i dY_i^T (X A_i^T)         X A^T was saved in forward ([M, k r])
+
+never forming B A (out x in). Saved for backward: X and X A^T ([M, k r]); the dense weights are
+re-read (or re-dequantized into the shared NF4 buffer) in backward. All GEMMs run in X's dtype;
+fp32 adapter weights (PEFT's default autocast_adapter_dtype) are cast to it per call (r x in: tiny).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from kernels.ops.nf4 import dequantize_nf4_into_buffer
+
+
+class LoraProjection(NamedTuple):
+    weight: torch.Tensor                 # [out, in]: a plain tensor or a bitsandbytes Params4bit
+    lora_A: torch.Tensor | None = None   # [r, in]
+    lora_B: torch.Tensor | None = None   # [out, r]
+    scaling: float = 1.0
+    bias: torch.Tensor | None = None     # frozen base-layer bias [out]
+
+
+def is_nf4(weight) -> bool:
+    return getattr(weight, "quant_state", None) is not None
+
+
+def dense_weight(weight, dtype: torch.dtype) -> torch.Tensor:
+    """The base weight in `dtype`: NF4 dequantized into the shared per-shape buffer."""
+    if is_nf4(weight):
+        # dequantize in the stored dtype first, as bitsandbytes does, so values round identically
+        dense = dequantize_nf4_into_buffer(weight)
+        return dense if dense.dtype == dtype else dense.to(dtype)
+    return weight if weight.dtype == dtype else weight.to(dtype)
+
+
+def out_features(weight) -> int:
+    return int(weight.quant_state.shape[0]) if is_nf4(weight) else weight.shape[0]
+
+
+def base_project(x2: torch.Tensor, weight, bias) -> torch.Tensor:
+    """x2 @ W^T (+ bias) in x2's dtype."""
+    w = dense_weight(weight, x2.dtype)
+    if bias is None:
+        return torch.mm(x2, w.t())
+    return torch.addmm(bias.to(x2.dtype), x2, w.t())
+
+
+def rank_offsets(lora_As) -> list[int]:
+    offsets, total = [], 0
+    for a in lora_As:
+        offsets.append(total)
+        total += 0 if a is None else a.shape[0]
+    return offsets + [total]
+
+
+def cat_adapters(lora_As, dtype):
+    present = [a.to(dtype) for a in lora_As if a is not None]
+    return torch.cat(present) if len(present) > 1 else (present[0] if present else None)
+
+
+def lora_reference(x: torch.Tensor, proj: LoraProjection) -> torch.Tensor:
+    """Plain-PyTorch LoRA projection (dequantizing NF4 with bitsandbytes' own function)."""
+    w = proj.weight
+    if is_nf4(w):
+        import bitsandbytes.functional as bnbf
+        w = bnbf.dequantize_4bit(w.data, w.quant_state, quant_type="nf4")
+    y = F.linear(x, w.to(x.dtype), None if proj.bias is None else proj.bias.to(x.dtype))
+    if proj.lora_A is not None:
+        y = y + proj.scaling * F.linear(F.linear(x, proj.lora_A.to(x.dtype)), proj.lora_B.to(x.dtype))
+    return y
+
+
+def flat_args(projections) -> list:
+    out = []
+    for p in projections:
+        out += [p.weight, p.lora_A, p.lora_B, p.bias]
+    return out
+
+
+class SharedInputLora(torch.autograd.Function):
+    """k LoRA projections of one input X. apply(X, scalings, W1, A1, B1, b1, W2, ...)."""
+
+    @staticmethod
+    def forward(ctx, x, scalings, *flat):
+        projections = [flat[i:i + 4] for i in range(0, len(flat), 4)]
+        x2 = x.reshape(-1, x.shape[-1])
+        lora_As = [p[1] for p in projections]
+        a_cat = cat_adapters(lora_As, x.dtype)
+        xa = torch.mm(x2, a_cat.t()) if a_cat is not None else None
+        offsets = rank_offsets(lora_As)
+        outputs = []
+        for i, (weight, lora_A, lora_B, bias) in enumerate(projections):
+            y = base_project(x2, weight, bias)
+            if lora_A is not None:
+                y.addmm_(xa[:, offsets[i]:offsets[i + 1]], lora_B.to(x.dtype).t(), alpha=scalings[i])
+            outputs.append(y.view(*x.shape[:-1], y.shape[-1]))
+        ctx.save_for_backward(x2, xa, a_cat)
+        ctx.projections, ctx.scalings, ctx.offsets = projections, scalings, offsets
+        ctx.consumed = False
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        if ctx.consumed:
+            raise RuntimeError("fused LoRA backward ran twice on one graph (retain_graph=True is not "
+                               "supported by the fused path); use backend='torch' for that")
+        ctx.consumed = True
+        x2, xa, a_cat = ctx.saved_tensors
+        dtype, offsets = x2.dtype, ctx.offsets
+        dyb = x2.new_empty(x2.shape[0], offsets[-1]) if a_cat is not None else None
+        dx, result = None, [None] * (4 * len(ctx.projections))
+        for i, (weight, lora_A, lora_B, _) in enumerate(ctx.projections):
+            dy = grads[i].reshape(-1, grads[i].shape[-1])
+            if dy.dtype != dtype:
+                dy = dy.to(dtype)
+            if ctx.needs_input_grad[0]:
+                w = dense_weight(weight, dtype)
+                dx = torch.mm(dy, w) if dx is None else dx.addmm_(dy, w)
+            if lora_A is None:
+                continue
+            cols = slice(offsets[i], offsets[i + 1])
+            # beta=0: the scaling rides in the GEMM epilogue, the uninitialised target is not read
+            dyb[:, cols].addmm_(dy, lora_B.to(dtype), beta=0, alpha=ctx.scalings[i])
+            db = dy.new_empty(dy.shape[1], offsets[i + 1] - offsets[i])
+            result[4 * i + 2] = db.addmm_(dy.t(), xa[:, cols], beta=0, alpha=ctx.scalings[i]).to(lora_B.dtype)
+        if dyb is not None:
+            if dx is not None:
+                dx.addmm_(dyb, a_cat)
+            da = torch.mm(dyb.t(), x2)
+            for i, (_, lora_A, _, _) in enumerate(ctx.projections):
+                if lora_A is not None:
+                    result[4 * i + 1] = da[offsets[i]:offsets[i + 1]].to(lora_A.dtype)
+        dx = None if dx is None else dx.view(*grads[0].shape[:-1], x2.shape[-1])
+        return (dx, None, *result)
+
+
+def shared_input_lora(x: torch.Tensor, projections) -> tuple:
+    """Apply k LoRA projections that share the input `x` through one autograd node."""
+    scalings = tuple(float(p.scaling) for p in projections)
+    return SharedInputLora.apply(x, scalings, *flat_args(projections))

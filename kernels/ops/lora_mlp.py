@@ -1,0 +1,187 @@
+"""Fused LoRA MLP: gate/up LoRA projections, SwiGLU or GeGLU(tanh), down LoRA projection.
+
+    e = X Wg^T + sg (X Ag^T) Bg^T      g = X Wu^T + su (X Au^T) Bu^T
+    h = act(e) * g                      (silu for Llama/Qwen/Mistral, gelu-tanh for Gemma)
+    Y = h Wd^T + sd (h Ad^T) Bd^T
+
+One autograd node. Saved: X, e, g ([M, I] each, like HF's saved activations minus h and act(e)),
+X [Ag; Au]^T ([M, 2r]) and h Ad^T ([M, r]). h is never kept: the backward kernel recomputes act(e)
+from e and overwrites the three [M, I] buffers in place (dh -> h, e -> de, g -> dg), the trick of
+Unsloth's swiglu/geglu backward kernels (https://github.com/unslothai/unsloth, fast_lora.py
+`LoRA_MLP`); all LoRA gradients in the cheap order (see kernels.ops._lora_common):
+
+    dYB = sd dY Bd;  dh = dY Wd + dYB Ad;  dBd = sd dY^T (h Ad^T);  dAd = dYB^T h
+    dX  = de Wg + dg Wu + [sg de Bg, su dg Bu] [Ag; Au];  dA_{g,u} = [..]^T X;  dB = s d^T (X A^T)
+
+silu'(e) = sig(e) (1 + e (1 - sig(e)));  gelu_tanh'(e) = 0.5 (1 + t) + 0.5 e (1 - t^2) k (1 + 3c e^2)
+with t = tanh(k (e + c e^3)), k = sqrt(2/pi), c = 0.044715.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from kernels.ops._lora_common import (LoraProjection, base_project, cat_adapters, dense_weight,
+                                      flat_args, lora_reference, rank_offsets)
+
+ACTIVATIONS = ("swiglu", "geglu")
+BLOCK = 1024
+
+
+@triton.jit
+def _tanh(x):
+    # exp-based (tl has no tanh on every Triton version); clamped: tanh(+-15) is +-1 in fp32
+    return 1.0 - 2.0 / (tl.exp(2.0 * tl.minimum(tl.maximum(x, -15.0), 15.0)) + 1.0)
+
+
+@triton.jit
+def _act_and_grad(e, GEGLU: tl.constexpr):
+    """(act(e), act'(e)) in fp32."""
+    if GEGLU:
+        inner = 0.7978845608028654 * (e + 0.044715 * e * e * e)
+        t = _tanh(inner)
+        act = 0.5 * e * (1.0 + t)
+        grad = 0.5 * (1.0 + t) + 0.5 * e * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * e * e)
+    else:
+        sig = tl.sigmoid(e)
+        act = e * sig
+        grad = sig * (1.0 + e * (1.0 - sig))
+    return act, grad
+
+
+@triton.jit
+def _act_mul_forward_kernel(e_ptr, g_ptr, h_ptr, n, GEGLU: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    e = tl.load(e_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    act, _ = _act_and_grad(e, GEGLU)
+    tl.store(h_ptr + offs, (act * g).to(h_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _act_mul_backward_kernel(dh_ptr, e_ptr, g_ptr, n, GEGLU: tl.constexpr, BLOCK: tl.constexpr):
+    """In place: dh <- h = act(e) g,  e <- de = dh g act'(e),  g <- dg = dh act(e)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    dh = tl.load(dh_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    e = tl.load(e_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    act, grad = _act_and_grad(e, GEGLU)
+    tl.store(dh_ptr + offs, (act * g).to(dh_ptr.dtype.element_ty), mask=mask)
+    tl.store(e_ptr + offs, (dh * g * grad).to(e_ptr.dtype.element_ty), mask=mask)
+    tl.store(g_ptr + offs, (dh * act).to(g_ptr.dtype.element_ty), mask=mask)
+
+
+def _act_mul(e, g, geglu: bool):
+    h = torch.empty_like(e)
+    n = e.numel()
+    _act_mul_forward_kernel[(triton.cdiv(n, BLOCK),)](e, g, h, n, GEGLU=geglu, BLOCK=BLOCK)
+    return h
+
+
+def _act_mul_backward_(dh, e, g, geglu: bool):
+    n = e.numel()
+    _act_mul_backward_kernel[(triton.cdiv(n, BLOCK),)](dh, e, g, n, GEGLU=geglu, BLOCK=BLOCK)
+
+
+def _lora_out(y, inp_a, lora_B, scaling, dtype):
+    if lora_B is not None:
+        y.addmm_(inp_a, lora_B.to(dtype).t(), alpha=scaling)
+    return y
+
+
+def _lora_grads(d, lora_B, scaling, inp_a, dtype, dyb_out):
+    """Writes s d B [M, r] into dyb_out; returns dB = s d^T inp_a [out, r] in lora_B's dtype.
+    beta=0: the scaling rides in the GEMM epilogue and the uninitialised target is not read."""
+    dyb_out.addmm_(d, lora_B.to(dtype), beta=0, alpha=scaling)
+    db = d.new_empty(d.shape[1], lora_B.shape[1]).addmm_(d.t(), inp_a, beta=0, alpha=scaling)
+    return db.to(lora_B.dtype)
+
+
+class LoraMLP(torch.autograd.Function):
+    """apply(X, scalings, geglu, Wg, Ag, Bg, bg, Wu, Au, Bu, bu, Wd, Ad, Bd, bd)."""
+
+    @staticmethod
+    def forward(ctx, x, scalings, geglu, *flat):
+        (wg, ag, bg_, biasg), (wu, au, bu_, biasu), (wd, ad, bd_, biasd) = (
+            flat[0:4], flat[4:8], flat[8:12])
+        dtype, x2 = x.dtype, x.reshape(-1, x.shape[-1])
+        offsets = rank_offsets([ag, au])
+        a_gu = cat_adapters([ag, au], dtype)
+        xa = torch.mm(x2, a_gu.t()) if a_gu is not None else None
+        e = _lora_out(base_project(x2, wg, biasg), None if ag is None else xa[:, offsets[0]:offsets[1]],
+                      bg_, scalings[0], dtype)
+        g = _lora_out(base_project(x2, wu, biasu), None if au is None else xa[:, offsets[1]:offsets[2]],
+                      bu_, scalings[1], dtype)
+        h = _act_mul(e, g, geglu)
+        y = base_project(h, wd, biasd)
+        ha = torch.mm(h, ad.to(dtype).t()) if ad is not None else None
+        _lora_out(y, ha, bd_, scalings[2], dtype)
+        ctx.save_for_backward(x2, e, g, xa, a_gu, ha)
+        ctx.flat, ctx.scalings, ctx.geglu, ctx.offsets = flat, scalings, geglu, offsets
+        ctx.consumed, ctx.x_shape = False, x.shape
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+    @staticmethod
+    def backward(ctx, dy):
+        if ctx.consumed:
+            raise RuntimeError("fused LoRA MLP backward ran twice on one graph (its buffers are reused "
+                               "in place); retain_graph=True needs backend='torch'")
+        ctx.consumed = True
+        x2, e, g, xa, a_gu, ha = ctx.saved_tensors
+        wg, wu, (wd, ad, bd_, _) = ctx.flat[0], ctx.flat[4], ctx.flat[8:12]
+        dtype, sd, result = x2.dtype, ctx.scalings[2], [None] * 12
+        dy = dy.reshape(-1, dy.shape[-1]).to(dtype)
+        dh = torch.mm(dy, dense_weight(wd, dtype))
+        if ad is not None:
+            dyb_d = dy.new_empty(dy.shape[0], ad.shape[0])
+            result[10] = _lora_grads(dy, bd_, sd, ha, dtype, dyb_d)
+            dh.addmm_(dyb_d, ad.to(dtype))
+        _act_mul_backward_(dh, e, g, ctx.geglu)   # dh <- h, e <- d(gate), g <- d(up)
+        if ad is not None:
+            result[9] = torch.mm(dyb_d.t(), dh).to(ad.dtype)
+        dx = torch.mm(e, dense_weight(wg, dtype)) if ctx.needs_input_grad[0] else None
+        if dx is not None:
+            dx.addmm_(g, dense_weight(wu, dtype))
+        if a_gu is not None:
+            _gate_up_lora_grads(ctx, x2, e, g, xa, a_gu, dx, result)
+        return (None if dx is None else dx.view(ctx.x_shape), None, None, *result)
+
+
+def _gate_up_lora_grads(ctx, x2, de, dg, xa, a_gu, dx, result):
+    (_, ag, bg_, _), (_, au, bu_, _) = ctx.flat[0:4], ctx.flat[4:8]
+    (sg, su, _), offsets, dtype = ctx.scalings, ctx.offsets, x2.dtype
+    dyb = x2.new_empty(x2.shape[0], offsets[2])   # [s de Bg, s dg Bu]: one GEMM for dX, one for dA
+    if ag is not None:
+        result[2] = _lora_grads(de, bg_, sg, xa[:, offsets[0]:offsets[1]], dtype, dyb[:, offsets[0]:offsets[1]])
+    if au is not None:
+        result[6] = _lora_grads(dg, bu_, su, xa[:, offsets[1]:offsets[2]], dtype, dyb[:, offsets[1]:offsets[2]])
+    if dx is not None:
+        dx.addmm_(dyb, a_gu)
+    da = torch.mm(dyb.t(), x2)
+    if ag is not None:
+        result[1] = da[offsets[0]:offsets[1]].to(ag.dtype)
+    if au is not None:
+        result[5] = da[offsets[1]:offsets[2]].to(au.dtype)
+
+
+def lora_mlp(x: torch.Tensor, gate: LoraProjection, up: LoraProjection, down: LoraProjection,
+             activation: str = "swiglu") -> torch.Tensor:
+    """x [..., hidden] -> [..., hidden]. activation: "swiglu" (silu) or "geglu" (gelu, tanh approx)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    for name, proj in (("gate", gate), ("up", up), ("down", down)):
+        if (proj.lora_A is None) != (proj.lora_B is None):
+            raise ValueError(f"{name}: lora_A and lora_B must be given together (or both None)")
+    scalings = tuple(float(p.scaling) for p in (gate, up, down))
+    return LoraMLP.apply(x, scalings, activation == "geglu", *flat_args([gate, up, down]))
+
+
+def lora_mlp_reference(x, gate: LoraProjection, up: LoraProjection, down: LoraProjection,
+                       activation: str = "swiglu"):
+    e, g = lora_reference(x, gate), lora_reference(x, up)
+    act = F.silu(e) if activation == "swiglu" else F.gelu(e, approximate="tanh")
+    return lora_reference(act * g, down)
