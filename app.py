@@ -6,8 +6,11 @@ import os
 import sys
 import threading
 
-from jobs import paths
-from jobs.runner import Runner
+# Before torch loads: see jobs/train.py (two OpenMP runtimes must not busy-wait against each other).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from jobs import paths  # noqa: E402
+from jobs.runner import Runner  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

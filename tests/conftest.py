@@ -7,6 +7,7 @@ from pathlib import Path
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see jobs/train.py
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
