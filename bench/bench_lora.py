@@ -61,10 +61,14 @@ def build_model(shape: str, qlora: bool):
         return AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
 
 
-def add_lora(model):
+def add_lora(model, lora_dtype: str = "fp32"):
+    """PEFT LoRA in the BASELINES.md config. lora_dtype "fp32" is PEFT's default (adapters upcast to
+    fp32, AdamW states in fp32: what every peer row uses); "bf16" keeps them in the model dtype, an
+    experiment only (half the adapter/optimizer memory, no per-call casts, bf16 master weights)."""
     from peft import LoraConfig, get_peft_model
-    return get_peft_model(model, LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, target_modules=TARGETS,
-                                            bias="none", task_type="CAUSAL_LM"))
+    config = LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, target_modules=TARGETS, bias="none",
+                        task_type="CAUSAL_LM")
+    return get_peft_model(model, config, autocast_adapter_dtype=lora_dtype == "fp32")
 
 
 def useful_flops_per_token(model, cfg: dict, seq: int) -> float:
@@ -87,7 +91,7 @@ def setup_stack(model, stack: str, checkpointing: str, batch_tokens: int | None 
 
 
 def run(args, model=None) -> dict:
-    model = model or add_lora(build_model(args.shape, args.qlora))
+    model = model or add_lora(build_model(args.shape, args.qlora), args.lora_dtype)
     model.config.use_cache = False
     gen = torch.Generator(device="cuda").manual_seed(1234)
     vocab = SHAPES[args.shape]["vocab_size"]
@@ -100,7 +104,8 @@ def run(args, model=None) -> dict:
         model._bench_ready = True
     report = model._bench_report
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-4)
+    # fused=True is an experiment flag (one kernel instead of foreach launches); peers use the default
+    opt = torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if args.fused_adamw else {}))
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     times, first_loss = [], None
@@ -123,9 +128,12 @@ def run(args, model=None) -> dict:
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": _version("triton"),
         "transformers": _version("transformers"), "peft": _version("peft"), "python": platform.python_version(),
         "shape": args.shape, "stack": args.stack, "qlora": args.qlora, "bs": args.bs, "seq": args.seq,
-        "checkpointing": args.checkpointing, "lora_r": 16, "tokens_per_s": round(tokens_per_s, 1),
+        "checkpointing": args.checkpointing, "lora_r": 16, "lora_dtype": args.lora_dtype,
+        "tokens_per_s": round(tokens_per_s, 1),
         "step_s_median": round(median, 4), "step_s_all": [round(t, 4) for t in times],
         "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2),
+        "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+        "experiment": args.experiment, "fused_adamw": args.fused_adamw,
         "first_step_loss": first_loss, "hf_first_step_loss": reference_loss,
         "loss_rel_diff": None if reference_loss is None else abs(first_loss - reference_loss) / abs(reference_loss),
         "useful_mfu": round(flops * tokens_per_s / (USEFUL_PEAK_TFLOPS * 1e12), 4),
@@ -138,7 +146,7 @@ def sweep(args) -> None:
     if args.memory_cap_gb:
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gb * 1e9 / total))
-    model = add_lora(build_model(args.shape, args.qlora))
+    model = add_lora(build_model(args.shape, args.qlora), args.lora_dtype)
     for seq in [int(s) for s in args.seq_sweep.split(",")]:
         args.seq = seq
         try:
@@ -158,7 +166,9 @@ def _write(path: str, result: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fh.write(line + "\n")
-    print(line[:600], flush=True)
+    keys = ("shape", "bs", "seq", "qlora", "checkpointing", "lora_dtype", "experiment", "fused_adamw",
+            "tokens_per_s", "step_s_median", "peak_gb", "peak_gib", "loss_rel_diff", "useful_mfu", "oom", "error")
+    print(json.dumps({k: result[k] for k in keys if k in result}), flush=True)
 
 
 def _version(name: str) -> str:
@@ -177,6 +187,11 @@ def main() -> None:
     parser.add_argument("--stack", choices=["hf", "fusetune"], default="fusetune")
     parser.add_argument("--checkpointing", choices=["on", "off", "auto", "offload"], default="on")
     parser.add_argument("--qlora", action="store_true")
+    parser.add_argument("--lora-dtype", choices=["fp32", "bf16"], default="fp32",
+                        help="adapter dtype; fp32 (PEFT default) is the BASELINES.md config")
+    parser.add_argument("--experiment", choices=["none", "fused-lora-act"], default="none",
+                        help="bench-only engine variants (bench/exp_*.py) measured before they are proposed")
+    parser.add_argument("--fused-adamw", action="store_true", help="AdamW(fused=True) instead of the default")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--memory-cap-gb", type=float, default=None,
@@ -185,6 +200,11 @@ def main() -> None:
                         help="comma-separated lengths tried upward in one process until one runs out of memory")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "lora.jsonl"))
     args = parser.parse_args()
+    if args.experiment == "fused-lora-act":
+        from bench.exp_fused_lora_act import install
+        if not install():
+            raise SystemExit("fused-lora-act: kernels/ops/lora_mlp.py changed its forward contract; "
+                             "update bench/exp_fused_lora_act.py")
     if args.seq_sweep:
         return sweep(args)
     if args.memory_cap_gb:

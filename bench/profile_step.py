@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     model = add_lora(build_model(args.shape, args.qlora))
     model.config.use_cache = False
-    setup_stack(model, args.stack, args.checkpointing)
+    setup_stack(model, args.stack, args.checkpointing, args.bs * args.seq)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     x = torch.randint(0, SHAPES[args.shape]["vocab_size"], (args.bs, args.seq), device="cuda")
 
@@ -60,23 +61,40 @@ def main() -> None:
     for _ in range(2):
         step()
     torch.cuda.synchronize()
+    # unprofiled: wall minus GPU time = idle GPU; enqueue = when the CPU had issued the whole step.
+    # enqueue close to wall means the CPU (Python, launches) sets the pace, not the GPU.
+    walls, enqueues = [], []
+    for _ in range(3):
+        tick = time.perf_counter()
+        step()
+        enqueues.append(time.perf_counter() - tick)
+        torch.cuda.synchronize()
+        walls.append(time.perf_counter() - tick)
+    wall_ms, enqueue_ms = sum(walls) / 3 * 1e3, sum(enqueues) / 3 * 1e3
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
         for _ in range(2):
             step()
         torch.cuda.synchronize()
-    totals, kernels = defaultdict(float), defaultdict(float)
+    totals, kernels, launches = defaultdict(float), defaultdict(float), defaultdict(int)
     for event in prof.key_averages():
         cuda_us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
         if event.device_type == torch.autograd.DeviceType.CUDA and cuda_us:
             totals[group_of(event.key)] += cuda_us / 2e3  # ms per step
             kernels[event.key] += cuda_us / 2e3
+            launches[event.key] += event.count // 2
     table = dict(sorted(totals.items(), key=lambda kv: -kv[1]))
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:25]
+    # every kernel with its launches per step: many short launches leave the GPU idle between them
+    every = [[name, round(ms, 3), launches[name]] for name, ms in sorted(kernels.items(), key=lambda kv: -kv[1])]
     result = {"config": vars(args), "ms_per_step_by_group": table, "gpu_ms_per_step": sum(table.values()),
-              "top_kernels_ms": top}
+              "wall_ms_per_step": wall_ms, "enqueue_ms_per_step": enqueue_ms,
+              "kernel_launches_per_step": sum(launches.values()), "top_kernels_ms": top,
+              "all_kernels_ms_launches": every}
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print(json.dumps({"config": vars(args), "ms_per_step_by_group": {k: round(v, 1) for k, v in table.items()}}))
+    print(json.dumps({"config": vars(args), "wall_ms": round(wall_ms, 1), "enqueue_ms": round(enqueue_ms, 1),
+                      "gpu_ms": round(result["gpu_ms_per_step"], 1), "launches": result["kernel_launches_per_step"],
+                      "ms_per_step_by_group": {k: round(v, 1) for k, v in table.items()}}))
     for name, ms in top[:12]:
         print(f"{ms:9.2f} ms  {name[:110]}")
 

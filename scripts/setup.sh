@@ -16,6 +16,6 @@ if [ "${1:-}" = "--dev" ]; then
   if [ ! -x /usr/bin/chromium ]; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
     $SUDO apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium fonts-dejavu-core fonts-noto-cjk
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium fonts-dejavu-core
   fi
 fi
