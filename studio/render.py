@@ -1,0 +1,99 @@
+"""Pure HTML rendering for the studio: data preview, progress bar, notices.
+
+Everything user-controlled (dataset text, job names, error messages) goes through html.escape;
+styles are inline so the output looks right whatever CSS the page was launched with.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any, Iterable
+
+PROMPT_STYLE = "color:#8a8f98;"
+ANSWER_STYLE = ("background:rgba(250,204,21,.28);color:inherit;border-radius:3px;"
+                "box-shadow:0 0 0 1px rgba(202,138,4,.45);")
+BLOCK_STYLE = ("white-space:pre-wrap;word-break:break-word;font-family:ui-monospace,SFMono-Regular,"
+               "Menlo,monospace;font-size:13px;line-height:1.5;padding:10px 12px;margin:4px 0 14px;"
+               "border:1px solid rgba(128,128,128,.35);border-radius:8px;")
+
+
+def row_segments(row: dict[str, Any]) -> list[tuple[str, bool]]:
+    """A preview row as (text, trained) pieces in order.
+
+    jobs.data.preview_rows gives either {"segments": [(text, trained), ...]} (multi-turn) or
+    {"prompt": ..., "answer": ...} where the full text is prompt + answer.
+    """
+    if row.get("segments") is not None:
+        return [(str(text), bool(trained)) for text, trained in row["segments"]]
+    return [(str(row.get("prompt", "")), False), (str(row.get("answer", "")), True)]
+
+
+def preview_html(rows: Iterable[dict[str, Any]]) -> str:
+    """The rows exactly as the model sees them: masked prompt dim, trained answer highlighted."""
+    rows = list(rows)
+    if not rows:
+        return notice_html("The dataset gave no rows to preview.", "warn")
+    legend = (f'<div style="margin-bottom:8px;font-size:13px">'
+              f'<span style="{PROMPT_STYLE}">dim: prompt (masked, not trained)</span> &nbsp;·&nbsp; '
+              f'<span style="{ANSWER_STYLE}">highlighted: answer (trained)</span></div>')
+    cards = []
+    for number, row in enumerate(rows, start=1):
+        spans = "".join(
+            f'<span class="{"ft-answer" if trained else "ft-prompt"}" '
+            f'style="{ANSWER_STYLE if trained else PROMPT_STYLE}">{html.escape(text)}</span>'
+            for text, trained in row_segments(row) if text)
+        tokens = row.get("tokens")
+        meta = f" · {int(tokens)} tokens" if isinstance(tokens, (int, float)) else ""
+        cards.append(f'<div style="font-size:12px;opacity:.8">Example {number}{meta}</div>'
+                     f'<div class="ft-preview-row" style="{BLOCK_STYLE}">{spans}</div>')
+    return f'<div id="ft-preview-rows">{legend}{"".join(cards)}</div>'
+
+
+NOTICE_COLORS = {"error": "#dc2626", "warn": "#d97706", "info": "#2563eb", "ok": "#16a34a"}
+
+
+def notice_html(message: str, level: str = "info") -> str:
+    color = NOTICE_COLORS.get(level, NOTICE_COLORS["info"])
+    return (f'<div class="ft-notice ft-{level}" style="border-left:4px solid {color};padding:8px 12px;'
+            f'margin:4px 0;background:rgba(128,128,128,.08);border-radius:4px;white-space:pre-wrap">'
+            f'{html.escape(message)}</div>')
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None or seconds != seconds or seconds < 0:
+        return "–"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+STATE_COLORS = {"queued": "#6b7280", "running": "#2563eb", "done": "#16a34a",
+                "failed": "#dc2626", "cancelled": "#d97706"}
+
+
+def progress_html(state: str, step: int | None, max_steps: int | None,
+                  progress: float | None, eta_s: float | None, elapsed_s: float | None) -> str:
+    """A progress bar with step count and ETA for one job."""
+    fraction = min(max(progress or 0.0, 0.0), 1.0)
+    if state == "done":
+        fraction = 1.0
+    color = STATE_COLORS.get(state, "#6b7280")
+    steps = f"step {step or 0}/{max_steps}" if max_steps else f"step {step or 0}"
+    eta = f" · ETA {format_duration(eta_s)}" if state == "running" and eta_s is not None else ""
+    spent = f" · elapsed {format_duration(elapsed_s)}" if elapsed_s is not None else ""
+    label = f"{html.escape(state)} · {steps} · {fraction * 100:.0f}%{eta}{spent}"
+    return (f'<div id="ft-progress" data-state="{html.escape(state)}" data-step="{int(step or 0)}">'
+            f'<div style="font-size:13px;margin-bottom:4px" class="ft-progress-label">{label}</div>'
+            f'<div style="height:12px;border-radius:6px;background:rgba(128,128,128,.2);overflow:hidden">'
+            f'<div style="height:100%;width:{fraction * 100:.1f}%;background:{color};'
+            f'transition:width .5s"></div></div></div>')
+
+
+def log_html(text: str, height_px: int = 300) -> str:
+    """A log tail that opens scrolled to its end: a column-reverse flex box anchors the scroll
+    position at the bottom without any script."""
+    body = html.escape(text) if text else "(no output yet)"
+    return (f'<div id="ft-log-box" style="display:flex;flex-direction:column-reverse;overflow:auto;'
+            f'max-height:{height_px}px;border:1px solid rgba(128,128,128,.35);border-radius:8px">'
+            f'<pre style="margin:0;padding:8px 10px;font-size:12px;white-space:pre-wrap;'
+            f'word-break:break-word">{body}</pre></div>')

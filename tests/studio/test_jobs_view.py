@@ -1,0 +1,105 @@
+"""Jobs tab views: table rows, plot frames, reports from records and events.jsonl."""
+from pathlib import Path
+
+from jobs.events import EventWriter, read_events
+from jobs.store import JobRecord
+from studio import jobs_view as view
+
+
+def record(tmp_path: Path, state="running", job_id="j1", reason="", **spec) -> JobRecord:
+    job_dir = tmp_path / job_id
+    job_dir.mkdir(exist_ok=True)
+    return JobRecord(id=job_id, name="tiny · identity", state=state, created_at=1.7e9,
+                     job_dir=str(job_dir), spec={"max_steps": 30, **spec}, reason=reason)
+
+
+def step(n, loss, gpus=(), elapsed=None):
+    return dict(step=n, max_steps=30, epoch=0.1 * n, loss=loss, lr=1e-4, grad_norm=1.0,
+                tokens_per_s=100.0, elapsed_s=elapsed if elapsed is not None else 2.0 * n,
+                eta_s=2.0 * (30 - n), rss_gb=1.0 + n / 10, gpus=list(gpus))
+
+
+def write(rec, *events):
+    writer = EventWriter(rec.job_dir)
+    for kind, fields in events:
+        writer.emit(kind, **fields)
+    return read_events(rec.job_dir)
+
+
+def test_row_shows_last_step_and_loss(tmp_path):
+    rec = record(tmp_path)
+    events = write(rec, ("start", {"device": "cpu", "patch_report": []}), ("step", step(1, 2.5)),
+                   ("step", step(4, 2.125)))
+    assert view.job_row(rec, events)[:5] == ["j1", "tiny · identity", "running", "4/30", "2.1250"]
+    done = write(rec, ("done", {"final_loss": 1.5, "adapter_dir": "x"}))
+    assert view.job_row(rec, done)[4] == "1.5000"
+    assert view.job_row(record(tmp_path, "queued", "j2"), [])[3:5] == ["0/30", ""]
+
+
+def test_plot_frames_are_numeric_even_when_empty(tmp_path):
+    for frame in (view.loss_frame([]), view.rss_frame([]), *view.gpu_frames([])):
+        assert frame.empty
+        assert frame.dtypes.iloc[0].kind == "f" or frame.dtypes.iloc[0].kind == "i"
+        assert frame.dtypes.iloc[1].kind == "f"
+    rec = record(tmp_path)
+    gpus = [{"index": 0, "util_pct": 90.0, "mem_used_gb": 10.0, "mem_total_gb": 80.0},
+            {"index": 1, "util_pct": 50.0, "mem_used_gb": 5.0, "mem_total_gb": 80.0}]
+    events = write(rec, ("step", step(1, 3.0, gpus)), ("step", step(2, None, gpus)), ("step", step(3, 2.0, gpus)))
+    loss = view.loss_frame(events)
+    assert loss["step"].tolist() == [1, 3] and loss["loss"].tolist() == [3.0, 2.0]  # null loss skipped
+    util, mem = view.gpu_frames(events)
+    assert len(util) == 6 and sorted(set(util["gpu"])) == ["GPU 0", "GPU 1"]
+    assert util[util["gpu"] == "GPU 1"]["util_pct"].tolist() == [50.0] * 3
+    assert mem["mem_used_gb"].max() == 10.0
+    assert view.rss_frame(events)["rss_gb"].tolist() == [1.1, 1.2, 1.3]
+
+
+def test_patch_report_and_failure(tmp_path):
+    rec = record(tmp_path, "failed", reason="the job reported an error")
+    assert "not started" in view.patch_report_text([])
+    events = write(rec, ("start", {"device": "cuda:0 H200", "patch_report": ["rms_norm: triton", "rope: torch (why)"]}),
+                   ("error", {"message": "CUDA out of memory: lower batch_size", "kind": "oom"}))
+    assert view.patch_report_text(events).splitlines() == ["device: cuda:0 H200", "rms_norm: triton", "rope: torch (why)"]
+    text = view.failure_text(rec, events)
+    assert "CUDA out of memory: lower batch_size (oom)" in text and "failed" in text
+    assert view.failure_text(record(tmp_path, "done", "j3"), events) == ""
+    cancelled = record(tmp_path, "cancelled", "j4", reason="cancelled by the user")
+    assert "cancelled by the user" in view.failure_text(cancelled, [])
+
+
+def test_progress_numbers_and_default_job(tmp_path):
+    rec = record(tmp_path)
+    events = write(rec, ("step", step(6, 2.0)))
+    numbers = view.progress_numbers(rec, events)
+    assert numbers["progress"] == 0.2 and numbers["eta_s"] == 48.0 and numbers["step"] == 6
+    jobs = [record(tmp_path, "done", "new"), record(tmp_path, "running", "mid"), record(tmp_path, "done", "old")]
+    assert view.default_job_id(jobs) == "mid"
+    assert view.default_job_id(jobs[:1]) == "new" and view.default_job_id([]) is None
+
+
+def test_exportable_needs_an_adapter(tmp_path):
+    rec = record(tmp_path, "cancelled")
+    assert not view.exportable(rec)
+    adapter = Path(rec.job_dir) / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    assert view.exportable(rec)
+    rec.state = "running"
+    assert not view.exportable(rec)
+
+
+def test_event_cache_rereads_only_on_change(tmp_path):
+    rec = record(tmp_path)
+    calls = []
+
+    def reader(job_dir):
+        calls.append(job_dir)
+        return read_events(job_dir)
+
+    cache = view.EventCache(reader)
+    assert cache.get(rec.job_dir) == [] and calls == []  # no file yet: nothing read
+    write(rec, ("step", step(1, 2.0)))
+    assert len(cache.get(rec.job_dir)) == 1 and len(cache.get(rec.job_dir)) == 1
+    assert len(calls) == 1
+    write(rec, ("step", step(2, 1.9)))
+    assert [e["step"] for e in cache.get(rec.job_dir)] == [1, 2] and len(calls) == 2

@@ -1,0 +1,79 @@
+"""Train tab logic: uploads, the live command box, Start's validation."""
+from pathlib import Path
+
+import pytest
+
+from jobs.runner import Runner
+from jobs.spec import BUILTIN_DATASET, JobSpec, SpecError
+from jobs.store import JobRecord
+from studio import form
+from studio.train_tab import command_text, known_datasets, safe_upload_name, start_job, store_upload
+
+
+class RecordingRunner:
+    def __init__(self):
+        self.submitted = []
+
+    def submit(self, spec):
+        self.submitted.append(spec)
+        return JobRecord(id="job-1", name="n", state="queued", created_at=0.0, job_dir="/x")
+
+
+def form_values(**changes):
+    names = form.form_names()
+    values = form.spec_to_values(JobSpec(), names)
+    for key, value in changes.items():
+        values[names.index(key)] = value
+    return names, values
+
+
+def test_safe_upload_name():
+    name = safe_upload_name("../../etc/my data (1).JSONL")
+    assert "/" not in name and name.endswith(".jsonl") and name.startswith("my_data_1-")
+    assert safe_upload_name("train.json") != safe_upload_name("train.json")
+    assert safe_upload_name("???.csv").startswith("dataset-")
+
+
+def test_store_upload_copies_into_data_dir(tmp_path):
+    upload = tmp_path / "gradio-tmp" / "rows.parquet"
+    upload.parent.mkdir()
+    upload.write_bytes(b"PAR1")
+    stored = store_upload(tmp_path / "data", str(upload))
+    assert stored.parent == tmp_path / "data" / "datasets" and stored.read_bytes() == b"PAR1"
+    assert known_datasets(tmp_path / "data") == [BUILTIN_DATASET, str(stored)]
+    bad = tmp_path / "notes.txt"
+    bad.write_text("x")
+    with pytest.raises(SpecError) as info:
+        store_upload(tmp_path / "data", str(bad))
+    assert info.value.key == "dataset"
+
+
+def test_command_box_shows_yaml_and_command(tmp_path):
+    runner = Runner(tmp_path)
+    names, values = form_values(max_steps=33, lora_r=4)
+    text = command_text(runner, tmp_path, names, values)
+    assert "-m jobs.train" in text and "max_steps: 33" in text and "lora_r: 4" in text
+    assert f"{tmp_path}/jobs/<job-id>/config.yaml" in text
+    output_line = next(line for line in text.splitlines() if line.startswith("output_dir:"))
+    assert f"{tmp_path}/jobs/<job-id>" in output_line
+    names, values = form_values(learning_rate=5.0)
+    text = command_text(runner, tmp_path, names, values)
+    assert "learning_rate" in text and "above the maximum" in text and "jobs.train" not in text
+
+
+def test_start_refuses_invalid_spec_and_starts_nothing():
+    runner = RecordingRunner()
+    names, values = form_values(dataset="/no/such/file.jsonl")
+    with pytest.warns(UserWarning, match=r"Dataset \(dataset\): file /no/such/file.jsonl does not exist"):
+        status, job_id = start_job(runner, names, values)
+    assert job_id == "" and runner.submitted == []
+    assert "dataset" in status and "does not exist" in status
+
+
+def test_start_submits_the_form_spec():
+    runner = RecordingRunner()
+    names, values = form_values(max_steps=12, bot_name="Ada")
+    status, job_id = start_job(runner, names, values)
+    assert job_id == "job-1" and "job-1" in status
+    (spec,) = runner.submitted
+    assert isinstance(spec, JobSpec) and spec.max_steps == 12 and spec.bot_name == "Ada"
