@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import threading
@@ -46,12 +47,15 @@ def warm_builtin_model(data_dir) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    # Same as in jobs/train.py: an optional bitsandbytes hub kernel, whose absence is harmless.
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     auth = parse_auth(args.auth)
     data_dir = paths.data_dir(args.data_dir)
+    # The studio imports transformers; do it before the warm-up thread does, not concurrently.
+    from studio.app import build_studio
     runner = Runner(data_dir)
     runner.start_monitor()
     threading.Thread(target=warm_builtin_model, args=(data_dir,), daemon=True).start()
-    from studio.app import build_studio
     demo = build_studio(data_dir, runner)
     print(f"[studio] data dir {data_dir}", flush=True)
     demo.queue(default_concurrency_limit=4).launch(

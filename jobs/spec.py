@@ -115,7 +115,7 @@ class JobSpec:
         return dataclasses.asdict(self)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True, width=10_000)
 
     def write_yaml(self, path: str | Path) -> Path:
         path = Path(path)
