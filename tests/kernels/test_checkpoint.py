@@ -127,6 +127,23 @@ def test_auto_offloads_when_even_checkpointing_does_not_fit():
     assert not offload_cpu and all(flags_cpu)
 
 
+def test_auto_offloads_the_checkpointed_inputs_when_that_keeps_more_layers():
+    per_layer = int(1.25 * layer_activation_bytes(LLAMA_8B, 4096, 2))  # plan_auto's margin
+    input_bytes = 4096 * 4096 * 2
+    budget = 20 * per_layer
+    _, _, on_gpu = plan_auto(32, LLAMA_8B, 2, 4096, budget, "cuda")
+    flags, offload, description = plan_auto(32, LLAMA_8B, 2, 4096, budget, "cuda", host_bytes=64 * GIB)
+    keep = flags.count(False)
+    assert offload and keep == 19 and flags == [True] * 13 + [False] * 19
+    assert keep * per_layer + per_layer <= budget < (keep + 1) * per_layer + per_layer  # GPU peak fits
+    assert "13 of 32 layers offloaded to pinned CPU memory" in description
+    assert int(on_gpu.split(" of ")[0].split()[-1]) > 13  # without offload more layers recompute
+    # not enough pinnable host memory for the 13 inputs, or no CUDA: the on-GPU plan as before
+    tight = plan_auto(32, LLAMA_8B, 2, 4096, budget, "cuda", host_bytes=13 * input_bytes - 1)
+    assert not tight[1] and tight[2] == on_gpu
+    assert not plan_auto(32, LLAMA_8B, 2, 4096, budget, "cpu", host_bytes=64 * GIB)[1]
+
+
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="mode must be one of"):
         apply_checkpointing(_lora_model(), "sometimes")
