@@ -147,11 +147,16 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        # the gradients were computed in forward; scale them (no host sync: multiply always)
-        def scaled(g):
-            return None if g is None else g * grad_output.to(g.dtype)
-        return (scaled(ctx.grad_hidden), scaled(ctx.grad_weight), None, scaled(ctx.grad_bias),
-                None, None, None)
+        # the gradients were computed in forward; scale them in place (no host sync: multiply
+        # always) and drop the node's references, so the [N, H] buffer is not held until the whole
+        # graph is freed (34 MB at the 8B peak) and no second copy is made
+        if ctx.grad_hidden is None and ctx.grad_weight is None and any(ctx.needs_input_grad[:2]):
+            raise RuntimeError("fused linear cross-entropy backward ran twice on one graph "
+                               "(retain_graph=True); use backend='torch' for that")
+        grads = (ctx.grad_hidden, ctx.grad_weight, ctx.grad_bias)
+        ctx.grad_hidden = ctx.grad_weight = ctx.grad_bias = None
+        dh, dw, db = (None if g is None else g.mul_(grad_output.to(g.dtype)) for g in grads)
+        return dh, dw, None, db, None, None, None
 
 
 def fused_linear_cross_entropy_reference(hidden, weight, labels, ignore_index=-100, softcap=None,

@@ -38,6 +38,19 @@ def test_lora_mlp_large_activations_stay_finite():
                    activation=activation)
 
 
+@pytest.mark.parametrize("activation", ["swiglu", "geglu"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_lora_mlp_rank16_adds_gate_up_lora_inside_the_activation_kernel(dtype, activation, monkeypatch):
+    """rank 16 (a power of two >= 16) takes the fused LoRA-add + activation kernel."""
+    from kernels.ops import lora_mlp as module
+    calls = []
+    real = module._lora_act_
+    monkeypatch.setattr(module, "_lora_act_", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x = torch.randn(3, 37, HIDDEN).to(dtype)
+    compare_op(lora_mlp, lora_mlp_reference, x, _mlp(dtype, rank=16), REL_TOL[dtype], activation=activation)
+    assert calls
+
+
 def test_lora_mlp_rejects_unknown_activation():
     with pytest.raises(ValueError, match="activation"):
         lora_mlp(torch.randn(2, HIDDEN), *_mlp(torch.float32), activation="relu")
