@@ -147,7 +147,11 @@ def sweep(args) -> None:
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gb * 1e9 / total))
     model = add_lora(build_model(args.shape, args.qlora), args.lora_dtype)
-    for seq in [int(s) for s in args.seq_sweep.split(",")]:
+    seqs = [int(s) for s in args.seq_sweep.split(",")]
+    # No unpatched reference forward here: at long lengths its full fp32 logits alone exceed the cap.
+    model._bench_report = setup_stack(model, args.stack, args.checkpointing, args.bs * seqs[0])
+    model._bench_ready = True
+    for seq in seqs:
         args.seq = seq
         try:
             result = run(args, model)
