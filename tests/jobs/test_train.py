@@ -111,3 +111,13 @@ def test_fused_kernels_on_cpu_fall_back_and_say_why(tmp_path, tiny_model):
     assert "checkpointing:" in report
     log = (out / "train.log").read_text() if (out / "train.log").exists() else proc.stdout
     assert "no CUDA device" in log
+
+
+def test_qlora_job_trains_with_4bit_base_weights(tmp_path, tiny_model):
+    proc, out = run_job(tmp_path, "qlora", tiny_model, load_in_4bit=True, max_steps=12, save_steps=0)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "4-bit NF4 base weights" in proc.stdout
+    losses = [e["loss"] for e in summarize(out).steps]
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, losses
+    from peft import PeftConfig
+    assert PeftConfig.from_pretrained(out / "adapter").r == 16
