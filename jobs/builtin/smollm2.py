@@ -45,7 +45,9 @@ def convert_gguf(gguf_file: Path, target: Path, log=print) -> Path:
     try:
         folder, name = str(gguf_file.parent), gguf_file.name
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16)
+        # fp32 is the GGUF loader's native dequantization dtype; the cache is stored in bf16.
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        model = model.to(torch.bfloat16)
         # The GGUF loader marks the model as quantized; it is plain bf16 after dequantization.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
