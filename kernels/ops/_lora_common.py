@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from kernels.ops.lora_add import lora_add_
 from kernels.ops.nf4 import dequantize_nf4_into_buffer
 
 
@@ -104,7 +105,8 @@ class SharedInputLora(torch.autograd.Function):
         for i, (weight, lora_A, lora_B, bias) in enumerate(projections):
             y = base_project(x2, weight, bias)
             if lora_A is not None:
-                y.addmm_(xa[:, offsets[i]:offsets[i + 1]], lora_B.to(x.dtype).t(), alpha=scalings[i])
+                # tile-wise Triton add (kernels/ops/lora_add.py), not a K = r cuBLAS GEMM
+                lora_add_(y, xa[:, offsets[i]:offsets[i + 1]], lora_B.to(x.dtype), scalings[i])
             outputs.append(y.view(*x.shape[:-1], y.shape[-1]))
         ctx.save_for_backward(x2, xa, a_cat)
         ctx.projections, ctx.scalings, ctx.offsets = projections, scalings, offsets

@@ -25,9 +25,14 @@ import triton.language as tl
 
 from kernels.ops._lora_common import (LoraProjection, base_project, cat_adapters, dense_weight,
                                       flat_args, lora_reference, rank_offsets)
+from kernels.ops.lora_add import lora_add_
 
 ACTIVATIONS = ("swiglu", "geglu")
 BLOCK = 1024
+# Off: measured slower on the H200 (bench/gpu_check.py `lora_act_backward`, [4096, 14336] r16:
+# 0.47 ms fused vs 0.27 ms for addmm_ + the flat kernel; 64x128 tiles of 4 warps hold ~64 fp32
+# values x 5 live tensors a thread). Kept, tested, for a retune (smaller tiles / 8 warps).
+FUSE_DOWN_LORA_BACKWARD = False
 
 
 @triton.jit
@@ -105,12 +110,51 @@ def _lora_act_forward_kernel(E, G, H, XA, BG, BU, n_rows, n_cols, xa_stride, off
     tl.store(H + offs, (act * g.to(tl.float32)).to(H.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _lora_act_backward_kernel(DH, E, G, DYB, AD, n_rows, n_cols, dyb_stride,
+                              GEGLU: tl.constexpr, RANK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                              DOT_FP32: tl.constexpr):
+    """_act_mul_backward_kernel with the down adapter's dh term added first, tile-wise:
+    dh = dY Wd (in DH) + (sd dY Bd)_tile Ad_tile (tl.dot, K = rank). Saves the addmm_ pass over
+    [M, I] (a read and a write of dh: 235 MB a layer on the 8B shape)."""
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    ks = tl.arange(0, RANK)
+    row_ok, col_ok = rows < n_rows, cols < n_cols
+    dyb = tl.load(DYB + rows[:, None].to(tl.int64) * dyb_stride + ks[None, :], mask=row_ok[:, None], other=0.0)
+    ad = tl.load(AD + ks[:, None] * n_cols + cols[None, :], mask=col_ok[None, :], other=0.0)
+    if DOT_FP32:  # the CPU interpreter computes a bf16 tl.dot wrongly; on the GPU bf16 is exact enough
+        dyb, ad = dyb.to(tl.float32), ad.to(tl.float32)
+    mask = row_ok[:, None] & col_ok[None, :]
+    offs = rows[:, None].to(tl.int64) * n_cols + cols[None, :]
+    dh = tl.load(DH + offs, mask=mask, other=0.0).to(tl.float32) + tl.dot(dyb, ad)
+    e = tl.load(E + offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
+    act, grad = _act_and_grad(e, GEGLU)
+    tl.store(DH + offs, (act * g).to(DH.dtype.element_ty), mask=mask)
+    tl.store(E + offs, (dh * g * grad).to(E.dtype.element_ty), mask=mask)
+    tl.store(G + offs, (dh * act).to(G.dtype.element_ty), mask=mask)
+
+
+def _rank_fusable(rank: int) -> bool:
+    return 16 <= rank <= 128 and rank & (rank - 1) == 0
+
+
+def _lora_act_backward_(dh, e, g, dyb, ad, geglu: bool):
+    """In place, like _act_mul_backward_, after dh += dyb @ ad ([M, r] x [r, I])."""
+    (n_rows, n_cols), rank = e.shape, ad.shape[0]
+    grid = (triton.cdiv(n_rows, 64), triton.cdiv(n_cols, 128))
+    _lora_act_backward_kernel[grid](dh, e, g, dyb, ad.contiguous(), n_rows, n_cols, dyb.stride(0),
+                                    GEGLU=geglu, RANK=rank, BM=64, BN=128, DOT_FP32=not e.is_cuda,
+                                    num_warps=4)
+
+
 def _lora_act_fusable(ag, au, bg_, bu_) -> bool:
     """Both adapters present with one power-of-two rank >= 16 (tl.dot needs K >= 16)."""
     if ag is None or au is None or ag.shape[0] != au.shape[0]:
         return False
     rank = ag.shape[0]
-    return rank >= 16 and rank & (rank - 1) == 0 and bg_.shape[1] == rank == bu_.shape[1]
+    return _rank_fusable(rank) and bg_.shape[1] == rank == bu_.shape[1]
 
 
 def _lora_act_(e, g, xa, bg_, bu_, offsets, sg, su, geglu: bool):
@@ -138,7 +182,7 @@ def _act_mul_backward_(dh, e, g, geglu: bool):
 
 def _lora_out(y, inp_a, lora_B, scaling, dtype):
     if lora_B is not None:
-        y.addmm_(inp_a, lora_B.to(dtype).t(), alpha=scaling)
+        lora_add_(y, inp_a, lora_B.to(dtype), scaling)
     return y
 
 
@@ -190,8 +234,14 @@ class LoraMLP(torch.autograd.Function):
         if ad is not None:
             dyb_d = dy.new_empty(dy.shape[0], ad.shape[0])
             result[10] = _lora_grads(dy, bd_, sd, ha, dtype, dyb_d)
-            dh.addmm_(dyb_d, ad.to(dtype))
-        _act_mul_backward_(dh, e, g, ctx.geglu)   # dh <- h, e <- d(gate), g <- d(up)
+        # dh <- h, e <- d(gate), g <- d(up); the down adapter's dh term rides in the kernel at rank 2^k
+        if (FUSE_DOWN_LORA_BACKWARD and ad is not None and _rank_fusable(ad.shape[0])
+                and e.stride() == dh.stride()):
+            _lora_act_backward_(dh, e, g, dyb_d, ad.to(dtype), ctx.geglu)
+        else:
+            if ad is not None:
+                dh.addmm_(dyb_d, ad.to(dtype))
+            _act_mul_backward_(dh, e, g, ctx.geglu)
         if ad is not None:
             result[9] = torch.mm(dyb_d.t(), dh).to(ad.dtype)
         dx = torch.mm(e, dense_weight(wg, dtype)) if ctx.needs_input_grad[0] else None
