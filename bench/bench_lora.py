@@ -170,7 +170,7 @@ def _write(path: str, result: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fh.write(line + "\n")
-    keys = ("shape", "bs", "seq", "qlora", "checkpointing", "lora_dtype", "experiment", "fused_adamw",
+    keys = ("shape", "bs", "seq", "qlora", "checkpointing", "lora_dtype", "experiment", "variant", "fused_adamw",
             "tokens_per_s", "step_s_median", "peak_gb", "peak_gib", "loss_rel_diff", "useful_mfu", "oom", "error")
     print(json.dumps({k: result[k] for k in keys if k in result}), flush=True)
 

@@ -133,6 +133,50 @@ def lora_cases(tokens, hidden, inter):
                                       lambda x_, *a: lora_mlp.lora_mlp_reference(x_, *rebuild(a, 3)), margs, grads)
 
 
+def lora_add_case():
+    """The in-place LoRA add (Triton tile kernel) against addmm_ (what it replaces) at real shapes."""
+    from kernels.ops import lora_add as la
+    shapes = {"small": (37, 96)} if SMALL else {
+        "8b_q_o_down[4096x4096]": (4096, 4096), "8b_kv[4096x1024]": (4096, 1024),
+        "1b_q_o_down[8192x2048]": (8192, 2048), "1b_kv[8192x512]": (8192, 512),
+        "smollm_q[16384x576]": (16384, 576)}
+    errors, ours, addmm = {}, {}, {}
+    for label, (m, n) in shapes.items():
+        y = torch.randn(m, n, device=DEV, dtype=BF16)
+        xa = torch.randn(m, 48, device=DEV, dtype=BF16)[:, 16:32]   # a slice of the shared [M, 3r] XA
+        b = torch.randn(n, 16, device=DEV, dtype=BF16) * 0.05
+        expected = y.float() + 0.5 * (xa.float() @ b.float().t())
+        errors[label] = rel(la.lora_add_(y.clone(), xa, b, 0.5), expected)
+        ours[label] = ms(lambda: la.lora_add_(y, xa, b, 0.5))
+        addmm[label] = ms(lambda: y.addmm_(xa, b.t(), alpha=0.5))
+    return {"op": "lora_add", "errors": errors, "ms_ours": ours, "ms_torch_bf16": addmm}
+
+
+def lora_act_backward_case():
+    """Down adapter's dh term inside the activation backward vs addmm_ + the plain kernel (8B MLP)."""
+    from kernels.ops import lora_mlp as lm
+    m, inter = (37, 96) if SMALL else (4096, 14336)
+
+    def fresh():
+        torch.manual_seed(0)
+        dh, e, g = (torch.randn(m, inter, device=DEV, dtype=BF16) for _ in range(3))
+        return dh, e, g, torch.randn(m, 16, device=DEV, dtype=BF16), torch.randn(16, inter, device=DEV, dtype=BF16) * 0.05
+    ref = [t.float() for t in fresh()]
+    ref[0] += ref[3] @ ref[4]
+    lm._act_mul_backward_(*ref[:3], geglu=False)
+    ours = fresh()
+    lm._lora_act_backward_(*ours, geglu=False)
+    errors = {name: rel(a, b) for name, a, b in zip(("h", "de", "dg"), ours[:3], ref[:3])}
+    dh, e, g, dyb, ad = fresh()
+
+    def unfused():
+        dh.addmm_(dyb, ad)
+        lm._act_mul_backward_(dh, e, g, False)
+    return {"op": "lora_act_backward", "errors": errors,
+            "ms_ours": ms(lambda: lm._lora_act_backward_(dh, e, g, dyb, ad, False)),
+            "ms_torch_bf16": ms(unfused)}
+
+
 def nf4_case():
     import bitsandbytes.functional as bnbf
     from kernels.ops.nf4 import dequantize_nf4
@@ -184,12 +228,17 @@ def main() -> None:
     parser.add_argument("--out", default="gpu_check.jsonl")
     parser.add_argument("--small", action="store_true", help="tiny shapes on --device (script check)")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated substrings: run only the cases whose name contains one")
     args = parser.parse_args()
     global DEV, SMALL
     DEV, SMALL = args.device, args.small
-    cases = list(op_cases()) + [("dequantize_nf4", nf4_case)]
+    cases = list(op_cases()) + [("dequantize_nf4", nf4_case), ("lora_add", lora_add_case),
+                                ("lora_act_backward", lora_act_backward_case)]
     cases += [(f"model[{m}]", lambda m=m: model_parity(m))
               for m in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")]
+    if args.only:
+        cases = [(n, c) for n, c in cases if any(part in n for part in args.only.split(","))]
     with open(args.out, "a") as fh:
         for name, case in cases:
             torch.manual_seed(0)
