@@ -42,3 +42,29 @@ def sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 4
+
+
+# ---- shared by the gated-activation ops (swiglu, geglu) ---------------------------------------
+GATED_BLOCK_COLS = 1024  # elements per program along the row; 4 warps x 32 lanes x 8 values
+
+
+def dense_rows(t: torch.Tensor) -> torch.Tensor:
+    """A [rows, cols] view with a dense last dim (a copy only when no such view exists)."""
+    if t.dim() >= 2 and t.stride(-1) == 1:
+        try:
+            return t.view(-1, t.shape[-1])
+        except RuntimeError:
+            pass
+    return t.reshape(-1, t.shape[-1]).contiguous()
+
+
+def gated_grid(n_rows: int, n_cols: int) -> tuple[int, int]:
+    return (n_rows, triton.cdiv(n_cols, GATED_BLOCK_COLS))
+
+
+def can_overwrite_pair(gate: torch.Tensor, up: torch.Tensor) -> bool:
+    """Backward may write d(gate), d(up) over the saved gate/up only for distinct, dense-row
+    buffers that are not user-visible leaves."""
+    if gate.is_leaf or up.is_leaf or gate.stride(-1) != 1 or up.stride(-1) != 1:
+        return False
+    return gate.data_ptr() != up.data_ptr()

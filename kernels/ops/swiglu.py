@@ -14,9 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ops._launch import triton_runs_on
-
-BLOCK_COLS = 1024  # elements per program along the row; 4 warps x 32 lanes x 8 values
+from kernels.ops._launch import (GATED_BLOCK_COLS, can_overwrite_pair, dense_rows, gated_grid,
+                                  triton_runs_on)
 
 
 @triton.jit
@@ -48,47 +47,26 @@ def _swiglu_backward_kernel(
     tl.store(DUP + row * dup_row_stride + cols, d_up.to(DUP.dtype.element_ty), mask=mask)
 
 
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    """A [rows, cols] view with a dense last dim (a copy only when no such view exists)."""
-    if t.dim() >= 2 and t.stride(-1) == 1:
-        try:
-            return t.view(-1, t.shape[-1])
-        except RuntimeError:
-            pass
-    return t.reshape(-1, t.shape[-1]).contiguous()
-
-
-def _grid(n_rows: int, n_cols: int):
-    return (n_rows, triton.cdiv(n_cols, BLOCK_COLS))
-
-
-def _can_overwrite(gate: torch.Tensor, up: torch.Tensor) -> bool:
-    # Overwriting is safe only for distinct, dense-row buffers that are not user-visible leaves.
-    if gate.is_leaf or up.is_leaf or gate.stride(-1) != 1 or up.stride(-1) != 1:
-        return False
-    return gate.data_ptr() != up.data_ptr()
-
-
 def swiglu_forward(gate_rows: torch.Tensor, up_rows: torch.Tensor) -> torch.Tensor:
     """[rows, cols] gate and up (dense last dim) -> a new contiguous [rows, cols] output."""
     n_rows, n_cols = gate_rows.shape
     out = torch.empty((n_rows, n_cols), dtype=gate_rows.dtype, device=gate_rows.device)
-    _swiglu_forward_kernel[_grid(n_rows, n_cols)](
+    _swiglu_forward_kernel[gated_grid(n_rows, n_cols)](
         gate_rows, up_rows, out, gate_rows.stride(0), up_rows.stride(0), n_cols,
-        BLOCK=BLOCK_COLS, num_warps=4,
+        BLOCK=GATED_BLOCK_COLS, num_warps=4,
     )
     return out
 
 
 def swiglu_backward(dout, gate_rows, up_rows, in_place: bool):
     """Returns (d_gate, d_up) as [rows, cols]; in place over gate/up when `in_place`."""
-    dout_rows = _rows(dout)
+    dout_rows = dense_rows(dout)
     n_rows, n_cols = gate_rows.shape
     d_gate = gate_rows if in_place else torch.empty_like(gate_rows)
     d_up = up_rows if in_place else torch.empty_like(up_rows)
-    _swiglu_backward_kernel[_grid(n_rows, n_cols)](
+    _swiglu_backward_kernel[gated_grid(n_rows, n_cols)](
         dout_rows, gate_rows, up_rows, d_gate, d_up, dout_rows.stride(0), gate_rows.stride(0),
-        up_rows.stride(0), d_gate.stride(0), d_up.stride(0), n_cols, BLOCK=BLOCK_COLS, num_warps=4,
+        up_rows.stride(0), d_gate.stride(0), d_up.stride(0), n_cols, BLOCK=GATED_BLOCK_COLS, num_warps=4,
     )
     return d_gate, d_up
 
@@ -96,7 +74,7 @@ def swiglu_backward(dout, gate_rows, up_rows, in_place: bool):
 class SwiGLUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up, in_place):
-        gate_rows, up_rows = _rows(gate), _rows(up)
+        gate_rows, up_rows = dense_rows(gate), dense_rows(up)
         out = swiglu_forward(gate_rows, up_rows)
         ctx.in_place = in_place
         ctx.save_for_backward(gate_rows, up_rows)
@@ -123,4 +101,4 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"swiglu: gate {tuple(gate.shape)} and up {tuple(up.shape)} must have one shape")
     if not triton_runs_on(gate):
         return swiglu_reference(gate, up)
-    return SwiGLUFunction.apply(gate, up, _can_overwrite(gate, up))
+    return SwiGLUFunction.apply(gate, up, can_overwrite_pair(gate, up))
