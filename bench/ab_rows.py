@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "lora.jsonl"))
     args = parser.parse_args()
-    args.stack, args.lora_dtype, args.experiment, args.fused_adamw = "fusetune", "fp32", "none", False
+    args.stack, args.lora_dtype, args.fused_adamw = "fusetune", "fp32", False
     model = add_lora(build_model(args.shape, args.qlora), args.lora_dtype)
     for variant in args.variants.split(","):
         _write(args.out, run_variant(args, model, variant))

@@ -133,7 +133,7 @@ def run(args, model=None) -> dict:
         "step_s_median": round(median, 4), "step_s_all": [round(t, 4) for t in times],
         "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2),
         "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
-        "experiment": args.experiment, "fused_adamw": args.fused_adamw,
+        "fused_adamw": args.fused_adamw,
         "first_step_loss": first_loss, "hf_first_step_loss": reference_loss,
         "loss_rel_diff": None if reference_loss is None else abs(first_loss - reference_loss) / abs(reference_loss),
         "useful_mfu": round(flops * tokens_per_s / (USEFUL_PEAK_TFLOPS * 1e12), 4),
@@ -170,7 +170,7 @@ def _write(path: str, result: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fh.write(line + "\n")
-    keys = ("shape", "bs", "seq", "qlora", "checkpointing", "lora_dtype", "experiment", "variant", "fused_adamw",
+    keys = ("shape", "bs", "seq", "qlora", "checkpointing", "lora_dtype", "variant", "fused_adamw",
             "tokens_per_s", "step_s_median", "peak_gb", "peak_gib", "loss_rel_diff", "useful_mfu", "oom", "error")
     print(json.dumps({k: result[k] for k in keys if k in result}), flush=True)
 
@@ -193,8 +193,6 @@ def main() -> None:
     parser.add_argument("--qlora", action="store_true")
     parser.add_argument("--lora-dtype", choices=["fp32", "bf16"], default="fp32",
                         help="adapter dtype; fp32 (PEFT default) is the BASELINES.md config")
-    parser.add_argument("--experiment", choices=["none", "fused-lora-act"], default="none",
-                        help="bench-only engine variants (bench/exp_*.py) measured before they are proposed")
     parser.add_argument("--fused-adamw", action="store_true", help="AdamW(fused=True) instead of the default")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=3)
@@ -204,11 +202,6 @@ def main() -> None:
                         help="comma-separated lengths tried upward in one process until one runs out of memory")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "lora.jsonl"))
     args = parser.parse_args()
-    if args.experiment == "fused-lora-act":
-        from bench.exp_fused_lora_act import install
-        if not install():
-            raise SystemExit("fused-lora-act: kernels/ops/lora_mlp.py changed its forward contract; "
-                             "update bench/exp_fused_lora_act.py")
     if args.seq_sweep:
         return sweep(args)
     if args.memory_cap_gb:

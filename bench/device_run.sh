@@ -28,8 +28,6 @@ if [ "$what" = rows ] || [ "$what" = rows+experiments ] || [ "$what" = all ]; th
 fi
 if [ "$what" = experiments ] || [ "$what" = rows+experiments ]; then
   # bench-only variants behind the proposals in bench/NOTES.md (not the engine's default path)
-  b --shape llama-3.1-8b --bs 2 --seq 2048 --stack fusetune --checkpointing on --experiment fused-lora-act
-  b --shape llama-3.2-1b --bs 4 --seq 2048 --stack fusetune --checkpointing on --experiment fused-lora-act
   b --shape llama-3.2-1b --bs 4 --seq 2048 --stack fusetune --checkpointing on --lora-dtype bf16
   b --shape llama-3.2-1b --bs 4 --seq 2048 --stack fusetune --checkpointing on --fused-adamw
   timeout 150 python3 bench/profile_step.py --shape llama-3.2-1b --bs 4 --stack fusetune --checkpointing on \
