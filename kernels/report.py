@@ -40,10 +40,12 @@ class PatchReport:
         head = f"fused kernels: backend={self.backend} architecture={self.architecture or 'unknown'}"
         out = [head]
         for e in self.entries:
+            # the count is left out where the patcher stopped before counting (e.g. no CUDA)
+            count = f" x{e.modules}" if e.modules else ""
             if e.backend == "triton":
-                out.append(f"  triton  {e.op} x{e.modules}")
+                out.append(f"  triton  {e.op}{count}")
             else:
-                out.append(f"  torch   {e.op} x{e.modules}: {e.reason}")
+                out.append(f"  torch   {e.op}{count}: {e.reason}")
         out.extend(f"  note    {n}" for n in self.notes)
         return out
 
