@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> None:
     # Same as in jobs/train.py: an optional bitsandbytes hub kernel, whose absence is harmless.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     auth = parse_auth(args.auth)
+    if auth is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"[studio] warning: serving on {args.host} without a password; anyone who can reach this "
+              "port can start jobs. Set --auth USER:PASS or FUSETUNE_AUTH.", file=sys.stderr, flush=True)
     data_dir = paths.data_dir(args.data_dir)
     # The studio imports transformers; do it before the warm-up thread does, not concurrently.
     from studio.app import build_studio
