@@ -36,7 +36,7 @@ def table_and_choices(ctx: StudioContext) -> tuple[list[Any], list[list[str]], l
 
 
 def detail(ctx: StudioContext, record: Any) -> list[Any]:
-    """progress, failure, loss, rss, gpu util, gpu mem, kernel report, log, cancel button."""
+    """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, cancel button."""
     events = ctx.events.get(record.job_dir)
     numbers = view.progress_numbers(record, events)
     progress = render.progress_html(record.state, numbers["step"], numbers["max_steps"],
@@ -49,6 +49,7 @@ def detail(ctx: StudioContext, record: Any) -> list[Any]:
         render.notice_html(failure, "error" if record.state == "failed" else "warn") if failure else "",
         view.loss_frame(events),
         view.rss_frame(events),
+        view.cpu_frame(events),
         gr.update(value=util, visible=has_gpu),
         gr.update(value=mem, visible=has_gpu),
         view.patch_report_text(events),
@@ -57,12 +58,12 @@ def detail(ctx: StudioContext, record: Any) -> list[Any]:
     ]
 
 
-EMPTY_DETAIL = ["", "", None, None, gr.update(visible=False), gr.update(visible=False), "", "",
+EMPTY_DETAIL = ["", "", None, None, None, gr.update(visible=False), gr.update(visible=False), "", "",
                 gr.update(interactive=False)]
 
 
 def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any) -> list[Any]:
-    """[table, select, *detail(9), table_sig, detail_sig]; unchanged parts are gr.skip()."""
+    """[table, select, *detail(10), table_sig, detail_sig]; unchanged parts are gr.skip()."""
     records, rows, choices = table_and_choices(ctx)
     by_id = {r.id: r for r in records}
     if job_id not in by_id:
@@ -102,6 +103,8 @@ def build_jobs_tab(ctx: StudioContext) -> JobsTab:
         loss = gr.LinePlot(x="step", y="loss", title="Training loss", elem_id="ft-loss-plot", height=260)
         rss = gr.LinePlot(x="elapsed_s", y="rss_gb", title="CPU RAM of the job (GB)", x_title="seconds",
                           elem_id="ft-rss-plot", height=260)
+        cpu = gr.LinePlot(x="elapsed_s", y="cpu_pct", title="Machine CPU (%)", x_title="seconds",
+                          elem_id="ft-cpu-plot", height=260)
     with gr.Row():
         gpu_util = gr.LinePlot(x="elapsed_s", y="util_pct", color="gpu", title="GPU utilisation (%)",
                                x_title="seconds", elem_id="ft-gpu-util", height=240, visible=False)
@@ -116,7 +119,7 @@ def build_jobs_tab(ctx: StudioContext) -> JobsTab:
     table_sig, detail_sig = gr.State(None), gr.State(None)
     timer = gr.Timer(POLL_S)
 
-    outputs = [table, select, progress, failure, loss, rss, gpu_util, gpu_mem, report, log, cancel,
+    outputs = [table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, report, log, cancel,
                table_sig, detail_sig]
 
     def on_tick(job_id: str | None, t_sig: Any, d_sig: Any) -> list[Any]:

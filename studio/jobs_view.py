@@ -95,6 +95,13 @@ def rss_frame(events: list[dict[str, Any]]) -> pd.DataFrame:
     return _frame(rows, {"elapsed_s": "float64", "rss_gb": "float64"})
 
 
+def cpu_frame(events: list[dict[str, Any]]) -> pd.DataFrame:
+    """Machine CPU utilisation (%) over elapsed seconds (psutil, sampled at each step)."""
+    rows = [{"elapsed_s": float(e.get("elapsed_s", 0.0)), "cpu_pct": float(e["cpu_pct"])}
+            for e in step_events(events) if isinstance(e.get("cpu_pct"), (int, float))]
+    return _frame(rows, {"elapsed_s": "float64", "cpu_pct": "float64"})
+
+
 def patch_report_text(events: list[dict[str, Any]]) -> str:
     start = first_event(events, "start")
     if not start:

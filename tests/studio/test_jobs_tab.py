@@ -33,7 +33,7 @@ def test_refresh_reads_disk_and_skips_unchanged_parts(tmp_path):
     ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([rec]))
 
     out = refresh(ctx, None, None, None)
-    table, select, progress, failure, loss, rss, gpu_util, gpu_mem, report, log, cancel, t_sig, d_sig = out
+    table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, report, log, cancel, t_sig, d_sig = out
     assert table["value"][0][:4] == ["a", "tiny", "running", "1/10"]
     assert select["value"] == "a"
     assert 'data-step="1"' in progress and loss["step"].tolist() == [1]
@@ -41,7 +41,7 @@ def test_refresh_reads_disk_and_skips_unchanged_parts(tmp_path):
     assert "rms_norm: torch" in report
 
     again = refresh(ctx, "a", t_sig, d_sig)
-    assert all(is_skip(v) for v in again[:11])
+    assert all(is_skip(v) for v in again[:12])
 
     writer.emit("step", **step(2))
     moved = refresh(ctx, "a", t_sig, d_sig)
@@ -50,10 +50,10 @@ def test_refresh_reads_disk_and_skips_unchanged_parts(tmp_path):
 
     rec.state = "done"
     finished = refresh(ctx, "a", moved[-2], moved[-1])
-    assert finished[10]["interactive"] is False and 'data-state="done"' in finished[2]
+    assert finished[11]["interactive"] is False and 'data-state="done"' in finished[2]
 
 
 def test_refresh_with_no_jobs(tmp_path):
     ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([]))
     out = refresh(ctx, "gone", None, None)
-    assert out[1]["value"] is None and out[2:11] == EMPTY_DETAIL
+    assert out[1]["value"] is None and out[2:12] == EMPTY_DETAIL

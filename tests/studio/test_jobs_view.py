@@ -16,7 +16,7 @@ def record(tmp_path: Path, state="running", job_id="j1", reason="", **spec) -> J
 def step(n, loss, gpus=(), elapsed=None):
     return dict(step=n, max_steps=30, epoch=0.1 * n, loss=loss, lr=1e-4, grad_norm=1.0,
                 tokens_per_s=100.0, elapsed_s=elapsed if elapsed is not None else 2.0 * n,
-                eta_s=2.0 * (30 - n), rss_gb=1.0 + n / 10, gpus=list(gpus))
+                eta_s=2.0 * (30 - n), rss_gb=1.0 + n / 10, cpu_pct=10.0 * n, gpus=list(gpus))
 
 
 def write(rec, *events):
@@ -37,7 +37,7 @@ def test_row_shows_last_step_and_loss(tmp_path):
 
 
 def test_plot_frames_are_numeric_even_when_empty(tmp_path):
-    for frame in (view.loss_frame([]), view.rss_frame([]), *view.gpu_frames([])):
+    for frame in (view.loss_frame([]), view.rss_frame([]), view.cpu_frame([]), *view.gpu_frames([])):
         assert frame.empty
         assert frame.dtypes.iloc[0].kind == "f" or frame.dtypes.iloc[0].kind == "i"
         assert frame.dtypes.iloc[1].kind == "f"
@@ -52,6 +52,7 @@ def test_plot_frames_are_numeric_even_when_empty(tmp_path):
     assert util[util["gpu"] == "GPU 1"]["util_pct"].tolist() == [50.0] * 3
     assert mem["mem_used_gb"].max() == 10.0
     assert view.rss_frame(events)["rss_gb"].tolist() == [1.1, 1.2, 1.3]
+    assert view.cpu_frame(events)[["elapsed_s", "cpu_pct"]].values.tolist() == [[2.0, 10.0], [4.0, 20.0], [6.0, 30.0]]
 
 
 def test_patch_report_and_failure(tmp_path):
