@@ -32,7 +32,7 @@ def _tanh(x):
 
 
 @triton.jit
-def _gelu_and_grad(g, TANH: tl.constexpr):
+def gelu_and_grad(g, TANH: tl.constexpr):
     if TANH:
         inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
         t = _tanh(inner)
@@ -53,7 +53,7 @@ def _geglu_forward_kernel(GATE, UP, OUT, gate_row_stride, up_row_stride, n_cols,
     mask = cols < n_cols
     g = tl.load(GATE + row * gate_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(UP + row * up_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    act, _ = _gelu_and_grad(g, TANH)
+    act, _ = gelu_and_grad(g, TANH)
     tl.store(OUT + row * n_cols + cols, (act * u).to(OUT.dtype.element_ty), mask=mask)
 
 
@@ -68,7 +68,7 @@ def _geglu_backward_kernel(
     dout = tl.load(DOUT + row * dout_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
     g = tl.load(GATE + row * gate_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(UP + row * up_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    act, grad = _gelu_and_grad(g, TANH)
+    act, grad = gelu_and_grad(g, TANH)
     tl.store(DGATE + row * dgate_row_stride + cols, (dout * u * grad).to(DGATE.dtype.element_ty), mask=mask)
     tl.store(DUP + row * dup_row_stride + cols, (dout * act).to(DUP.dtype.element_ty), mask=mask)
 

@@ -25,6 +25,7 @@ import triton.language as tl
 
 from kernels.ops._lora_common import (LoraProjection, base_project, cat_adapters, dense_weight,
                                       flat_args, lora_reference, rank_offsets)
+from kernels.ops.geglu import gelu_and_grad
 from kernels.ops.lora_add import lora_add_
 
 ACTIVATIONS = ("swiglu", "geglu")
@@ -36,19 +37,10 @@ FUSE_DOWN_LORA_BACKWARD = False
 
 
 @triton.jit
-def _tanh(x):
-    # exp-based (tl has no tanh on every Triton version); clamped: tanh(+-15) is +-1 in fp32
-    return 1.0 - 2.0 / (tl.exp(2.0 * tl.minimum(tl.maximum(x, -15.0), 15.0)) + 1.0)
-
-
-@triton.jit
 def _act_and_grad(e, GEGLU: tl.constexpr):
-    """(act(e), act'(e)) in fp32."""
+    """(act(e), act'(e)) in fp32: gelu-tanh from the geglu op, silu here."""
     if GEGLU:
-        inner = 0.7978845608028654 * (e + 0.044715 * e * e * e)
-        t = _tanh(inner)
-        act = 0.5 * e * (1.0 + t)
-        grad = 0.5 * (1.0 + t) + 0.5 * e * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * e * e)
+        act, grad = gelu_and_grad(e, True)
     else:
         sig = tl.sigmoid(e)
         act = e * sig
