@@ -19,7 +19,7 @@ import psutil
 
 from jobs import paths
 from jobs.events import LOG_FILE, summarize
-from jobs.spec import JobSpec
+from jobs.spec import JobSpec, short_name
 from jobs.store import JobRecord, JobStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -146,9 +146,7 @@ class Runner:
 
 
 def _job_name(spec: JobSpec) -> str:
-    model = spec.model.split(":")[-1].rstrip("/").split("/")[-1].removesuffix(".gguf")
-    data = spec.dataset.split(":")[-1].rstrip("/").split("/")[-1]
-    return f"{model} · {data}"
+    return f"{short_name(spec.model)} · {short_name(spec.dataset)}"
 
 
 def _outcome(record: JobRecord, code: int | None) -> tuple[str, str]:

@@ -24,6 +24,12 @@ DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 MODULE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 
 
+def short_name(value: str) -> str:
+    """The last component of a model or dataset reference: builtin:identity -> identity,
+    /models/tiny/ -> tiny, org/model -> model, ~/x.gguf -> x (for job names and folders)."""
+    return value.split(":")[-1].rstrip("/").split("/")[-1].removesuffix(".gguf")
+
+
 class SpecError(ValueError):
     """A refused job config. ``key`` names the offending field (None for the whole file)."""
 

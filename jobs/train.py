@@ -21,7 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
-from jobs.spec import JobSpec, SpecError
+from jobs.spec import JobSpec, SpecError, short_name
 
 EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_CANCELLED = 2, 3, 1, 130
 
@@ -56,8 +56,7 @@ def load_spec(argv: list[str] | None) -> JobSpec:
 
 
 def _default_output_dir(spec: JobSpec) -> str:
-    name = spec.model.split(":")[-1].rstrip("/").split("/")[-1].removesuffix(".gguf")
-    return str(Path("outputs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return str(Path("outputs") / f"{short_name(spec.model)}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def _classify(exc: BaseException) -> tuple[str, int]:
