@@ -75,12 +75,12 @@ class Trainer:
         base.config.use_cache = False
         self.model = models.add_lora(base, spec)
         self.patch_report = self._accelerate()
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=spec.weight_decay)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=spec.learning_rate, weight_decay=spec.weight_decay)
         self.max_steps = self._total_steps()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, cosine_with_warmup(spec.warmup_steps, self.max_steps))
-        self.trainable = sum(p.numel() for p in params)
+        self.trainable = sum(p.numel() for p in self.params)
         self.micro_index = 0
         if spec.resume_from:
             self._resume(Path(spec.resume_from))
@@ -127,9 +127,12 @@ class Trainer:
         """Endless micro-batches, epoch after epoch, in a seeded order that a resume can replay."""
         size = self.spec.batch_size
         per_epoch = math.ceil(len(self.examples) / size)
+        order_epoch, order = -1, []
         while True:
             epoch, index = divmod(self.micro_index, per_epoch)
-            batch = list(encode.batches(self.examples, size, self.spec.seed, epoch))[index]
+            if epoch != order_epoch:  # shuffle once per epoch, not once per micro-batch
+                order_epoch, order = epoch, list(encode.batches(self.examples, size, self.spec.seed, epoch))
+            batch = order[index]
             self.micro_index += 1
             yield epoch + (index + 1) / per_epoch, encode.collate(batch, self.tokenizer.pad_token_id)
 
@@ -147,9 +150,8 @@ class Trainer:
         if not math.isfinite(total):
             raise NonFiniteLoss(f"the loss became {total} at step {self.step + 1}; lower learning_rate "
                                 "(now {:g}) or use dtype fp32/bf16".format(self.spec.learning_rate))
-        params = [p for p in self.model.parameters() if p.requires_grad]
         clip = self.spec.max_grad_norm if self.spec.max_grad_norm > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
