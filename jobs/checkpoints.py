@@ -7,20 +7,20 @@ from pathlib import Path
 
 import torch
 
+from jobs.layout import ADAPTER_DIR, ADAPTER_WEIGHTS, MODEL_CARD, OPTIMIZER_STATE, TRAINER_STATE, JobLayout
+
 KEEP_CHECKPOINTS = 2
-STATE_FILE = "trainer_state.json"
 
 
 def save_checkpoint(job_dir: Path, step: int, model, optimizer, scheduler, state: dict) -> Path:
     """Write step-N atomically (temp folder, then rename) and keep only the newest few."""
-    root = Path(job_dir) / "checkpoints"
-    final = root / f"step-{step}"
-    tmp = root / f".step-{step}.partial"
+    layout = JobLayout(job_dir)
+    root, final, tmp = layout.checkpoints, layout.checkpoint(step), layout.partial_checkpoint(step)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / "adapter")
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optim.pt")
-    (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=2))
+    model.save_pretrained(tmp / ADAPTER_DIR)
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / OPTIMIZER_STATE)
+    (tmp / TRAINER_STATE).write_text(json.dumps({"step": step, **state}, indent=2))
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     for old in sorted(root.glob("step-*"), key=_step_of)[:-KEEP_CHECKPOINTS]:
@@ -36,7 +36,7 @@ def _step_of(path: Path) -> int:
 
 
 def latest_checkpoint(job_dir: Path) -> Path | None:
-    found = sorted((Path(job_dir) / "checkpoints").glob("step-*"), key=_step_of)
+    found = sorted(JobLayout(job_dir).checkpoints.glob("step-*"), key=_step_of)
     return found[-1] if found else None
 
 
@@ -46,22 +46,22 @@ def load_checkpoint(folder: Path, model, optimizer, scheduler) -> dict:
     from safetensors.torch import load_file
 
     folder = Path(folder)
-    weights = load_file(str(folder / "adapter" / "adapter_model.safetensors"))
+    weights = load_file(str(folder / ADAPTER_DIR / ADAPTER_WEIGHTS))
     set_peft_model_state_dict(model, weights)
-    optim = torch.load(folder / "optim.pt", map_location="cpu", weights_only=True)
+    optim = torch.load(folder / OPTIMIZER_STATE, map_location="cpu", weights_only=True)
     optimizer.load_state_dict(optim["optimizer"])
     scheduler.load_state_dict(optim["scheduler"])
-    return json.loads((folder / STATE_FILE).read_text())
+    return json.loads((folder / TRAINER_STATE).read_text())
 
 
 def save_adapter(job_dir: Path, model, tokenizer, card: str) -> Path:
     """The deliverable: adapter_model.safetensors + adapter_config.json + tokenizer + model card."""
-    out = Path(job_dir) / "adapter"
-    tmp = Path(job_dir) / ".adapter.partial"
+    out = JobLayout(job_dir).adapter
+    tmp = out.with_name(f".{out.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    (tmp / "README.md").write_text(card, encoding="utf-8")
+    (tmp / MODEL_CARD).write_text(card, encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out

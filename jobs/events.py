@@ -1,4 +1,4 @@
-"""events.jsonl: what a job reports, one JSON object a line (schema in DESIGN.md).
+"""events.jsonl: what a job reports, one JSON object a line (schema in docs/contracts.md).
 
 The trainer appends; the studio reads. Writes are whole lines flushed at once so a reader never
 sees half an event; a torn last line (a job killed mid-write) is skipped, not fatal."""
@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobs.layout import JobLayout
+
 EVENT_TYPES = ("start", "step", "eval", "checkpoint", "done", "error")
 ERROR_KINDS = ("oom", "data", "config", "nan", "killed", "internal")
-EVENTS_FILE = "events.jsonl"
-LOG_FILE = "train.log"
 
 
 class EventWriter:
     def __init__(self, job_dir: str | Path):
-        self.path = Path(job_dir) / EVENTS_FILE
+        self.path = JobLayout(job_dir).events
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def emit(self, type: str, **fields: Any) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def _finite(value: Any) -> Any:
 
 
 def read_events(job_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(job_dir) / EVENTS_FILE
+    path = JobLayout(job_dir).events
     if not path.is_file():
         return []
     events = []
@@ -108,7 +108,7 @@ def summarize(job_dir: str | Path) -> JobSummary:
 
 def tail_log(job_dir: str | Path, lines: int = 200, max_bytes: int = 256_000) -> str:
     """The last `lines` lines of train.log, reading at most `max_bytes` from its end."""
-    path = Path(job_dir) / LOG_FILE
+    path = JobLayout(job_dir).log
     if not path.is_file():
         return ""
     with open(path, "rb") as fh:

@@ -4,9 +4,10 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from jobs.layout import ADAPTER_CONFIG, ADAPTER_WEIGHTS, JobLayout
 from jobs.spec import JobSpec
 
-REQUIRED = ("adapter_model.safetensors", "adapter_config.json")
+REQUIRED = (ADAPTER_WEIGHTS, ADAPTER_CONFIG)
 
 
 class ExportError(RuntimeError):
@@ -48,7 +49,7 @@ tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")
 def export_adapter_zip(job_dir: str | Path) -> Path:
     """Zip the job's adapter folder (the PEFT dir with tokenizer and card) to <job>/<id>-adapter.zip."""
     job_dir = Path(job_dir)
-    adapter = job_dir / "adapter"
+    adapter = JobLayout(job_dir).adapter
     missing = [name for name in REQUIRED if not (adapter / name).is_file()]
     if missing:
         raise ExportError(f"job {job_dir.name} has no finished adapter ({', '.join(missing)} missing); "

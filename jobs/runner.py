@@ -18,12 +18,12 @@ from pathlib import Path
 import psutil
 
 from jobs import paths
-from jobs.events import LOG_FILE, summarize
+from jobs.events import summarize
+from jobs.layout import JobLayout
 from jobs.spec import JobSpec, short_name
-from jobs.store import JobRecord, JobStore
+from jobs.store import JobRecord, JobState, JobStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CANCEL_FILE = "cancel.request"
 CANCEL_GRACE_S = 60.0
 
 
@@ -41,8 +41,11 @@ class Runner:
     # ---- what the UI calls ----------------------------------------------------------------
     def preview_command(self, spec: JobSpec) -> tuple[str, list[str]]:
         """The YAML and argv that Start would run, without creating anything."""
-        config = Path(spec.output_dir or "<job dir>") / "config.yaml"
-        return spec.to_yaml(), [self.python, "-m", "jobs.train", str(config)]
+        return spec.to_yaml(), self.command(JobLayout(spec.output_dir or "<job dir>"))
+
+    def command(self, layout: JobLayout) -> list[str]:
+        """The trainer's argv for a job folder (the only place it is built)."""
+        return [self.python, "-m", "jobs.train", str(layout.config)]
 
     def submit(self, spec: JobSpec) -> JobRecord:
         """Validate, record and start (or queue) a job. Raises SpecError before anything exists."""
@@ -50,7 +53,7 @@ class Runner:
         job_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
         job_dir = paths.jobs_dir(self.data_dir) / job_id
         spec.output_dir = str(job_dir)
-        spec.write_yaml(job_dir / "config.yaml")
+        spec.write_yaml(JobLayout(job_dir).config)
         record = self.store.add(job_id, _job_name(spec), job_dir, spec.to_dict())
         self.reconcile()
         return self.store.get(job_id) or record
@@ -61,10 +64,10 @@ class Runner:
         record = self.store.get(job_id)
         if record is None or record.finished:
             return
-        if self.store.transition(job_id, ("queued",), state="cancelled", finished_at=time.time(),
+        if self.store.transition(job_id, (JobState.QUEUED,), state=JobState.CANCELLED, finished_at=time.time(),
                                  reason="cancelled before it started"):
             return
-        (Path(record.job_dir) / CANCEL_FILE).write_text(str(time.time()))
+        JobLayout(record.job_dir).cancel_request.write_text(str(time.time()))
         _signal_group(record.pid, signal.SIGTERM)
         threading.Thread(target=self._kill_after_grace, args=(record,), daemon=True).start()
 
@@ -99,27 +102,27 @@ class Runner:
     def reconcile(self) -> None:
         """Finish jobs whose process has exited, then start queued jobs while there is room."""
         with self._lock:
-            for record in self.store.list(states=("running",)):
+            for record in self.store.list(states=(JobState.RUNNING,)):
                 if not self._alive(record):
                     self._finish(record)
-            running = len(self.store.list(states=("running",)))
-            for record in reversed(self.store.list(states=("queued",))):  # oldest first
+            running = len(self.store.list(states=(JobState.RUNNING,)))
+            for record in reversed(self.store.list(states=(JobState.QUEUED,))):  # oldest first
                 if running >= self.max_running:
                     break
                 self._start(record)
                 running += 1
 
     def _start(self, record: JobRecord) -> None:
-        job_dir = Path(record.job_dir)
-        argv = [self.python, "-m", "jobs.train", str(job_dir / "config.yaml")]
+        layout = JobLayout(record.job_dir)
+        argv = self.command(layout)
         # Progress bars are \r-animated lines: unreadable in a log file, so they are turned off.
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "FUSETUNE_JOB_ID": record.id,
                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
-        with open(job_dir / LOG_FILE, "ab") as log:
+        with open(layout.log, "ab") as log:
             proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._children[record.id] = proc
-        self.store.transition(record.id, ("queued",), state="running", pid=proc.pid, started_at=time.time())
+        self.store.transition(record.id, (JobState.QUEUED,), state=JobState.RUNNING, pid=proc.pid, started_at=time.time())
 
     def _alive(self, record: JobRecord) -> bool:
         child = self._children.get(record.id)
@@ -132,7 +135,7 @@ class Runner:
         code = child.returncode if child is not None else None
         _signal_group(record.pid, signal.SIGKILL)  # sweep any grandchildren the job left behind
         state, reason = _outcome(record, code)
-        self.store.transition(record.id, ("running",), state=state, reason=reason, finished_at=time.time())
+        self.store.transition(record.id, (JobState.RUNNING,), state=state, reason=reason, finished_at=time.time())
 
     def _kill_after_grace(self, record: JobRecord) -> None:
         deadline = time.time() + CANCEL_GRACE_S
@@ -149,21 +152,21 @@ def _job_name(spec: JobSpec) -> str:
     return f"{short_name(spec.model)} · {short_name(spec.dataset)}"
 
 
-def _outcome(record: JobRecord, code: int | None) -> tuple[str, str]:
+def _outcome(record: JobRecord, code: int | None) -> tuple[JobState, str]:
     """The final state and a human reason, read from the job's own events first."""
     final = summarize(record.job_dir).final
-    cancelled = (Path(record.job_dir) / CANCEL_FILE).exists()
+    cancelled = JobLayout(record.job_dir).cancel_request.exists()
     if final and final["type"] == "done":
-        return "done", ""
+        return JobState.DONE, ""
     if cancelled:
         message = final.get("message", "") if final else ""
-        return "cancelled", message or "cancelled by the user"
+        return JobState.CANCELLED, message or "cancelled by the user"
     if final and final["type"] == "error":
-        return "failed", final.get("message", "the job reported an error")
+        return JobState.FAILED, final.get("message", "the job reported an error")
     how = f"exit code {code}" if code is not None else "an unknown exit status"
     if code is not None and code < 0:
         how = f"signal {signal.Signals(-code).name}" if -code in signal.valid_signals() else how
-    return "failed", f"the training process ended with {how} without reporting why; see train.log"
+    return JobState.FAILED, f"the training process ended with {how} without reporting why; see train.log"
 
 
 def _signal_group(pid: int | None, sig: int) -> None:

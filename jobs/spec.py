@@ -20,6 +20,8 @@ BUILTIN_DATASET = "builtin:identity"
 DATASET_FORMATS = ("auto", "alpaca", "sharegpt", "messages", "text")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 CHECKPOINTING = ("auto", "on", "off", "offload")
+PACKING = ("auto", "on", "off")
+BASE_PRECISIONS = ("bf16", "fp8")
 DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 MODULE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 
@@ -50,6 +52,7 @@ def _f(default: Any, help: str, **extra: Any) -> Any:
 class JobSpec:
     """Everything a training job needs. Defaults are the built-in CPU quick start."""
 
+    name: str = _f("", "The job's display name (empty: model · dataset, plus the bot name for identity jobs).")
     model: str = _f(BUILTIN_MODEL, "Base model: a hub id, a local Hugging Face folder, a .gguf file, "
                     f"or {BUILTIN_MODEL} (ships with Fusetune, runs offline).")
     dataset: str = _f(BUILTIN_DATASET, "Training data: a .json/.jsonl/.csv/.parquet file, a hub id, "
@@ -74,9 +77,15 @@ class JobSpec:
     gradient_checkpointing: str = _f("auto", "Recompute activations in backward to save memory: auto, "
                                      "on, off, or offload (layer inputs kept in CPU memory).",
                                      choices=CHECKPOINTING)
+    base_precision: str = _f("bf16", "Precision of the frozen base weights: bf16, or fp8 (float8 e4m3 with "
+                             "per-channel scales: half the base memory, faster matrix products; Hopper GPUs "
+                             "and newer).", choices=BASE_PRECISIONS)
     dtype: str = _f("auto", "Training precision: auto (bf16 on a GPU that supports it, fp32 on CPU), "
                     "bf16, fp16 or fp32.", choices=DTYPES)
     max_seq_length: int = _f(256, "Longest tokenized example; longer ones are truncated.", min=8, max=1048576)
+    packing: str = _f("auto", "Pack several examples into each row of max_seq_length (attention never crosses "
+                      "an example): auto (on a GPU when rows are shorter than max_seq_length), on or off.",
+                      choices=PACKING)
     batch_size: int = _f(4, "Examples per micro-batch.", min=1, max=4096)
     gradient_accumulation_steps: int = _f(1, "Micro-batches per optimizer step.", min=1, max=4096)
     learning_rate: float = _f(2e-4, "Peak learning rate of the cosine schedule.", min=1e-8, max=1.0)
@@ -87,6 +96,16 @@ class JobSpec:
     num_epochs: float = _f(1.0, "Passes over the data when max_steps is 0.", min=0.0, max=1000.0)
     save_steps: int = _f(20, "Write a resumable checkpoint every this many steps (0: only at the end).",
                          min=0, max=10_000_000)
+    eval_fraction: float = _f(0.0, "Share of the dataset held out for evaluation (seeded); 0: none.",
+                              min=0.0, max=0.5)
+    eval_dataset: str = _f("", "A separate evaluation file (.json/.jsonl/.csv/.parquet); empty: use "
+                           "eval_fraction.")
+    eval_steps: int = _f(0, "Evaluate every this many steps (0: only at the end) when there is eval data.",
+                         min=0, max=10_000_000)
+    keep_best: bool = _f(False, "Keep the adapter with the lowest eval loss instead of the last one.")
+    gpus: str = _f("auto", "GPUs the job may use: auto (the first free one), all, or a list such as 0,1.")
+    processes: int = _f(0, "Data-parallel processes: 0 means one per chosen GPU (1 on CPU); on CPU, "
+                        "several processes use gloo (for tests).", min=0, max=1024)
     seed: int = _f(42, "Random seed for LoRA init, shuffling and dropout.", min=0, max=2**32 - 1)
     resume_from: str = _f("", "A checkpoints/step-N folder to resume from (empty: start fresh).")
 
@@ -147,6 +166,25 @@ class JobSpec:
             raise SpecError("bot_name", "is empty: the identity dataset needs a name to teach")
         if self.resume_from and not Path(self.resume_from).is_dir():
             raise SpecError("resume_from", f"{self.resume_from} is not a checkpoint folder")
+        if self.eval_dataset:
+            _check_dataset_path(self.eval_dataset, key="eval_dataset")
+            if self.eval_dataset.startswith("builtin:"):
+                raise SpecError("eval_dataset", "must be a data file; leave it empty to hold out eval_fraction")
+            if self.eval_fraction > 0:
+                raise SpecError("eval_fraction", "set either eval_fraction or eval_dataset, not both")
+        if self.keep_best and not (self.eval_fraction > 0 or self.eval_dataset):
+            raise SpecError("keep_best", "needs eval data: set eval_fraction or eval_dataset")
+        self.gpus = _normalise_gpus(self.gpus)
+        gpu_list = self.gpu_indices()
+        if self.processes and gpu_list is not None and self.processes != len(gpu_list):
+            raise SpecError("processes", f"is {self.processes} but gpus lists {len(gpu_list)} GPU(s); "
+                            "use one process per GPU (or 0 for automatic)")
+
+    def gpu_indices(self) -> list[int] | None:
+        """The explicit GPU list (gpus: "0,1" -> [0, 1]); None for auto/all."""
+        if self.gpus in ("auto", "all"):
+            return None
+        return [int(part) for part in self.gpus.split(",")]
 
 
 def _coerce(key: str, value: Any) -> Any:
@@ -176,6 +214,8 @@ def _coerce(key: str, value: Any) -> Any:
         if kind == "str":
             if value is None:
                 return ""
+            if key == "gpus" and isinstance(value, (list, tuple)):
+                return ",".join(str(v) for v in value)  # gpus: [0, 1] in YAML
             if isinstance(value, (dict, list)):
                 raise ValueError
             return str(value)
@@ -198,18 +238,18 @@ def _looks_like_path(value: str) -> bool:
     return value.startswith(("/", "./", "../", "~")) or Path(value).suffix != ""
 
 
-def _check_dataset_path(dataset: str) -> None:
+def _check_dataset_path(dataset: str, key: str = "dataset") -> None:
     if dataset.startswith("builtin:"):
         if dataset != BUILTIN_DATASET:
-            raise SpecError("dataset", f"unknown built-in dataset {dataset!r}; the built-in one is {BUILTIN_DATASET}")
+            raise SpecError(key, f"unknown built-in dataset {dataset!r}; the built-in one is {BUILTIN_DATASET}")
         return
     if not _looks_like_path(dataset):
         return  # a hub id; checked when it loads
     path = Path(dataset).expanduser()
     if path.suffix.lower() not in DATASET_SUFFIXES:
-        raise SpecError("dataset", f"{path.name} has an unsupported type; use one of {', '.join(DATASET_SUFFIXES)}")
+        raise SpecError(key, f"{path.name} has an unsupported type; use one of {', '.join(DATASET_SUFFIXES)}")
     if not path.is_file():
-        raise SpecError("dataset", f"file {path} does not exist")
+        raise SpecError(key, f"file {path} does not exist")
 
 
 def _check_model_path(model: str) -> None:
@@ -240,3 +280,20 @@ def _normalise_targets(value: Any) -> Any:
         if not name or set(name) - MODULE_NAME_CHARS:
             raise SpecError("target_modules", f"{name!r} is not a module name (letters, digits, _ and .)")
     return names
+
+
+def _normalise_gpus(value: Any) -> str:
+    """"auto", "all" or a comma list of distinct GPU indices ("0,1"); [0, 1] from YAML is accepted."""
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    text = str(value).strip().lower().replace(" ", "").removeprefix("[").removesuffix("]")
+    if text in ("", "auto"):
+        return "auto"
+    if text == "all":
+        return "all"
+    parts = text.split(",")
+    if not all(part.isdigit() for part in parts):
+        raise SpecError("gpus", f"{value!r} is not auto, all or a list of GPU numbers such as 0,1")
+    if len(set(parts)) != len(parts):
+        raise SpecError("gpus", f"{value!r} names a GPU twice")
+    return ",".join(str(int(part)) for part in parts)

@@ -4,6 +4,7 @@ Each call opens its own short connection (WAL mode), so the UI's threads, the ru
 and a restarted app can all read and write the same file safely."""
 from __future__ import annotations
 
+import enum
 import json
 import sqlite3
 import time
@@ -12,8 +13,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-STATES = ("queued", "running", "done", "failed", "cancelled")
-FINISHED = ("done", "failed", "cancelled")
+
+class JobState(str, enum.Enum):
+    """A job's life: queued -> running -> done | failed | cancelled (a queued job may be cancelled).
+
+    A str enum, so a state compares equal to its SQLite text and JSON-encodes as that text."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED
+
+    @property
+    def active(self) -> bool:
+        return self in ACTIVE
+
+
+STATES = tuple(JobState)
+FINISHED = (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+ACTIVE = (JobState.QUEUED, JobState.RUNNING)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -46,9 +72,16 @@ class JobRecord:
     pid: int | None = None
     reason: str = ""
 
+    def __post_init__(self) -> None:
+        self.state = JobState(self.state)
+
     @property
     def finished(self) -> bool:
-        return self.state in FINISHED
+        return JobState(self.state).finished
+
+    @property
+    def active(self) -> bool:
+        return JobState(self.state).active
 
 
 class JobStore:
@@ -65,13 +98,13 @@ class JobStore:
         return conn
 
     def add(self, job_id: str, name: str, job_dir: str | Path, spec: dict[str, Any],
-            state: str = "queued") -> JobRecord:
+            state: JobState = JobState.QUEUED) -> JobRecord:
         record = JobRecord(id=job_id, name=name, state=state, created_at=time.time(),
                            job_dir=str(job_dir), spec=dict(spec))
         with closing(self._connect()) as conn, conn:
             conn.execute(
                 "INSERT INTO jobs (id, name, state, created_at, job_dir, spec) VALUES (?, ?, ?, ?, ?, ?)",
-                (record.id, record.name, record.state, record.created_at, record.job_dir,
+                (record.id, record.name, record.state.value, record.created_at, record.job_dir,
                  json.dumps(record.spec)))
         return record
 
@@ -85,7 +118,7 @@ class JobStore:
         query, args = "SELECT * FROM jobs", ()
         if states:
             query += f" WHERE state IN ({', '.join('?' for _ in states)})"
-            args = tuple(states)
+            args = tuple(JobState(s).value for s in states)
         with closing(self._connect()) as conn:
             rows = conn.execute(query + " ORDER BY created_at DESC, id DESC", args).fetchall()
         return [_record(r) for r in rows]
@@ -94,8 +127,7 @@ class JobStore:
         bad = set(fields) - _UPDATABLE
         if bad:
             raise ValueError(f"cannot update {', '.join(sorted(bad))}")
-        if "state" in fields and fields["state"] not in STATES:
-            raise ValueError(f"unknown state {fields['state']!r}")
+        fields = _storable(fields)
         assignments = ", ".join(f"{k} = ?" for k in fields)
         with closing(self._connect()) as conn, conn:
             conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id))
@@ -103,12 +135,24 @@ class JobStore:
     def transition(self, job_id: str, from_states: tuple[str, ...], **fields: Any) -> bool:
         """Update only if the job is still in one of `from_states` (a compare-and-set, so two
         watchers never both start or finish the same job). Returns whether it changed."""
+        fields = _storable(fields)
+        from_states = tuple(JobState(s).value for s in from_states)
         assignments = ", ".join(f"{k} = ?" for k in fields)
         marks = ", ".join("?" for _ in from_states)
         with closing(self._connect()) as conn, conn:
             cur = conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ? AND state IN ({marks})",
                                (*fields.values(), job_id, *from_states))
             return cur.rowcount == 1
+
+
+def _storable(fields: dict[str, Any]) -> dict[str, Any]:
+    """Fields as SQLite stores them: a state as its text (refusing unknown ones)."""
+    if "state" in fields:
+        try:
+            fields = {**fields, "state": JobState(fields["state"]).value}
+        except ValueError:
+            raise ValueError(f"unknown state {fields['state']!r}") from None
+    return fields
 
 
 def _record(row: sqlite3.Row) -> JobRecord:

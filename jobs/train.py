@@ -21,6 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
+from jobs.layout import JobLayout
 from jobs.spec import JobSpec, SpecError, short_name
 
 EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_CANCELLED = 2, 3, 1, 130
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     spec.output_dir = spec.output_dir or _default_output_dir(spec)
     job_dir = Path(spec.output_dir)
-    spec.write_yaml(job_dir / "config.yaml")
+    spec.write_yaml(JobLayout(job_dir).config)
 
     # bitsandbytes warns on AVX512-BF16 CPUs that an optional hub kernel is missing; it has a
     # built-in CPU path, and the warning (naming a `kernels` package) only confuses users.
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
 
-    print(f"fusetune: job config {job_dir / 'config.yaml'}", flush=True)
+    print(f"fusetune: job config {JobLayout(job_dir).config}", flush=True)
     try:
         trainer.run()
         return 0

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.events import read_events
+from jobs.layout import JobLayout
 from jobs.spec import BUILTIN_MODEL
 from studio.chat import ChatEngine
 from studio.jobs_view import EventCache
@@ -49,5 +50,5 @@ class StudioContext:
         record = self.runner.get(job_id)
         if record is None:
             return None
-        adapter = Path(record.job_dir) / "adapter"
-        return str(adapter) if (adapter / "adapter_config.json").is_file() else None
+        layout = JobLayout(record.job_dir)
+        return str(layout.adapter) if layout.has_adapter() else None

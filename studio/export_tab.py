@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from jobs.export import ExportError, export_adapter_zip
+from jobs.layout import JobLayout
 from studio import jobs_view as view
 from studio import render
 from studio.context import StudioContext
@@ -27,7 +27,7 @@ def export_choices(ctx: StudioContext) -> list[tuple[str, str]]:
 
 
 def model_card_text(job_dir: str) -> str:
-    card = Path(job_dir) / "adapter" / "README.md"
+    card = JobLayout(job_dir).model_card
     return card.read_text(encoding="utf-8") if card.is_file() else "_This adapter has no model card._"
 
 

@@ -54,7 +54,7 @@ def detail(ctx: StudioContext, record: Any) -> list[Any]:
         gr.update(value=mem, visible=has_gpu),
         view.patch_report_text(events),
         render.log_html(tail_log(record.job_dir, lines=LOG_LINES)),
-        gr.update(interactive=record.state in view.ACTIVE_STATES),
+        gr.update(interactive=record.active),
     ]
 
 

@@ -1,6 +1,6 @@
 """Pure views of jobs for the Jobs tab: table rows, plot frames, report and failure text.
 
-Inputs are JobRecords (jobs.store) and event dicts (jobs.events, schema in DESIGN.md); outputs
+Inputs are JobRecords (jobs.store) and event dicts (jobs.events, schema in docs/contracts.md); outputs
 are plain lists / pandas DataFrames that Gradio components take as values.
 """
 from __future__ import annotations
@@ -8,13 +8,13 @@ from __future__ import annotations
 import datetime as dt
 import os
 import threading
-from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
 
+from jobs.layout import JobLayout
+
 TABLE_HEADERS = ["id", "name", "state", "step", "loss", "created"]
-ACTIVE_STATES = ("queued", "running")
 
 
 def step_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -57,7 +57,7 @@ def job_choice(record: Any) -> tuple[str, str]:
 def default_job_id(records: list[Any]) -> str | None:
     """The job to show when nothing is selected: the newest active one, else the newest."""
     for record in records:
-        if record.state in ACTIVE_STATES:
+        if record.active:
             return record.id
     return records[0].id if records else None
 
@@ -137,7 +137,7 @@ def progress_numbers(record: Any, events: list[dict[str, Any]]) -> dict[str, Any
 
 
 def has_adapter(record: Any) -> bool:
-    return (Path(record.job_dir) / "adapter" / "adapter_config.json").is_file()
+    return JobLayout(record.job_dir).has_adapter()
 
 
 def exportable(record: Any) -> bool:
@@ -174,7 +174,7 @@ class EventCache:
     def signature(job_dir: str) -> tuple[int, int] | None:
         """(size, mtime) of events.jsonl, or None while the job has written none."""
         try:
-            stat = os.stat(Path(job_dir) / "events.jsonl")
+            stat = os.stat(JobLayout(job_dir).events)
         except OSError:
             return None
         return (stat.st_size, stat.st_mtime_ns)

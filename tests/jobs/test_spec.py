@@ -27,6 +27,16 @@ def test_defaults_are_the_builtin_quick_start():
     ({"bot_name": "  "}, "bot_name"),
     ({"lora_rank": 8}, "lora_rank"),
     ({"gradient_checkpointing": "sometimes"}, "gradient_checkpointing"),
+    ({"packing": "maybe"}, "packing"),
+    ({"base_precision": "fp4"}, "base_precision"),
+    ({"eval_fraction": 0.9}, "eval_fraction"),
+    ({"eval_dataset": "/no/such/eval.jsonl"}, "eval_dataset"),
+    ({"eval_dataset": "builtin:identity"}, "eval_dataset"),
+    ({"keep_best": True}, "keep_best"),
+    ({"gpus": "first"}, "gpus"),
+    ({"gpus": "0,0"}, "gpus"),
+    ({"gpus": "0,1", "processes": 3}, "processes"),
+    ({"processes": -1}, "processes"),
 ])
 def test_bad_values_are_refused_naming_the_key(data, key):
     with pytest.raises(SpecError) as info:
@@ -61,3 +71,20 @@ def test_yaml_that_is_not_a_mapping_is_refused(tmp_path):
     path.write_text("- just\n- a list\n")
     with pytest.raises(SpecError, match="flat mapping"):
         JobSpec.from_yaml(path)
+
+
+def test_gpus_are_normalised_from_text_and_yaml_lists():
+    assert JobSpec.from_dict({"gpus": " 0, 1 "}).gpus == "0,1"
+    assert JobSpec.from_dict({"gpus": [2, 3]}).gpu_indices() == [2, 3]
+    assert JobSpec.from_dict({"gpus": "ALL"}).gpu_indices() is None
+    assert JobSpec.from_dict({}).gpus == "auto"
+
+
+def test_eval_file_and_fraction_are_exclusive(tmp_path):
+    data_file = tmp_path / "eval.jsonl"
+    data_file.write_text('{"text": "hello"}\n')
+    spec = JobSpec.from_dict({"eval_dataset": str(data_file), "keep_best": True})
+    assert spec.keep_best and spec.eval_dataset == str(data_file)
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict({"eval_dataset": str(data_file), "eval_fraction": 0.1})
+    assert info.value.key == "eval_fraction"

@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from jobs.events import EventWriter, read_events
-from jobs.store import JobRecord
+from jobs.store import JobRecord, JobState
 from studio import jobs_view as view
 
 
@@ -84,8 +84,10 @@ def test_exportable_needs_an_adapter(tmp_path):
     adapter = Path(rec.job_dir) / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")
+    assert not view.exportable(rec)  # the weights are still missing
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
     assert view.exportable(rec)
-    rec.state = "running"
+    rec.state = JobState.RUNNING
     assert not view.exportable(rec)
 
 

@@ -1,0 +1,78 @@
+"""The one place that knows a job folder's layout (docs/contracts.md, "Job output dir").
+
+Every module that reads or writes a job's files asks a `JobLayout` for the path instead of
+joining names itself, so the layout can change in one place."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIG_FILE = "config.yaml"
+LOG_FILE = "train.log"
+EVENTS_FILE = "events.jsonl"
+CANCEL_FILE = "cancel.request"
+CHECKPOINTS_DIR = "checkpoints"
+ADAPTER_DIR = "adapter"
+BEST_ADAPTER_DIR = "adapter-best"
+EXPORTS_DIR = "exports"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+MODEL_CARD = "README.md"
+TRAINER_STATE = "trainer_state.json"
+OPTIMIZER_STATE = "optim.pt"
+
+
+@dataclass(frozen=True)
+class JobLayout:
+    """Paths inside one job's output folder."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def log(self) -> Path:
+        return self.root / LOG_FILE
+
+    @property
+    def events(self) -> Path:
+        return self.root / EVENTS_FILE
+
+    @property
+    def cancel_request(self) -> Path:
+        return self.root / CANCEL_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / CHECKPOINTS_DIR
+
+    def checkpoint(self, step: int) -> Path:
+        return self.checkpoints / f"step-{step}"
+
+    def partial_checkpoint(self, step: int) -> Path:
+        return self.checkpoints / f".step-{step}.partial"
+
+    @property
+    def adapter(self) -> Path:
+        return self.root / ADAPTER_DIR
+
+    @property
+    def best_adapter(self) -> Path:
+        return self.root / BEST_ADAPTER_DIR
+
+    @property
+    def exports(self) -> Path:
+        return self.root / EXPORTS_DIR
+
+    @property
+    def model_card(self) -> Path:
+        return self.adapter / MODEL_CARD
+
+    def has_adapter(self) -> bool:
+        """True once the finished (or cancelled) job's adapter is complete on disk."""
+        return (self.adapter / ADAPTER_WEIGHTS).is_file() and (self.adapter / ADAPTER_CONFIG).is_file()
