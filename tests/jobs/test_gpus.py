@@ -1,0 +1,114 @@
+"""The GPU queue's rules (jobs/gpus.py) on made-up NVML readings."""
+import pytest
+
+from jobs import gpus
+from jobs.gpus import GpuInfo, Placement, Wait
+from jobs.spec import SpecError
+
+
+def machine(*used_gb, total=80.0):
+    """GPUs 0..n-1 with this much memory in use by other processes."""
+    return [GpuInfo(i, "NVIDIA H200", free_gb=total - used, total_gb=total) for i, used in enumerate(used_gb)]
+
+
+def test_auto_takes_the_first_free_gpu_and_skips_ours_and_busy_ones():
+    four = machine(0.5, 40.0, 0.3, 0.0)
+    assert gpus.place("auto", 0, four, held={}) == Placement((0,), 1)
+    # GPU 0 runs our job, GPU 1 holds 40 GB of someone else's: the first free one is GPU 2
+    assert gpus.place("auto", 0, four, held={0: "job A"}) == Placement((2,), 1)
+    assert gpus.place("auto", 2, four, held={0: "job A"}) == Placement((2, 3), 2)
+
+
+def test_a_job_waits_for_its_listed_gpus_and_says_why():
+    two = machine(0.0, 30.0)
+    decision = gpus.place("0,1", 0, two, held={0: "tiny · identity"})
+    assert isinstance(decision, Wait)
+    assert "GPU 0 is in use by job 'tiny · identity'" in decision.reason
+    assert "GPU 1 has 30.0 of 80.0 GB in use by other processes" in decision.reason
+    assert decision.claims == {0, 1}
+    assert gpus.place("0,1", 2, machine(0.0, 1.0), held={}) == Placement((0, 1), 2)
+
+
+def test_jobs_on_disjoint_gpus_are_placed_side_by_side():
+    two = machine(0.0, 0.0)
+    first = gpus.place("0", 0, two, held={})
+    second = gpus.place("1", 0, two, held={i: "first" for i in first.gpus})
+    assert first.gpus == (0,) and second.gpus == (1,)
+    third = gpus.place("auto", 0, two, held={0: "first", 1: "second"})
+    assert isinstance(third, Wait) and "a free GPU" in third.reason
+
+
+def test_all_waits_for_every_gpu():
+    three = machine(0.0, 0.0, 0.0)
+    assert gpus.place("all", 0, three, held={}) == Placement((0, 1, 2), 3)
+    waiting = gpus.place("all", 0, three, held={2: "other"})
+    assert isinstance(waiting, Wait) and waiting.claims == {0, 1, 2}
+
+
+def test_gpus_kept_for_an_earlier_queued_job_are_not_given_to_a_later_one():
+    two = machine(0.0, 0.0)
+    # an older job waits for GPUs 0 and 1 (GPU 1 is busy); a newer auto job may not take GPU 0
+    older = gpus.place("0,1", 0, two, held={1: "running"})
+    newer = gpus.place("auto", 0, two, held={1: "running"}, claimed=older.claims)
+    assert isinstance(newer, Wait) and "kept for a job queued earlier" in newer.reason
+    # an older auto job that needs two GPUs keeps the one free GPU it found
+    older = gpus.place("auto", 2, two, held={1: "running"})
+    assert isinstance(older, Wait) and older.claims == {0} and "2 free GPUs (1 free now)" in older.reason
+
+
+def test_the_idle_limit_decides_what_counts_as_another_process_using_a_gpu():
+    one = machine(1.5)
+    assert isinstance(gpus.place("0", 0, one, held={}), Placement)
+    assert isinstance(gpus.place("0", 0, one, held={}, idle_gb=1.0), Wait)
+
+
+def test_a_machine_without_gpus_places_cpu_processes():
+    assert gpus.place("auto", 0, [], held={}) == Placement((), 1)
+    assert gpus.place("auto", 2, [], held={}) == Placement((), 2)
+    assert Placement((), 2).env() == {gpus.PLACED_ENV: "1"} and Placement((), 2).gpus_key == "auto"
+
+
+def test_placement_env_numbers_gpus_as_nvml_does():
+    env = Placement((1, 3), 2).env()
+    assert env["CUDA_VISIBLE_DEVICES"] == "1,3" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert Placement((1, 3), 2).gpus_key == "1,3"
+
+
+@pytest.mark.parametrize("key, processes, found, field, words", [
+    ("2", 0, 2, "gpus", "GPU 2 does not exist; this machine has GPU 0, 1"),
+    ("0,1", 0, 0, "gpus", "no NVIDIA GPU"),
+    ("0,1", 3, 2, "processes", "is 3, but the job gets 2 GPU(s)"),
+    ("all", 1, 2, "processes", "is 1, but the job gets 2 GPU(s)"),
+    ("auto", 4, 2, "processes", "asks for 4 processes, one per GPU, but this machine has 2"),
+])
+def test_impossible_requests_are_refused_naming_the_key(key, processes, found, field, words):
+    with pytest.raises(SpecError) as info:
+        gpus.check_request(key, processes, machine(*[0.0] * found))
+    assert info.value.key == field and words in str(info.value)
+
+
+def test_possible_requests_pass():
+    for key, processes in (("auto", 0), ("auto", 2), ("all", 0), ("0,1", 2), ("1", 0)):
+        gpus.check_request(key, processes, machine(0.0, 0.0))
+    gpus.check_request("auto", 2, [])  # several CPU processes (gloo)
+
+
+def test_a_hand_started_job_takes_the_roomiest_gpus_with_a_warning_when_none_is_free():
+    busy = machine(70.0, 10.0, 50.0)
+    placement, warning = gpus.place_now("auto", 2, busy)
+    assert placement == Placement((1, 2), 2)
+    assert warning.startswith("starting on GPU 1,2 anyway") and "GPU 0 has 70.0" in warning
+    placement, warning = gpus.place_now("0", 0, busy)
+    assert placement == Placement((0,), 1) and "GPU 0 has 70.0" in warning
+    assert gpus.place_now("auto", 0, machine(0.0)) == (Placement((0,), 1), None)
+
+
+def test_inventory_names_our_jobs_on_each_gpu():
+    listed = gpus.inventory({1: ["job A", "job B"]}, machine=machine(0.0, 20.0))
+    assert [g.busy_by_jobs for g in listed] == [(), ("job A", "job B")]
+    assert listed[1].used_gb == 20.0
+    assert listed[1].label() == "GPU 1 · NVIDIA H200 · 60.0 of 80.0 GB free · used by job A, job B"
+
+
+def test_global_batch_is_per_process_batch_times_accumulation_times_processes():
+    assert gpus.global_batch(2, 4, 2) == 16 and gpus.global_batch(2, 4, 0) == 8
