@@ -49,6 +49,19 @@ def gpu_snapshot() -> list[dict]:
     return out
 
 
+def job_gpus(dist) -> list[dict]:
+    """The GPUs of every rank of a job (`dist`: its jobs.distributed.Distributed), for step events.
+
+    On one machine that is this process's snapshot: the launcher gave all ranks the same
+    CUDA_VISIBLE_DEVICES. Across machines each machine's first rank reads its own GPUs and rank 0
+    gathers them, each tagged with its `host` (every rank must call this, as it is a collective)."""
+    if dist.nodes <= 1:
+        return gpu_snapshot()
+    import socket
+    mine = [{**gpu, "host": socket.gethostname()} for gpu in gpu_snapshot()] if dist.local_rank == 0 else []
+    return [gpu for per_rank in dist.gather_objects(mine) for gpu in per_rank]
+
+
 def _visible_indices(count: int) -> list[int]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None or visible.strip() == "":

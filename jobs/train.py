@@ -24,7 +24,9 @@ from pathlib import Path
 from jobs.layout import JobLayout
 from jobs.spec import JobSpec, SpecError, short_name
 
-EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_CANCELLED = 2, 3, 1, 130
+EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_CANCELLED, EXIT_PEER_LOST = 2, 3, 1, 130, 4
+# Errors every rank meets alike (the same data, config, loss): reported once, by rank 0.
+SHARED_ERROR_KINDS = ("data", "config", "nan")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +65,7 @@ def _default_output_dir(spec: JobSpec) -> str:
 def _classify(exc: BaseException) -> tuple[str, int]:
     """The error event's kind and the exit code for a failure."""
     import torch
+    import torch.distributed
     from jobs.data import DataError
     from jobs.models import ModelError
     from jobs.trainer import Cancelled, NonFiniteLoss
@@ -76,6 +79,8 @@ def _classify(exc: BaseException) -> tuple[str, int]:
         return "oom", EXIT_FAILED
     if isinstance(exc, NonFiniteLoss):
         return "nan", EXIT_FAILED
+    if isinstance(exc, getattr(torch.distributed, "DistError", ())):
+        return "internal", EXIT_PEER_LOST  # another rank failed first; jobs.launch names it
     return "internal", EXIT_FAILED
 
 
@@ -88,43 +93,114 @@ def _message(kind: str, exc: BaseException, step: int) -> str:
     return str(exc)
 
 
+def _processes(spec: JobSpec) -> int:
+    """How many processes run this job. Chooses its GPUs (CUDA_VISIBLE_DEVICES) unless that was
+    done already: by the runner, or by whoever started torchrun."""
+    from jobs import distributed, gpus
+    if distributed.launched_by_torchrun():
+        if int(os.environ["WORLD_SIZE"]) > 1 and not spec.output_dir:
+            raise SpecError("output_dir", "must be set when torchrun starts the job: every rank "
+                            "writes to the same folder")
+        return 1
+    if os.environ.get(gpus.PLACED_ENV):
+        return spec.processes or 1
+    machine = gpus.read_gpus()
+    gpus.check_request(spec.gpus, spec.processes, machine)
+    placement, warning = gpus.place_now(spec.gpus, spec.processes, machine)
+    if warning:
+        print(f"warning: {warning}", flush=True)
+    os.environ.update(placement.env())
+    spec.gpus, spec.processes = placement.gpus_key, placement.processes
+    return placement.processes
+
+
+def _relaunch(argv: list[str], spec: JobSpec, processes: int):
+    """Become torchrun with `processes` ranks of this same command (never returns)."""
+    from jobs.launch import launch_argv
+    pinned = ["--output_dir", spec.output_dir, "--gpus", spec.gpus, "--processes", str(processes)]
+    command = launch_argv(sys.executable, processes) + ["-m", "jobs.train", *argv, *pinned]
+    print(f"fusetune: {processes} processes through torchrun: {' '.join(command[1:])}", flush=True)
+    os.execv(sys.executable, command)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         spec = load_spec(argv)
+        processes = _processes(spec)
     except SpecError as exc:
         print(f"fusetune: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     spec.output_dir = spec.output_dir or _default_output_dir(spec)
+    if processes > 1:
+        _relaunch(argv, spec, processes)
     job_dir = Path(spec.output_dir)
-    spec.write_yaml(JobLayout(job_dir).config)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun the ranks share the folder
+        spec.write_yaml(JobLayout(job_dir).config)
 
+    return _train(spec, job_dir)
+
+
+class _QuietEvents:
+    """The events of a rank other than 0: rank 0 reports the job; a rank's own failure is
+    written by `_report_failure` straight to the job's EventWriter."""
+
+    def emit(self, type: str, **fields):
+        return {"type": type, **fields}
+
+
+def _train(spec: JobSpec, job_dir: Path) -> int:
     # bitsandbytes warns on AVX512-BF16 CPUs that an optional hub kernel is missing; it has a
     # built-in CPU path, and the warning (naming a `kernels` package) only confuses users.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    from jobs import distributed
     from jobs.events import EventWriter
     from jobs.trainer import Trainer
     events = EventWriter(job_dir)
-    trainer = Trainer(spec, job_dir, events, log=lambda line: print(line, flush=True))
+    dist = distributed.init()
+    if dist.is_main:
+        trainer = Trainer(spec, job_dir, events, log=lambda line: print(line, flush=True), dist=dist)
+    else:
+        trainer = Trainer(spec, job_dir, _QuietEvents(), log=lambda line: None, dist=dist)
 
     def request_stop(signum, _frame):
-        print(f"received {signal.Signals(signum).name}: stopping after this step", flush=True)
+        if dist.is_main:
+            print(f"received {signal.Signals(signum).name}: stopping after this step", flush=True)
         trainer.stop_requested = True
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
 
-    print(f"fusetune: job config {JobLayout(job_dir).config}", flush=True)
+    if dist.is_main:
+        print(f"fusetune: job config {JobLayout(job_dir).config}", flush=True)
     try:
         trainer.run()
+        dist.cleanup()
         return 0
     except Exception as exc:  # every failure is reported as an event, never lost
-        kind, code = _classify(exc)
-        message = _message(kind, exc, trainer.step)
-        if kind == "internal":
-            traceback.print_exc(file=sys.stdout)
-        events.emit("error", kind=kind, message=message, step=trainer.step)
+        return _report_failure(exc, trainer, events, dist)
+
+
+def _report_failure(exc: Exception, trainer, events, dist) -> int:
+    """Write the error event (rank 0 for what all ranks meet alike, otherwise the failing rank,
+    naming itself) and return the exit code."""
+    kind, code = _classify(exc)
+    message = _message(kind, exc, trainer.step)
+    if kind == "internal":
+        traceback.print_exc(file=sys.stdout)
+    rank = {}
+    if dist.enabled:
+        rank = {"rank": dist.rank}
+        if kind == "killed":
+            print(f"rank {dist.rank}: stopped at step {trainer.step}", flush=True)
+            dist.cleanup()
+        else:
+            message = f"rank {dist.rank}: {message}"
+    if dist.is_main or kind not in SHARED_ERROR_KINDS + ("killed",):
+        events.emit("error", kind=kind, message=message, step=trainer.step, **rank)
+    if dist.is_main or kind != "killed":
         print(message, flush=True)
         print(f"fusetune: {message}", file=sys.stderr, flush=True)
-        return code
+    return code
 
 
 if __name__ == "__main__":

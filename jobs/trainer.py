@@ -15,9 +15,11 @@ from pathlib import Path
 import torch
 
 from jobs import checkpoints, encode, models, telemetry
+from jobs.distributed import Distributed, rescale_micro_index
 from jobs.data import load_rows, to_conversations
 from jobs.events import EventWriter
 from jobs.export import model_card
+from jobs.layout import JobLayout
 from jobs.spec import JobSpec
 
 
@@ -48,8 +50,9 @@ def cosine_with_warmup(warmup: int, total: int):
 
 class Trainer:
     def __init__(self, spec: JobSpec, job_dir: Path, events: EventWriter, data_dir: Path | None = None,
-                 log=print):
+                 log=print, dist: Distributed | None = None):
         self.spec, self.job_dir, self.events, self.log = spec, Path(job_dir), events, log
+        self.dist = dist or Distributed(device=torch.device("cuda" if torch.cuda.is_available() else "cpu"))
         self.data_dir = data_dir
         self.stop_requested = False
         self.step = 0
@@ -59,7 +62,7 @@ class Trainer:
     def prepare(self) -> None:
         spec = self.spec
         torch.manual_seed(spec.seed)
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = self.dist.device
         if spec.load_in_4bit and self.device.type != "cuda":
             self.log("note: load_in_4bit on CPU uses bitsandbytes' CPU path; it is slow")
         self.source = models.resolve_model(spec.model, self.data_dir, log=self.log)
@@ -75,6 +78,9 @@ class Trainer:
         base.config.use_cache = False
         self.model = models.add_lora(base, spec)
         self.patch_report = self._accelerate()
+        self.ddp = self.dist.wrap(self.model)  # the model itself with one process
+        if self.dist.enabled:  # the same LoRA init everywhere (above), its own dropout masks per rank
+            torch.manual_seed(spec.seed + self.dist.rank)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=spec.learning_rate, weight_decay=spec.weight_decay)
         self.max_steps = self._total_steps()
@@ -114,39 +120,55 @@ class Trainer:
     def _total_steps(self) -> int:
         if self.spec.max_steps > 0:
             return self.spec.max_steps
-        per_epoch = math.ceil(len(self.examples) / (self.spec.batch_size * self.spec.gradient_accumulation_steps))
+        per_epoch = math.ceil(len(self.examples) / (self.global_batch_size))
         return max(1, math.ceil(per_epoch * self.spec.num_epochs))
+
+    @property
+    def global_batch_size(self) -> int:
+        """Examples per optimizer step over all processes."""
+        return self.spec.batch_size * self.spec.gradient_accumulation_steps * self.dist.world_size
 
     def _resume(self, folder: Path) -> None:
         state = checkpoints.load_checkpoint(folder, self.model, self.optimizer, self.scheduler)
         self.step, self.micro_index = state["step"], state["micro_index"]
+        then = state.get("processes", 1)
+        if then != self.dist.world_size:  # global micro-batches had another size then
+            def per_epoch(processes):
+                return math.ceil(len(self.examples) / (self.spec.batch_size * processes))
+            self.micro_index = rescale_micro_index(self.micro_index, per_epoch(then), per_epoch(self.dist.world_size))
+            self.log(f"note: the checkpoint was written by {then} process(es), this run has "
+                     f"{self.dist.world_size}; continuing at the same point of the epoch")
         self.log(f"resumed from {folder} at step {self.step}")
 
     # ---- the loop ----------------------------------------------------------------------
     def micro_batches(self):
-        """Endless micro-batches, epoch after epoch, in a seeded order that a resume can replay."""
-        size = self.spec.batch_size
+        """Endless micro-batches, epoch after epoch, in a seeded order that a resume can replay.
+        With several processes each global micro-batch (batch_size x processes) is split by rank."""
+        size = self.spec.batch_size * self.dist.world_size
         per_epoch = math.ceil(len(self.examples) / size)
         order_epoch, order = -1, []
         while True:
             epoch, index = divmod(self.micro_index, per_epoch)
             if epoch != order_epoch:  # shuffle once per epoch, not once per micro-batch
                 order_epoch, order = epoch, list(encode.batches(self.examples, size, self.spec.seed, epoch))
-            batch = order[index]
+            batch = self.dist.shard(order[index]) or [_untrained(order[index][0])]
             self.micro_index += 1
             yield epoch + (index + 1) / per_epoch, encode.collate(batch, self.tokenizer.pad_token_id)
 
     def train_step(self, stream) -> tuple[StepResult, float]:
         group = [next(stream) for _ in range(self.spec.gradient_accumulation_steps)]
-        count = max(1, sum(encode.label_count(b) for _, b in group))
+        # the label tokens of the whole global batch, so every rank's loss has the same denominator
+        count = max(1, int(self.dist.all_reduce_sum(sum(encode.label_count(b) for _, b in group))[0]))
         total, tokens = 0.0, 0
         self.model.train()
-        for _, batch in group:
+        for i, (_, batch) in enumerate(group):
             batch = {k: v.to(self.device) for k, v in batch.items()}
-            out = self.model(**batch, num_items_in_batch=count)
-            out.loss.backward()
+            with self.dist.accumulating(self.ddp, last=i == len(group) - 1):
+                out = self.ddp(**batch, num_items_in_batch=count)
+                out.loss.backward()
             total += float(out.loss.detach())
             tokens += int(batch["attention_mask"].sum())
+        total, tokens = self.dist.all_reduce_sum(total, tokens)
         if not math.isfinite(total):
             raise NonFiniteLoss(f"the loss became {total} at step {self.step + 1}; lower learning_rate "
                                 "(now {:g}) or use dtype fp32/bf16".format(self.spec.learning_rate))
@@ -159,16 +181,21 @@ class Trainer:
 
     def run(self) -> Path:
         self.prepare()
+        self.log(f"data parallel: {self.dist.describe()}; global batch {self.global_batch_size} = batch_size "
+                 f"{self.spec.batch_size} x accumulation {self.spec.gradient_accumulation_steps} x "
+                 f"{self.dist.world_size} process(es)")
         self.events.emit("start", model=self.spec.model, source=self.source, device=str(self.device),
                          dtype=str(self.dtype).removeprefix("torch."), max_steps=self.max_steps,
                          examples=len(self.examples), trainable_params=self.trainable,
-                         patch_report=self.patch_report, resumed_at=self.step)
+                         patch_report=self.patch_report, resumed_at=self.step,
+                         processes=self.dist.world_size, nodes=self.dist.nodes,
+                         global_batch=self.global_batch_size)
         stream = self.micro_batches()
         began, first_step = time.time(), self.step
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         while self.step < self.max_steps:
-            if self.stop_requested:
+            if self.dist.agree(self.stop_requested):  # every rank stops at the same step
                 raise Cancelled(self._save_on_stop())
             tick = time.time()
             result, epoch = self.train_step(stream)
@@ -190,7 +217,7 @@ class Trainer:
                      lr=self.scheduler.get_last_lr()[0], grad_norm=result.grad_norm,
                      tokens_per_s=round(result.tokens / max(step_s, 1e-9), 1), elapsed_s=round(elapsed, 2),
                      eta_s=round(per_step * (self.max_steps - self.step), 1),
-                     rss_gb=telemetry.process_rss_gb(), gpus=telemetry.gpu_snapshot(),
+                     rss_gb=telemetry.process_rss_gb(), gpus=telemetry.job_gpus(self.dist),
                      **telemetry.system_memory())
         if self.device.type == "cuda":
             event["peak_gb"] = round(torch.cuda.max_memory_allocated() / 1024 ** 3, 3)
@@ -198,17 +225,29 @@ class Trainer:
         self.log(f"step {self.step}/{self.max_steps} loss {result.loss:.4f} lr {event['lr']:.2e} "
                  f"grad_norm {result.grad_norm:.3f} {event['tokens_per_s']:.0f} tok/s eta {event['eta_s']:.0f}s")
 
-    def save_checkpoint(self) -> Path:
-        folder = checkpoints.save_checkpoint(self.job_dir, self.step, self.model, self.optimizer,
-                                             self.scheduler, {"micro_index": self.micro_index})
+    def save_checkpoint(self) -> Path | None:
+        if not self.dist.is_main:  # the LoRA weights and optimizer state are the same on every rank
+            return None
+        folder = checkpoints.save_checkpoint(self.job_dir, self.step, self.model, self.optimizer, self.scheduler,
+                                             {"micro_index": self.micro_index, "processes": self.dist.world_size})
         self.events.emit("checkpoint", step=self.step, path=str(folder))
         return folder
 
     def _save_adapter(self, status: str) -> Path:
+        if not self.dist.is_main:
+            return JobLayout(self.job_dir).adapter
         card = model_card(self.spec, self.source, self.last_loss, self.step, status)
         return checkpoints.save_adapter(self.job_dir, self.model, self.tokenizer, card)
 
     def _save_on_stop(self) -> str:
         self.save_checkpoint()
         adapter = self._save_adapter(f"cancelled at step {self.step}")
+        self.dist.barrier()  # no rank exits (and makes torchrun stop the others) before rank 0 saved
         return f"cancelled by the user at step {self.step}/{self.max_steps}; adapter saved to {adapter}"
+
+
+def _untrained(example: encode.Example) -> encode.Example:
+    """A stand-in for a rank whose share of an epoch's short last micro-batch is empty: it runs
+    forward and backward like the others (DDP needs every rank's gradients) but has no label
+    tokens, so it adds nothing to the loss or the gradients."""
+    return encode.Example(list(example.input_ids), [encode.IGNORE_INDEX] * len(example.input_ids))

@@ -1,0 +1,195 @@
+"""Data parallelism for a training job: one process per GPU (or several gloo processes on CPU),
+started by torchrun, the LoRA weights replicated and their gradients all-reduced by PyTorch's
+DistributedDataParallel.
+
+The trainer asks a `Distributed` (from `init()`) for everything that differs between one process
+and many, so its loop reads the same either way (every method is a no-op with one process):
+
+    dist = init()                       # from torchrun's RANK / WORLD_SIZE / LOCAL_RANK env
+    dist.device, dist.is_main           # cuda:LOCAL_RANK (NCCL) or cpu (gloo); rank 0 writes files
+    dist.shard(global_micro_batch)      # this rank's contiguous part, deterministic
+    dist.all_reduce_sum(a, b)           # several numbers summed over ranks in one collective
+    dist.agree(flag)                    # True on every rank if it is True on any (stop requests)
+    ddp = dist.wrap(model)              # DDP over the trainable parameters only
+    with dist.accumulating(ddp, last):  # skip the all-reduce on all but the last micro-batch
+    dist.barrier(); dist.cleanup()
+
+Loss normalisation: every rank divides its summed token loss by the label-token count of the
+WHOLE global batch (all-reduced before the forward), so the gradients must be summed over ranks,
+not averaged as DDP does by default; `wrap` registers a summing comm hook for that. The result is
+the same update as one process seeing the same global batch (HF Trainer's
+`average_tokens_across_devices` reaches the same by multiplying the loss by the world size).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+# A rank waits this long in a collective (rank 0 saving a checkpoint, the first step's Triton
+# autotuning on a slower GPU) before it gives up; a dead rank is noticed by torchrun long before.
+COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+def launched_by_torchrun(env: dict | None = None) -> bool:
+    env = os.environ if env is None else env
+    return all(key in env for key in TORCHRUN_ENV)
+
+
+def _local_device(local_rank: int) -> torch.device:
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        if local_rank >= count:
+            raise RuntimeError(f"local rank {local_rank} has no GPU: {count} visible "
+                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
+                               "start one process per GPU")
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+@dataclass
+class Distributed:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    backend: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.world_size // max(1, self.local_world_size))
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "1 process"
+        where = f"{self.nodes} nodes" if self.nodes > 1 else "1 node"
+        return f"{self.world_size} processes on {where} ({self.backend}, DistributedDataParallel)"
+
+    # ---- data ------------------------------------------------------------------------------
+    def shard(self, items: list) -> list:
+        """This rank's part of a global micro-batch: contiguous, sizes differing by at most one,
+        the same on every run. A full batch of batch_size x world_size gives each rank exactly
+        batch_size items; a short last batch of an epoch may leave a rank with none."""
+        start = self.rank * len(items) // self.world_size
+        stop = (self.rank + 1) * len(items) // self.world_size
+        return list(items[start:stop])
+
+    # ---- collectives -------------------------------------------------------------------------
+    def all_reduce_sum(self, *values: float) -> list[float]:
+        """Each value summed over all ranks, in one collective (float64, so token counts and
+        summed losses stay exact)."""
+        if not self.enabled:
+            return [float(v) for v in values]
+        import torch.distributed as dist
+        tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._comm_device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor.tolist()
+
+    def agree(self, flag: bool) -> bool:
+        """True on every rank when any rank passes True, so that all ranks take the same branch
+        (stop now, or go on) and none is left waiting in a collective."""
+        if not self.enabled:
+            return bool(flag)
+        return self.all_reduce_sum(1.0 if flag else 0.0)[0] > 0
+
+    def gather_objects(self, obj) -> list:
+        """`obj` of every rank, in rank order (on every rank)."""
+        if not self.enabled:
+            return [obj]
+        import torch.distributed as dist
+        out: list = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        if self.enabled:
+            import torch.distributed as dist
+            dist.barrier(device_ids=[self.local_rank]) if self.backend == "nccl" else dist.barrier()
+
+    def cleanup(self) -> None:
+        import torch.distributed as dist
+        if self.enabled and dist.is_initialized():
+            dist.destroy_process_group()
+
+    @property
+    def _comm_device(self) -> torch.device:
+        return self.device if self.backend == "nccl" else torch.device("cpu")
+
+    # ---- the model ---------------------------------------------------------------------------
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """DDP over `model`'s trainable parameters (the LoRA weights); the frozen base and the
+        buffers are neither broadcast nor reduced. One process: `model` itself.
+
+        Wrap after the fused engine patched the model's instances: DDP's hooks sit on each
+        parameter's gradient accumulator, which the fused LoRA autograd Functions feed like any op,
+        also inside the nested backward of the engine's offloaded checkpointing (tested against
+        one process in tests/jobs/test_distributed.py). Not `static_graph`: it breaks `no_sync`
+        (reducer assert "expect_autograd_hooks_", torch 2.13)."""
+        if not self.enabled:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
+        buffers = [name for name, _ in model.named_buffers()]
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, frozen + buffers)
+        # no buffer is synced: all are in the ignore list (rotary tables and the like are the same)
+        ddp = DistributedDataParallel(model, device_ids=[self.local_rank] if self.device.type == "cuda" else None)
+        ddp.register_comm_hook(None, _sum_gradients)
+        return ddp
+
+    def accumulating(self, model: torch.nn.Module, last: bool):
+        """Context for one micro-batch's forward+backward: gradients are all-reduced only on the
+        last micro-batch of an optimizer step (DDP's no_sync on the others)."""
+        if self.enabled and not last and hasattr(model, "no_sync"):
+            return model.no_sync()
+        return contextlib.nullcontext()
+
+
+def _sum_gradients(process_group, bucket):
+    """DDP comm hook: all-reduce a gradient bucket as a SUM (DDP's default divides by the world
+    size; our per-rank losses are already normalised by the global token count)."""
+    import torch.distributed as dist
+
+    work = dist.all_reduce(bucket.buffer(), group=process_group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def init() -> Distributed:
+    """The process group of this rank (from torchrun's environment), or one process."""
+    if not launched_by_torchrun():
+        return Distributed(device=torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    device = _local_device(local_rank)
+    if world == 1:
+        return Distributed(device=device)
+    import torch.distributed as dist
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT,
+                            device_id=device if device.type == "cuda" else None)
+    return Distributed(rank=rank, world_size=world, local_rank=local_rank, local_world_size=local_world,
+                       device=device, backend=backend)
+
+
+def rescale_micro_index(micro_index: int, per_epoch_then: int, per_epoch_now: int) -> int:
+    """A resume position saved with another number of processes: the same epoch, and the same
+    share of it done (rounded down, so no example of the epoch is skipped)."""
+    if per_epoch_then == per_epoch_now:
+        return micro_index
+    epoch, index = divmod(micro_index, max(1, per_epoch_then))
+    return epoch * per_epoch_now + index * per_epoch_now // max(1, per_epoch_then)
