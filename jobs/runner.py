@@ -2,7 +2,12 @@
 
 No shell, its own process group (so cancel reaches every child), stdout and stderr appended to
 train.log (never a pipe the UI must drain). Jobs outlive the UI: a restarted runner finds running
-jobs by pid and keeps watching them. One job runs at a time (they share the GPU); the rest queue.
+jobs by pid and keeps watching them.
+
+The queue is GPU-aware (jobs/gpus.py): jobs on disjoint GPU sets run at the same time, a job waits
+until the GPUs it asks for are free of our other jobs and of other processes' memory, and a job
+with several processes runs through torchrun (jobs/launch.py). On a machine without GPUs at most
+`max_running` jobs run at a time.
 """
 from __future__ import annotations
 
@@ -16,9 +21,11 @@ import time
 from pathlib import Path
 
 import psutil
+import yaml
 
-from jobs import paths
+from jobs import gpus, paths
 from jobs.events import summarize
+from jobs.launch import launch_argv
 from jobs.layout import JobLayout
 from jobs.spec import JobSpec, short_name
 from jobs.store import JobRecord, JobState, JobStore
@@ -41,15 +48,25 @@ class Runner:
     # ---- what the UI calls ----------------------------------------------------------------
     def preview_command(self, spec: JobSpec) -> tuple[str, list[str]]:
         """The YAML and argv that Start would run, without creating anything."""
-        return spec.to_yaml(), self.command(JobLayout(spec.output_dir or "<job dir>"))
+        processes = spec.processes or len(spec.gpu_indices() or [None])
+        return spec.to_yaml(), self.command(JobLayout(spec.output_dir or "<job dir>"), processes)
 
-    def command(self, layout: JobLayout) -> list[str]:
-        """The trainer's argv for a job folder (the only place it is built)."""
-        return [self.python, "-m", "jobs.train", str(layout.config)]
+    def command(self, layout: JobLayout, processes: int = 1) -> list[str]:
+        """The trainer's argv for a job folder (the only place it is built): through torchrun
+        (jobs.launch) when the job runs as several processes."""
+        return launch_argv(self.python, processes) + ["-m", "jobs.train", str(layout.config)]
+
+    def gpu_inventory(self) -> list[gpus.GpuInfo]:
+        """This machine's GPUs, each with the names of our jobs running on it (for the Train tab)."""
+        held: dict[int, list[str]] = {}
+        for index, name in self._gpus_held(self.store.list(states=(JobState.RUNNING,))).items():
+            held.setdefault(index, []).append(name)
+        return gpus.inventory(held)
 
     def submit(self, spec: JobSpec) -> JobRecord:
         """Validate, record and start (or queue) a job. Raises SpecError before anything exists."""
         spec.validate()
+        gpus.check_request(spec.gpus, spec.processes, gpus.read_gpus())
         job_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
         job_dir = paths.jobs_dir(self.data_dir) / job_id
         spec.output_dir = str(job_dir)
@@ -105,24 +122,55 @@ class Runner:
             for record in self.store.list(states=(JobState.RUNNING,)):
                 if not self._alive(record):
                     self._finish(record)
-            running = len(self.store.list(states=(JobState.RUNNING,)))
-            for record in reversed(self.store.list(states=(JobState.QUEUED,))):  # oldest first
-                if running >= self.max_running:
-                    break
-                self._start(record)
-                running += 1
+            self._start_queued()
 
-    def _start(self, record: JobRecord) -> None:
+    def _start_queued(self) -> None:
+        """Start each queued job (oldest first) whose GPUs are free; the others wait, keeping the
+        GPUs they ask for from later jobs, with the reason in the job's `reason`."""
+        running = self.store.list(states=(JobState.RUNNING,))
+        machine, held = gpus.read_gpus(), self._gpus_held(running)
+        claimed: set[int] = set()
+        for record in reversed(self.store.list(states=(JobState.QUEUED,))):  # oldest first
+            spec = record.spec
+            decision = gpus.place(spec.get("gpus", "auto"), spec.get("processes", 0), machine, held, claimed)
+            if not machine and len(running) >= self.max_running:
+                decision = gpus.Wait("waiting for the running job to finish")
+            if isinstance(decision, gpus.Wait):
+                claimed |= decision.claims
+                if record.reason != decision.reason:
+                    self.store.update(record.id, reason=decision.reason)
+                continue
+            self._start(record, decision)
+            held.update({index: record.name for index in decision.gpus})
+            running.append(record)
+
+    def _gpus_held(self, running: list[JobRecord]) -> dict[int, str]:
+        """GPU -> name of our running job on it, from the placement in each job's config.yaml
+        (a job without one, started before this queue existed, is taken to hold every GPU)."""
+        held: dict[int, str] = {}
+        for record in running:
+            try:
+                placed = yaml.safe_load(JobLayout(record.job_dir).config.read_text(encoding="utf-8"))
+                indices = gpus.parse_gpus(str(placed.get("gpus", "auto")))
+            except (OSError, yaml.YAMLError, AttributeError, ValueError):
+                indices = None
+            for index in indices if indices is not None else [g.index for g in gpus.read_gpus()]:
+                held[index] = record.name
+        return held
+
+    def _start(self, record: JobRecord, placement: gpus.Placement) -> None:
         layout = JobLayout(record.job_dir)
-        argv = self.command(layout)
+        _write_placement(layout, placement)
+        argv = self.command(layout, placement.processes)
         # Progress bars are \r-animated lines: unreadable in a log file, so they are turned off.
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "FUSETUNE_JOB_ID": record.id,
-               "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+               "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1", **placement.env()}
         with open(layout.log, "ab") as log:
             proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._children[record.id] = proc
-        self.store.transition(record.id, (JobState.QUEUED,), state=JobState.RUNNING, pid=proc.pid, started_at=time.time())
+        self.store.transition(record.id, (JobState.QUEUED,), state=JobState.RUNNING, pid=proc.pid,
+                              started_at=time.time(), reason="")
 
     def _alive(self, record: JobRecord) -> bool:
         child = self._children.get(record.id)
@@ -146,6 +194,15 @@ class Runner:
         else:
             _signal_group(record.pid, signal.SIGKILL)
         self.reconcile()
+
+
+def _write_placement(layout: JobLayout, placement: gpus.Placement) -> None:
+    """Record the GPUs and processes the job got in its config.yaml (the config that ran), where
+    the trainer reads them and a restarted runner finds which GPUs the job holds."""
+    config = yaml.safe_load(layout.config.read_text(encoding="utf-8")) or {}
+    config.update(gpus=placement.gpus_key, processes=placement.processes)
+    layout.config.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=10_000),
+                             encoding="utf-8")
 
 
 def _job_name(spec: JobSpec) -> str:
