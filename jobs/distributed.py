@@ -33,11 +33,19 @@ import torch
 # autotuning on a slower GPU) before it gives up; a dead rank is noticed by torchrun long before.
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+# how gloo reports a rank that vanished mid-collective (a plain RuntimeError, not a DistError)
+PEER_LOST_WORDS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
 
 
 def launched_by_torchrun(env: dict | None = None) -> bool:
     env = os.environ if env is None else env
     return all(key in env for key in TORCHRUN_ENV)
+
+
+def lost_peer(exc: BaseException) -> bool:
+    """Whether `exc` says another rank is gone (the failure is theirs, not this rank's)."""
+    import torch.distributed as dist
+    return isinstance(exc, getattr(dist, "DistError", ())) or any(w in str(exc) for w in PEER_LOST_WORDS)
 
 
 def _local_device(local_rank: int) -> torch.device:

@@ -65,7 +65,6 @@ def _default_output_dir(spec: JobSpec) -> str:
 def _classify(exc: BaseException) -> tuple[str, int]:
     """The error event's kind and the exit code for a failure."""
     import torch
-    import torch.distributed
     from jobs.data import DataError
     from jobs.models import ModelError
     from jobs.trainer import Cancelled, NonFiniteLoss
@@ -79,8 +78,6 @@ def _classify(exc: BaseException) -> tuple[str, int]:
         return "oom", EXIT_FAILED
     if isinstance(exc, NonFiniteLoss):
         return "nan", EXIT_FAILED
-    if isinstance(exc, getattr(torch.distributed, "DistError", ())):
-        return "internal", EXIT_PEER_LOST  # another rank failed first; jobs.launch names it
     return "internal", EXIT_FAILED
 
 
@@ -183,9 +180,13 @@ def _train(spec: JobSpec, job_dir: Path) -> int:
 def _report_failure(exc: Exception, trainer, events, dist) -> int:
     """Write the error event (rank 0 for what all ranks meet alike, otherwise the failing rank,
     naming itself) and return the exit code."""
+    from jobs.distributed import lost_peer
     kind, code = _classify(exc)
     message = _message(kind, exc, trainer.step)
-    if kind == "internal":
+    if dist.enabled and lost_peer(exc):  # another rank failed first; jobs.launch names it
+        code, detail = EXIT_PEER_LOST, (str(exc).splitlines() or [""])[0][:300]
+        message = f"lost contact with the other ranks at step {trainer.step} ({type(exc).__name__}: {detail})"
+    elif kind == "internal":
         traceback.print_exc(file=sys.stdout)
     rank = {}
     if dist.enabled:

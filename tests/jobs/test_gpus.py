@@ -1,5 +1,6 @@
 """The GPU queue's rules (jobs/gpus.py) on made-up NVML readings."""
 import pytest
+import yaml
 
 from jobs import gpus
 from jobs.gpus import GpuInfo, Placement, Wait
@@ -112,3 +113,33 @@ def test_inventory_names_our_jobs_on_each_gpu():
 
 def test_global_batch_is_per_process_batch_times_accumulation_times_processes():
     assert gpus.global_batch(2, 4, 2) == 16 and gpus.global_batch(2, 4, 0) == 8
+
+
+def test_the_runner_runs_jobs_on_disjoint_gpus_together_and_queues_the_third(tmp_path, tiny_model, monkeypatch):
+    """Two made-up GPUs (the jobs themselves train on the CPU): jobs on GPU 0 and GPU 1 run at
+    once, each with its GPU in CUDA_VISIBLE_DEVICES and config.yaml; a third job for GPU 0 waits,
+    saying why, and starts when GPU 0 is free."""
+    import psutil
+
+    from jobs.runner import Runner
+    from jobs.spec import JobSpec
+    from tests.jobs.test_runner import wait_for
+    monkeypatch.setattr(gpus, "read_gpus", lambda: machine(0.3, 0.3))
+
+    def spec(gpu, steps):
+        return JobSpec.from_dict({"model": str(tiny_model), "max_steps": steps, "save_steps": 0,
+                                  "max_seq_length": 48, "gpus": gpu})
+    runner = Runner(tmp_path)
+    first, second = runner.submit(spec("0", 100000)), runner.submit(spec("1", 100000))
+    third = runner.submit(spec("0", 2))
+    assert [runner.get(j.id).state for j in (first, second, third)] == ["running", "running", "queued"]
+    assert runner.get(third.id).reason == f"waiting: GPU 0 is in use by job '{first.name}'"
+    assert psutil.Process(second.pid).environ()["CUDA_VISIBLE_DEVICES"] == "1"
+    placed = yaml.safe_load((tmp_path / "jobs" / second.id / "config.yaml").read_text())
+    assert (placed["gpus"], placed["processes"]) == ("1", 1)
+    assert [g.busy_by_jobs for g in runner.gpu_inventory()] == [(first.name,), (second.name,)]
+    runner.cancel(first.id)
+    wait_for(lambda: runner.get(third.id).state == "done", timeout=300)
+    assert runner.get(second.id).state == "running"
+    runner.cancel(second.id)
+    wait_for(lambda: runner.get(second.id).finished, timeout=120)

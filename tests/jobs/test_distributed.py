@@ -1,0 +1,281 @@
+"""Data-parallel jobs (jobs/distributed.py, jobs/launch.py) on CPU with gloo: the same update as
+one process with the same global batch, two nodes simulated on one host, resume, and the DDP hooks
+under the fused engine."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from jobs import launch
+from jobs.distributed import Distributed, rescale_micro_index
+from jobs.events import summarize
+from jobs.layout import JobLayout
+from tests.conftest import ROOT
+from tests.tiny import make_tiny_model
+
+
+# ---- pure parts ------------------------------------------------------------------------------
+def test_shards_are_contiguous_disjoint_and_cover_the_batch():
+    items = list(range(10))
+    for world in (1, 2, 3, 4):
+        parts = [Distributed(rank=r, world_size=world).shard(items) for r in range(world)]
+        assert sum(parts, []) == items
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    # a full global micro-batch gives each rank exactly batch_size rows, in order
+    assert Distributed(rank=1, world_size=2).shard(list("abcd")) == ["c", "d"]
+    # a short last batch can leave a rank with nothing (the trainer gives it an untrained stand-in)
+    assert Distributed(rank=0, world_size=2).shard(["x"]) == []
+
+
+def test_one_process_collectives_are_identities():
+    one = Distributed()
+    assert one.all_reduce_sum(2, 3.5) == [2.0, 3.5]
+    assert one.agree(True) and not one.agree(False)
+    model = torch.nn.Linear(2, 2)
+    assert one.wrap(model) is model and one.describe() == "1 process"
+
+
+def test_resume_position_is_rescaled_to_another_number_of_processes():
+    # 100 examples, batch 2: 50 micro-batches an epoch with one process, 25 with two
+    assert rescale_micro_index(60, 50, 25) == 25 + 5
+    assert rescale_micro_index(30, 25, 50) == 50 + 10
+    assert rescale_micro_index(7, 25, 25) == 7
+
+
+def failure(exitcode, timestamp=100, pid=4242):
+    return SimpleNamespace(exitcode=exitcode, timestamp=timestamp, pid=pid)
+
+
+def test_root_cause_prefers_a_killed_rank_over_the_ranks_torchrun_stopped():
+    failures = {0: failure(-signal.SIGTERM), 1: failure(-signal.SIGKILL), 2: failure(launch.EXIT_PEER_LOST)}
+    assert launch.root_cause(failures)[0] == 1
+    failures = {0: failure(launch.EXIT_PEER_LOST, 99), 1: failure(1, 100)}
+    assert launch.root_cause(failures)[0] == 1
+    assert launch.root_cause({0: failure(130), 1: failure(130)})[0] == 0
+
+
+def test_failure_event_names_the_rank_and_keeps_its_own_report():
+    killed = launch.failure_event(1, failure(-signal.SIGKILL), [{"type": "start"}])
+    assert killed["kind"] == "killed" and killed["rank"] == 1
+    assert killed["message"].startswith("rank 1 (pid 4242) was killed by SIGKILL") and "memory" in killed["message"]
+    own = {"type": "error", "kind": "oom", "rank": 1, "message": "rank 1: out of GPU memory", "time": 1}
+    victim = {"type": "error", "kind": "internal", "rank": 0, "message": "rank 0: lost contact", "time": 2}
+    again = launch.failure_event(1, failure(1), [own, victim])
+    assert again == {"kind": "oom", "rank": 1, "message": "rank 1: out of GPU memory"}
+    assert launch.failure_event(1, failure(1), [victim, own]) is None  # already the last word
+    silent = launch.failure_event(0, failure(7), [])
+    assert silent["kind"] == "internal" and "rank 0 (pid 4242) exited with code 7" in silent["message"]
+    assert launch.failure_event(0, failure(130), []) is None  # a cancel: rank 0 reported it
+
+
+def test_launch_argv_adds_torchrun_only_for_several_processes():
+    assert launch.launch_argv("py", 1) == ["py"]
+    argv = launch.launch_argv("py", 2)
+    assert argv[:3] == ["py", "-m", "jobs.launch"] and argv[argv.index("--nproc-per-node") + 1] == "2"
+
+
+# ---- DDP hooks under the fused engine ------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _lora_model(folder):
+    from jobs import models
+    from jobs.spec import JobSpec
+    torch.manual_seed(0)
+    base = models.load_base_model(str(folder), torch.float32, torch.device("cpu"))
+    return models.add_lora(base, JobSpec(model=str(folder), lora_r=4))
+
+
+def _grads(model):
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])
+
+
+def _ddp_rank(rank, folder, port, out):
+    """One gloo rank: gradients of two accumulated micro-batches through DDP, and (on the same
+    weights, before wrapping) of the whole global batch in one process."""
+    import torch.distributed as dist
+    from kernels import patch_model
+    from kernels.checkpoint import _set_policy, decoder_layers
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    model = _lora_model(folder)
+    report = patch_model(model, backend="triton")
+    layers = decoder_layers(model)
+    _set_policy(layers, [True] * len(layers), True, torch.device("cpu"))  # offloaded recompute
+    ids = torch.randint(3, 300, (2, 4, 9), generator=torch.Generator().manual_seed(5))
+    count = 2 * 4 * 8
+    model.train()
+    for micro in ids:
+        model(input_ids=micro, labels=micro, num_items_in_batch=count).loss.backward()
+    reference = _grads(model)
+    model.zero_grad(set_to_none=True)
+    group = Distributed(rank=rank, world_size=2, local_world_size=2, local_rank=rank, backend="gloo")
+    ddp = group.wrap(model)
+    results = []
+    for _ in range(2):  # a second step: DDP complains there if a hook was missed in the first
+        for i, micro in enumerate(ids):
+            mine = torch.stack(group.shard(list(micro)))
+            with group.accumulating(ddp, last=i == len(ids) - 1):
+                ddp(input_ids=mine, labels=mine, num_items_in_batch=count).loss.backward()
+        results.append(_grads(model))
+        model.zero_grad(set_to_none=True)
+    torch.save({"reference": reference, "ddp": results, "report": report.lines()}, out / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_ddp_over_fused_lora_and_offloaded_checkpointing_sums_gradients_like_one_process(tmp_path):
+    """The Triton LoRA/loss autograd Functions (interpreted on CPU) and the offloaded checkpoint's
+    nested backward feed DDP's hooks: the all-reduced gradients of two ranks equal one process's
+    gradients of the same global batch (summed, not averaged: each rank's loss is already divided
+    by the global token count)."""
+    folder = make_tiny_model(tmp_path / "one-layer", layers=1)
+    torch.multiprocessing.start_processes(_ddp_rank, args=(folder, _free_port(), tmp_path), nprocs=2,
+                                          start_method="fork")
+    for rank in (0, 1):
+        got = torch.load(tmp_path / f"rank{rank}.pt")
+        assert any("triton  lora_mlp" in line for line in got["report"]), got["report"]
+        for grads in got["ddp"]:
+            torch.testing.assert_close(grads, got["reference"], rtol=1e-4, atol=1e-6)
+        assert got["reference"].abs().max() > 1e-3
+
+
+# ---- whole jobs --------------------------------------------------------------------------------
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def write_config(tmp_path, name, model, **overrides):
+    config = {"model": str(model), "output_dir": str(tmp_path / name), "max_steps": 8, "learning_rate": 2e-3,
+              "batch_size": 2, "max_seq_length": 64, "save_steps": 0, "seed": 3, "warmup_steps": 2, **overrides}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def train(config, *extra):
+    return subprocess.Popen([sys.executable, "-m", "jobs.train", str(config), *extra], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def node(config, port, *extra):
+    """One simulated node: `torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d ...`."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "test-two-nodes",
+            "--max-restarts", "0", "-m", "jobs.train", str(config), *extra]
+    return subprocess.Popen(argv, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(*procs):
+    outputs = [proc.communicate(timeout=600)[0] for proc in procs]
+    for proc, output in zip(procs, outputs):
+        assert proc.returncode == 0, output[-3000:]
+    return outputs
+
+
+def adapter_weights(job_dir):
+    return load_file(str(job_dir / "adapter" / "adapter_model.safetensors"))
+
+
+def test_two_nodes_on_one_host_train_the_same_adapter_as_one_process(tmp_path, tiny_model):
+    """Two torchrun launchers (one process each, c10d rendezvous on localhost, gloo) with batch 2
+    per rank against one process with batch 4: the same global batch, so the same loss curve and
+    the same LoRA weights."""
+    config = write_config(tmp_path, "nodes", tiny_model)
+    port = _free_port()
+    jobs = [node(config, port), node(config, port), train(config, "--output_dir", str(tmp_path / "one"),
+                                                           "--batch_size", "4")]
+    finish(*jobs)
+    two, one = summarize(tmp_path / "nodes"), summarize(tmp_path / "one")
+    assert (two.start["processes"], two.start["nodes"], two.start["global_batch"]) == (2, 2, 4)
+    assert (one.start["processes"], one.start["global_batch"]) == (1, 4)
+    assert [s["loss"] for s in two.steps] == pytest.approx([s["loss"] for s in one.steps], rel=1e-5)
+    assert [s["tokens_per_s"] > 0 for s in two.steps] == [True] * 8
+    got, want = adapter_weights(tmp_path / "nodes"), adapter_weights(tmp_path / "one")
+    assert got.keys() == want.keys()
+    assert max((got[k] - want[k]).abs().max().item() for k in got) < 1e-5
+    assert max(want[k].abs().max().item() for k in want if "lora_B" in k) > 1e-3  # it did train
+    assert two.final["type"] == "done" and len(two.steps) == 8  # one writer: rank 0
+
+
+def test_processes_2_from_the_cli_accumulates_and_resumes(tmp_path, tiny_model):
+    """`processes: 2` makes `python -m jobs.train` relaunch itself through torchrun. Gradient
+    accumulation across ranks and a resume from a checkpoint give the losses of the unbroken run."""
+    config = write_config(tmp_path, "two", tiny_model, processes=2, gradient_accumulation_steps=2,
+                          save_steps=4, fused_kernels=True, gradient_checkpointing="on")
+    (output,) = finish(train(config))
+    assert "2 processes through torchrun" in output and "global batch 8" in output
+    run = summarize(tmp_path / "two")
+    assert run.start["global_batch"] == 8 and [c["step"] for c in run.checkpoints] == [4]
+    assert yaml.safe_load((tmp_path / "two" / "config.yaml").read_text())["processes"] == 2
+    losses = [s["loss"] for s in run.steps]
+    assert losses[-1] < losses[0]
+    resumed = tmp_path / "resumed"
+    finish(train(config, "--output_dir", str(resumed), "--resume_from", str(tmp_path / "two/checkpoints/step-4")))
+    steps = summarize(resumed).steps
+    assert [s["step"] for s in steps] == [5, 6, 7, 8]
+    assert [s["loss"] for s in steps] == pytest.approx(losses[4:], rel=1e-4)
+
+
+# ---- through the runner --------------------------------------------------------------------------
+def _runner_spec(model, **kw):
+    from jobs.spec import JobSpec
+    return JobSpec.from_dict({"model": str(model), "max_steps": 100000, "learning_rate": 1e-3, "save_steps": 0,
+                              "max_seq_length": 48, "batch_size": 2, "processes": 2, **kw})
+
+
+def _ranks(launcher_pid):
+    """{rank: psutil.Process} of a torchrun launcher's workers."""
+    import psutil
+    workers = {}
+    for child in psutil.Process(launcher_pid).children():
+        rank = child.environ().get("RANK")
+        if rank is not None:
+            workers[int(rank)] = child
+    return workers
+
+
+def test_cancel_stops_every_rank_at_the_same_step_and_rank_0_saves(tmp_path, tiny_model):
+    from jobs.runner import Runner
+    from tests.jobs.test_runner import wait_for
+    runner = Runner(tmp_path)
+    record = runner.submit(_runner_spec(tiny_model))
+    assert runner.command(JobLayout(record.job_dir), 2)[1:3] == ["-m", "jobs.launch"]
+    wait_for(lambda: len(summarize(record.job_dir).steps) >= 2)
+    assert sorted(_ranks(record.pid)) == [0, 1]
+    runner.cancel(record.id)
+    final = wait_for(lambda: (r := runner.get(record.id)).finished and r, timeout=120)
+    assert final.state == "cancelled" and "adapter saved" in final.reason, final.reason
+    log = (tmp_path / "jobs" / record.id / "train.log").read_text()
+    stops = {line.split(":")[0]: line.split()[-1] for line in log.splitlines() if ": stopped at step" in line}
+    assert set(stops) == {"rank 0", "rank 1"} and len(set(stops.values())) == 1, stops
+    step = int(stops["rank 0"])
+    assert (tmp_path / "jobs" / record.id / "checkpoints" / f"step-{step}" / "optim.pt").is_file()
+    assert (tmp_path / "jobs" / record.id / "adapter" / "adapter_model.safetensors").is_file()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(record.pid, 0)  # torchrun and both ranks are gone
+
+
+def test_a_rank_that_dies_fails_the_job_naming_it_and_frees_the_slot(tmp_path, tiny_model):
+    from jobs.runner import Runner
+    from tests.jobs.test_runner import wait_for
+    runner = Runner(tmp_path)
+    record = runner.submit(_runner_spec(tiny_model))
+    waiting = runner.submit(_runner_spec(tiny_model, processes=1, max_steps=2))
+    assert runner.get(waiting.id).state == "queued"
+    wait_for(lambda: summarize(record.job_dir).steps)
+    victim = _ranks(record.pid)[1]
+    victim.send_signal(signal.SIGKILL)
+    failed = wait_for(lambda: (r := runner.get(record.id)).finished and r, timeout=120)
+    assert failed.state == "failed"
+    assert failed.reason.startswith(f"rank 1 (pid {victim.pid}) was killed by SIGKILL"), failed.reason
+    assert summarize(record.job_dir).final["kind"] == "killed"
+    done = wait_for(lambda: (r := runner.get(waiting.id)).finished and r)
+    assert done.state == "done", done.reason
