@@ -8,7 +8,8 @@ and many, so its loop reads the same either way (every method is a no-op with on
     dist = init()                       # from torchrun's RANK / WORLD_SIZE / LOCAL_RANK env
     dist.device, dist.is_main           # cuda:LOCAL_RANK (NCCL) or cpu (gloo); rank 0 writes files
     dist.shard(global_micro_batch)      # this rank's contiguous part, deterministic
-    dist.all_reduce_sum(a, b)           # several numbers summed over ranks in one collective
+    dist.all_reduce_sum(a, b)           # host numbers summed over ranks (gloo: no GPU sync)
+    dist.all_reduce_(tensor)            # a device tensor summed in place, queued like a kernel
     dist.agree(flag)                    # True on every rank if it is True on any (stop requests)
     ddp = dist.wrap(model)              # DDP over the trainable parameters only
     with dist.accumulating(ddp, last):  # skip the all-reduce on all but the last micro-batch
@@ -68,6 +69,9 @@ class Distributed:
     local_world_size: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     backend: str = ""
+    # A gloo group for the loop's host-side numbers (token counts, stop requests, barriers): over
+    # NCCL they would need a GPU tensor and a host sync, stalling the CPU that queues the next step.
+    host_group: object = None
 
     @property
     def enabled(self) -> bool:
@@ -98,14 +102,22 @@ class Distributed:
 
     # ---- collectives -------------------------------------------------------------------------
     def all_reduce_sum(self, *values: float) -> list[float]:
-        """Each value summed over all ranks, in one collective (float64, so token counts and
-        summed losses stay exact)."""
+        """Host numbers summed over all ranks, in one collective on the host group (float64, so
+        token counts stay exact); never waits for the GPU."""
         if not self.enabled:
             return [float(v) for v in values]
         import torch.distributed as dist
-        tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._comm_device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        tensor = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.host_group)
         return tensor.tolist()
+
+    def all_reduce_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum a tensor on this rank's device over all ranks, in place, without a host sync (the
+        collective is queued on the device like a kernel): for numbers that stay on the GPU."""
+        if self.enabled:
+            import torch.distributed as dist
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
 
     def agree(self, flag: bool) -> bool:
         """True on every rank when any rank passes True, so that all ranks take the same branch
@@ -120,22 +132,18 @@ class Distributed:
             return [obj]
         import torch.distributed as dist
         out: list = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, obj, group=self.host_group)
         return out
 
     def barrier(self) -> None:
         if self.enabled:
             import torch.distributed as dist
-            dist.barrier(device_ids=[self.local_rank]) if self.backend == "nccl" else dist.barrier()
+            dist.barrier(group=self.host_group)
 
     def cleanup(self) -> None:
         import torch.distributed as dist
         if self.enabled and dist.is_initialized():
             dist.destroy_process_group()
-
-    @property
-    def _comm_device(self) -> torch.device:
-        return self.device if self.backend == "nccl" else torch.device("cpu")
 
     # ---- the model ---------------------------------------------------------------------------
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -190,8 +198,9 @@ def init() -> Distributed:
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT,
                             device_id=device if device.type == "cuda" else None)
+    host_group = dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT) if backend == "nccl" else None
     return Distributed(rank=rank, world_size=world, local_rank=local_rank, local_world_size=local_world,
-                       device=device, backend=backend)
+                       device=device, backend=backend, host_group=host_group)
 
 
 def rescale_micro_index(micro_index: int, per_epoch_then: int, per_epoch_now: int) -> int:

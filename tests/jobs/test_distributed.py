@@ -243,10 +243,11 @@ def _ranks(launcher_pid):
 
 
 def test_cancel_stops_every_rank_at_the_same_step_and_rank_0_saves(tmp_path, tiny_model):
+    """A QLoRA job (4-bit base weights, the LoRA weights under DDP) on two CPU processes."""
     from jobs.runner import Runner
     from tests.jobs.test_runner import wait_for
     runner = Runner(tmp_path)
-    record = runner.submit(_runner_spec(tiny_model))
+    record = runner.submit(_runner_spec(tiny_model, load_in_4bit=True))
     assert runner.command(JobLayout(record.job_dir), 2)[1:3] == ["-m", "jobs.launch"]
     wait_for(lambda: len(summarize(record.job_dir).steps) >= 2)
     assert sorted(_ranks(record.pid)) == [0, 1]
