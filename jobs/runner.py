@@ -27,7 +27,7 @@ from jobs import gpus, paths
 from jobs.events import summarize
 from jobs.launch import launch_argv
 from jobs.layout import JobLayout
-from jobs.spec import JobSpec, short_name
+from jobs.spec import JobSpec, SpecError, short_name
 from jobs.store import JobRecord, JobState, JobStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +48,7 @@ class Runner:
     # ---- what the UI calls ----------------------------------------------------------------
     def preview_command(self, spec: JobSpec) -> tuple[str, list[str]]:
         """The YAML and argv that Start would run, without creating anything."""
-        processes = spec.processes or len(spec.gpu_indices() or [None])
-        return spec.to_yaml(), self.command(JobLayout(spec.output_dir or "<job dir>"), processes)
+        return spec.to_yaml(), self.command(JobLayout(spec.output_dir or "<job dir>"), _processes_of(spec))
 
     def command(self, layout: JobLayout, processes: int = 1) -> list[str]:
         """The trainer's argv for a job folder (the only place it is built): through torchrun
@@ -194,6 +193,16 @@ class Runner:
         else:
             _signal_group(record.pid, signal.SIGKILL)
         self.reconcile()
+
+
+def _processes_of(spec: JobSpec) -> int:
+    """How many processes the job would run as on this machine (1 where its request cannot be met)."""
+    machine = gpus.read_gpus()
+    try:
+        gpus.check_request(spec.gpus, spec.processes, machine)
+    except SpecError:
+        return 1
+    return gpus.place_now(spec.gpus, spec.processes, machine)[0].processes
 
 
 def _write_placement(layout: JobLayout, placement: gpus.Placement) -> None:

@@ -21,10 +21,11 @@ import time
 import traceback
 from pathlib import Path
 
+from jobs.launch import EXIT_PEER_LOST
 from jobs.layout import JobLayout
 from jobs.spec import JobSpec, SpecError, short_name
 
-EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_CANCELLED, EXIT_PEER_LOST = 2, 3, 1, 130, 4
+EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_CANCELLED = 2, 3, 1, 130
 # Errors every rank meets alike (the same data, config, loss): reported once, by rank 0.
 SHARED_ERROR_KINDS = ("data", "config", "nan")
 

@@ -143,3 +143,13 @@ def test_the_runner_runs_jobs_on_disjoint_gpus_together_and_queues_the_third(tmp
     assert runner.get(second.id).state == "running"
     runner.cancel(second.id)
     wait_for(lambda: runner.get(second.id).finished, timeout=120)
+
+
+def test_the_start_preview_shows_torchrun_for_several_processes(tmp_path, monkeypatch):
+    from jobs.runner import Runner
+    from jobs.spec import JobSpec
+    monkeypatch.setattr(gpus, "read_gpus", lambda: machine(0.0, 0.0))
+    runner = Runner(tmp_path)
+    _, argv = runner.preview_command(JobSpec(gpus="all"))
+    assert argv[1:3] == ["-m", "jobs.launch"] and argv[argv.index("--nproc-per-node") + 1] == "2"
+    assert runner.preview_command(JobSpec(gpus="1"))[1][1:3] == ["-m", "jobs.train"]
