@@ -30,17 +30,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from jobs.launch import launched_by_torchrun
+
 # A rank waits this long in a collective (rank 0 saving a checkpoint, the first step's Triton
 # autotuning on a slower GPU) before it gives up; a dead rank is noticed by torchrun long before.
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
-TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 # how gloo reports a rank that vanished mid-collective (a plain RuntimeError, not a DistError)
 PEER_LOST_WORDS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
-
-
-def launched_by_torchrun(env: dict | None = None) -> bool:
-    env = os.environ if env is None else env
-    return all(key in env for key in TORCHRUN_ENV)
 
 
 def lost_peer(exc: BaseException) -> bool:

@@ -33,6 +33,15 @@ OOM_HINT = (" (SIGKILL usually means the system ran out of memory and the kernel
             "ended it: lower batch_size or max_seq_length, or use fewer processes)")
 
 
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+def launched_by_torchrun(env: dict | None = None) -> bool:
+    """Whether this process is one of torchrun's ranks."""
+    env = os.environ if env is None else env
+    return all(key in env for key in TORCHRUN_ENV)
+
+
 def launch_argv(python: str, processes: int) -> list[str]:
     """The argv prefix that runs a module with `processes` ranks on this machine; the caller
     appends `-m jobs.train CONFIG.yaml ...`. One process: just the interpreter."""

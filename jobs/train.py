@@ -94,8 +94,9 @@ def _message(kind: str, exc: BaseException, step: int) -> str:
 def _processes(spec: JobSpec) -> int:
     """How many processes run this job. Chooses its GPUs (CUDA_VISIBLE_DEVICES) unless that was
     done already: by the runner, or by whoever started torchrun."""
-    from jobs import distributed, gpus
-    if distributed.launched_by_torchrun():
+    from jobs import gpus
+    from jobs.launch import launched_by_torchrun
+    if launched_by_torchrun():
         if int(os.environ["WORLD_SIZE"]) > 1 and not spec.output_dir:
             raise SpecError("output_dir", "must be set when torchrun starts the job: every rank "
                             "writes to the same folder")
@@ -155,7 +156,13 @@ def _train(spec: JobSpec, job_dir: Path) -> int:
     from jobs.events import EventWriter
     from jobs.trainer import Trainer
     events = EventWriter(job_dir)
-    dist = distributed.init()
+    try:
+        dist = distributed.init()
+    except Exception as exc:  # the rendezvous or the GPU: this rank never joined the others
+        message = f"rank {os.environ.get('RANK', 0)} could not join the other ranks: {type(exc).__name__}: {exc}"
+        events.emit("error", kind="internal", message=message, step=0, rank=int(os.environ.get("RANK", 0)))
+        print(f"fusetune: {message}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
     if dist.is_main:
         trainer = Trainer(spec, job_dir, events, log=lambda line: print(line, flush=True), dist=dist)
     else:
