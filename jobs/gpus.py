@@ -1,8 +1,8 @@
 """Which GPUs a job runs on: the machine's GPUs (read through NVML), the ones our running jobs
 hold, and for a queued job either a placement or the reason it waits.
 
-Everything but `read_gpus()` is a pure function of `GpuInfo` readings, so the queue's rules are
-tested with made-up machines. GPU numbers are NVML's (PCI bus order); jobs get them as
+Everything but the readers and writers at the end (NVML, the jobs' config.yaml) is a pure function
+of `GpuInfo` readings, so the queue's rules are tested with made-up machines. GPU numbers are NVML's (PCI bus order); jobs get them as
 CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers them the same way.
 
 For the Train tab: `inventory(held)` -> one `GpuInfo(index, name, free_gb, total_gb, busy_by_jobs)`
@@ -11,6 +11,9 @@ per GPU (`Runner.gpu_inventory()` fills `busy_by_jobs` from the running jobs).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
 
 from jobs.spec import SpecError
 
@@ -164,3 +167,40 @@ def place_now(key: str, processes: int, machine: list[GpuInfo],
 def global_batch(batch_size: int, accumulation: int, processes: int) -> int:
     """Examples per optimizer step over all processes (what the Train tab shows)."""
     return batch_size * accumulation * max(1, processes)
+
+
+# ---- what the runner reads and writes ------------------------------------------------------------
+def planned_processes(key: str, processes: int) -> int:
+    """How many processes a job would run as on this machine now (1 where it cannot run here)."""
+    machine = read_gpus()
+    try:
+        check_request(key, processes, machine)
+    except SpecError:
+        return 1
+    return place_now(key, processes, machine)[0].processes
+
+
+def record_placement(config: Path, placement: Placement) -> None:
+    """Write the GPUs and processes a job got into its config.yaml (the config that ran), where
+    the trainer reads them and any runner finds which GPUs the job holds."""
+    data = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
+    data.update(gpus=placement.gpus_key, processes=placement.processes)
+    Path(config).write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10_000),
+                            encoding="utf-8")
+
+
+def held_by_jobs(running: list) -> dict[int, str]:
+    """GPU -> name of the running job (JobRecord) on it, from each job's recorded placement. A job
+    with none (started before this queue existed, or being started by another runner this moment)
+    is taken to hold every GPU."""
+    from jobs.layout import JobLayout
+    held: dict[int, str] = {}
+    for record in running:
+        try:
+            placed = yaml.safe_load(JobLayout(record.job_dir).config.read_text(encoding="utf-8"))
+            indices = parse_gpus(str(placed.get("gpus", "auto")))
+        except (OSError, yaml.YAMLError, AttributeError, ValueError):
+            indices = None
+        for index in indices if indices is not None else [g.index for g in read_gpus()]:
+            held[index] = record.name
+    return held

@@ -21,13 +21,12 @@ import time
 from pathlib import Path
 
 import psutil
-import yaml
 
 from jobs import gpus, paths
 from jobs.events import summarize
 from jobs.launch import launch_argv
 from jobs.layout import JobLayout
-from jobs.spec import JobSpec, SpecError, short_name
+from jobs.spec import JobSpec, short_name
 from jobs.store import JobRecord, JobState, JobStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +47,8 @@ class Runner:
     # ---- what the UI calls ----------------------------------------------------------------
     def preview_command(self, spec: JobSpec) -> tuple[str, list[str]]:
         """The YAML and argv that Start would run, without creating anything."""
-        return spec.to_yaml(), self.command(JobLayout(spec.output_dir or "<job dir>"), _processes_of(spec))
+        processes = gpus.planned_processes(spec.gpus, spec.processes)
+        return spec.to_yaml(), self.command(JobLayout(spec.output_dir or "<job dir>"), processes)
 
     def command(self, layout: JobLayout, processes: int = 1) -> list[str]:
         """The trainer's argv for a job folder (the only place it is built): through torchrun
@@ -58,7 +58,7 @@ class Runner:
     def gpu_inventory(self) -> list[gpus.GpuInfo]:
         """This machine's GPUs, each with the names of our jobs running on it (for the Train tab)."""
         held: dict[int, list[str]] = {}
-        for index, name in self._gpus_held(self.store.list(states=(JobState.RUNNING,))).items():
+        for index, name in gpus.held_by_jobs(self.store.list(states=(JobState.RUNNING,))).items():
             held.setdefault(index, []).append(name)
         return gpus.inventory(held)
 
@@ -127,7 +127,7 @@ class Runner:
         """Start each queued job (oldest first) whose GPUs are free; the others wait, keeping the
         GPUs they ask for from later jobs, with the reason in the job's `reason`."""
         running = self.store.list(states=(JobState.RUNNING,))
-        machine, held = gpus.read_gpus(), self._gpus_held(running)
+        machine, held = gpus.read_gpus(), gpus.held_by_jobs(running)
         claimed: set[int] = set()
         for record in reversed(self.store.list(states=(JobState.QUEUED,))):  # oldest first
             spec = record.spec
@@ -143,23 +143,9 @@ class Runner:
             held.update({index: record.name for index in decision.gpus})
             running.append(record)
 
-    def _gpus_held(self, running: list[JobRecord]) -> dict[int, str]:
-        """GPU -> name of our running job on it, from the placement in each job's config.yaml
-        (a job without one, started before this queue existed, is taken to hold every GPU)."""
-        held: dict[int, str] = {}
-        for record in running:
-            try:
-                placed = yaml.safe_load(JobLayout(record.job_dir).config.read_text(encoding="utf-8"))
-                indices = gpus.parse_gpus(str(placed.get("gpus", "auto")))
-            except (OSError, yaml.YAMLError, AttributeError, ValueError):
-                indices = None
-            for index in indices if indices is not None else [g.index for g in gpus.read_gpus()]:
-                held[index] = record.name
-        return held
-
     def _start(self, record: JobRecord, placement: gpus.Placement) -> None:
         layout = JobLayout(record.job_dir)
-        _write_placement(layout, placement)
+        gpus.record_placement(layout.config, placement)
         argv = self.command(layout, placement.processes)
         # Progress bars are \r-animated lines: unreadable in a log file, so they are turned off.
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "FUSETUNE_JOB_ID": record.id,
@@ -193,25 +179,6 @@ class Runner:
         else:
             _signal_group(record.pid, signal.SIGKILL)
         self.reconcile()
-
-
-def _processes_of(spec: JobSpec) -> int:
-    """How many processes the job would run as on this machine (1 where its request cannot be met)."""
-    machine = gpus.read_gpus()
-    try:
-        gpus.check_request(spec.gpus, spec.processes, machine)
-    except SpecError:
-        return 1
-    return gpus.place_now(spec.gpus, spec.processes, machine)[0].processes
-
-
-def _write_placement(layout: JobLayout, placement: gpus.Placement) -> None:
-    """Record the GPUs and processes the job got in its config.yaml (the config that ran), where
-    the trainer reads them and a restarted runner finds which GPUs the job holds."""
-    config = yaml.safe_load(layout.config.read_text(encoding="utf-8")) or {}
-    config.update(gpus=placement.gpus_key, processes=placement.processes)
-    layout.config.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=10_000),
-                             encoding="utf-8")
 
 
 def _job_name(spec: JobSpec) -> str:
