@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 # jobs.train's exit codes for a cancelled rank and a rank whose peers are gone
-EXIT_CANCELLED, EXIT_PEER_LOST, EXIT_FAILED = 130, 5, 1
+EXIT_CANCELLED, EXIT_PEER_LOST, EXIT_FAILED = 130, 4, 1
 # how long torchrun lets the other ranks stop after one failed (they are usually blocked in a
 # collective that will never finish, so a short wait is enough)
 SHUTDOWN_TIMEOUT_S = "15"

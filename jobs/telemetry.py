@@ -49,16 +49,18 @@ def gpu_snapshot() -> list[dict]:
     return out
 
 
-def job_gpus(dist) -> list[dict]:
-    """The GPUs of every rank of a job (`dist`: its jobs.distributed.Distributed), for step events.
+def job_gpus(dist, local: list[dict] | None = None) -> list[dict]:
+    """The GPUs of every rank of a job (`dist`: its jobs.distributed.Distributed), for step events;
+    `local`: this machine's reading if one was just taken.
 
     On one machine that is this process's snapshot: the launcher gave all ranks the same
     CUDA_VISIBLE_DEVICES. Across machines each machine's first rank reads its own GPUs and rank 0
     gathers them, each tagged with its `host` (every rank must call this, as it is a collective)."""
+    local = gpu_snapshot() if local is None else local
     if dist.nodes <= 1:
-        return gpu_snapshot()
+        return local
     import socket
-    mine = [{**gpu, "host": socket.gethostname()} for gpu in gpu_snapshot()] if dist.local_rank == 0 else []
+    mine = [{**gpu, "host": socket.gethostname()} for gpu in local] if dist.local_rank == 0 else []
     return [gpu for per_rank in dist.gather_objects(mine) for gpu in per_rank]
 
 
