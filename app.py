@@ -57,10 +57,11 @@ def open_data_dir(chosen: str | None) -> tuple[object, Runner]:
         data_dir = paths.data_dir(chosen)
         paths.check_writable(data_dir)
         runner = Runner(data_dir)
-    except OSError as exc:  # StorageError included: its text already names the path and the fix
-        detail = exc if isinstance(exc, StorageError) else f"{exc.filename or chosen}: {exc.strerror}"
-        raise SystemExit(f"fusetune: cannot use the data dir: {detail}. Pass --data-dir with a folder "
-                         "you can write to, or set FUSETUNE_HOME") from None
+    except StorageError as exc:  # its text already names the path, the free space and the fix
+        raise SystemExit(f"fusetune: cannot use the data dir: {exc}") from None
+    except OSError as exc:
+        raise SystemExit(f"fusetune: cannot use the data dir: {exc.filename or chosen}: {exc.strerror}. Pass "
+                         "--data-dir with a folder you can write to, or set FUSETUNE_HOME") from None
     except sqlite3.Error as exc:
         raise SystemExit(f"fusetune: cannot open the job database {data_dir / 'jobs.sqlite'}: {exc}; fix its "
                          "permissions or free space, or pass another --data-dir") from None

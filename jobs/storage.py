@@ -19,9 +19,12 @@ FILE_MODE, DIR_MODE = 0o600, 0o700
 
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM,
                errno.EFBIG, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG}
-# Messages of write failures that reach us as RuntimeError (torch's zip writer, safetensors).
+# Messages of write failures that reach us as RuntimeError: torch's zip writer ("file write failed",
+# or "basic_ios::clear: iostream error" followed by "unexpected pos N vs M" when a write(2) fails
+# under it, seen with a file size limit) and safetensors (the Rust io error's text).
 _WRITE_FAILURE_MARKS = ("No space left on device", "file write failed", "PytorchStreamWriter failed",
-                        "Disk quota exceeded", "StorageFull", "Read-only file system")
+                        "iostream error", "unexpected pos", "Disk quota exceeded", "StorageFull",
+                        "Read-only file system")
 
 _FIXES = {
     errno.ENOSPC: "free some space on that disk, or choose an output_dir / --data-dir on another disk",
@@ -37,20 +40,24 @@ class StorageError(OSError):
     """A write that failed because of the disk; str() is one line for people."""
 
     def __init__(self, path: str | os.PathLike, cause: BaseException, action: str = "write"):
-        code = _errno_of(cause)
-        super().__init__(code, describe(path, cause, action), str(path))
+        super().__init__(_errno_of(cause, path), describe(path, cause, action), str(path))
         self.path = str(path)
 
     def __str__(self) -> str:
         return self.strerror
 
 
-def is_disk_error(exc: BaseException) -> bool:
+def is_disk_error(exc: BaseException | None, depth: int = 0) -> bool:
+    """True for a failure of the disk, also when it is the cause of the exception raised."""
+    if exc is None or depth > 5:
+        return False
     if isinstance(exc, StorageError):
         return True
-    if isinstance(exc, OSError):
-        return exc.errno in DISK_ERRNOS
-    return isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in _WRITE_FAILURE_MARKS)
+    if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
+        return True
+    if isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in _WRITE_FAILURE_MARKS):
+        return True
+    return is_disk_error(exc.__cause__ or exc.__context__, depth + 1)
 
 
 def as_storage_error(exc: BaseException, path: str | os.PathLike, action: str = "write") -> StorageError:
@@ -60,7 +67,11 @@ def as_storage_error(exc: BaseException, path: str | os.PathLike, action: str = 
     return StorageError(getattr(exc, "filename", None) or path, exc, action)
 
 
-def _errno_of(exc: BaseException) -> int:
+LOW_SPACE_BYTES = 64 * 1024 ** 2  # a failed write with less than this free: the disk is full
+
+
+def _errno_of(exc: BaseException, path: str | os.PathLike) -> int:
+    """The errno behind a failure; torch's writer hides it, so a nearly full disk stands for ENOSPC."""
     if isinstance(exc, OSError) and exc.errno:
         return exc.errno
     text = str(exc)
@@ -68,7 +79,8 @@ def _errno_of(exc: BaseException) -> int:
         return errno.ENOSPC
     if "Read-only file system" in text:
         return errno.EROFS
-    return errno.EIO
+    free = free_bytes(path)
+    return errno.ENOSPC if free is not None and free < LOW_SPACE_BYTES else errno.EIO
 
 
 def free_bytes(path: str | os.PathLike) -> int | None:
@@ -95,8 +107,13 @@ def human_bytes(count: int | None) -> str:
 
 def describe(path: str | os.PathLike, exc: BaseException, action: str = "write") -> str:
     """'cannot write PATH: REASON (N free on that disk); FIX' on one line."""
-    code = _errno_of(exc)
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+    code = _errno_of(exc, path)
+    if isinstance(exc, OSError) and exc.strerror:
+        reason = exc.strerror
+    elif code == errno.EIO:
+        reason = f"the write failed ({str(exc).splitlines()[0][:160]})"
+    else:
+        reason = os.strerror(code)
     fix = _FIXES.get(code, "check that the disk is writable and has space")
     return f"cannot {action} {path}: {reason} ({human_bytes(free_bytes(path))} free on that disk); {fix}"
 

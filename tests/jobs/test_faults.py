@@ -9,7 +9,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import psutil
@@ -180,19 +179,6 @@ def test_cancel_and_delete_act_only_on_the_job_given(tmp_path, fake):
     assert runner.delete(running.id) and not Path(running.job_dir).exists()
     assert [r.id for r in runner.list_jobs()] == [queued.id]
     assert runner.delete("no-such-job") is False
-
-
-@pytest.fixture
-def in_process_cli(monkeypatch):
-    """jobs.train.main in this process changes the umask, the environment and the temp dir: undo."""
-    umask, tempdir = os.umask(0o022), tempfile.tempdir
-    os.umask(umask)
-    environ = dict(os.environ)
-    yield
-    os.umask(umask)
-    tempfile.tempdir = tempdir
-    os.environ.clear()
-    os.environ.update(environ)
 
 
 def test_a_full_disk_during_a_checkpoint_is_an_io_error_and_the_last_checkpoint_resumes(
