@@ -218,8 +218,12 @@ class Runner:
 
     def _check_claim(self, record: JobRecord) -> None:
         """A running job with no trainer pid: its owner is spawning it, or died before it could."""
+        if record.owner == self.owner:
+            # We spawn under self._lock, which we hold: our spawn of it failed before it was recorded.
+            self._fail(record, "its trainer could not be started; the studio's log says why")
+            return
         age = time.time() - (record.started_at or 0)
-        if record.owner == self.owner or not (procs.owner_gone(record.owner) or age > CLAIM_GRACE_S):
+        if not (procs.owner_gone(record.owner) or age > CLAIM_GRACE_S):
             return
         orphan = procs.find_trainer(record.job_dir)
         if orphan is not None:  # the trainer started; only its pid was never recorded

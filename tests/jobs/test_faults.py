@@ -227,3 +227,26 @@ def test_a_trainer_killed_mid_run_is_failed_and_its_half_written_files_are_remov
     assert final.state == JobState.FAILED and "signal SIGKILL" in final.reason
     assert not half_saved.exists() and zombie_children() == []
     assert_files_match_states(runner.store, trained=True)
+
+
+def test_a_claim_whose_owner_died_is_failed_or_adopted_never_left_running(tmp_path, fake, monkeypatch):
+    monkeypatch.setenv("FAKE_TRAINER_SECONDS", "0.5")
+    runner = Runner(tmp_path, python=fake, max_running=2)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead_owner = f"{procs.HOST}:{gone.pid}:abcdef"
+    for job_id in ("never-spawned", "spawned"):
+        layout = JobLayout(tmp_path / "jobs" / job_id)
+        layout.root.mkdir(parents=True)
+        layout.config.write_text("name: x\n")
+        runner.store.add(job_id, job_id, layout.root, {})
+        assert runner.store.claim_next(dead_owner, max_running=2).id == job_id
+    orphan = subprocess.Popen([fake, "-m", "jobs.train", str(JobLayout(tmp_path / "jobs" / "spawned").config)])
+    wait_for(lambda: starts(tmp_path / "jobs" / "spawned"), timeout=10, interval=0.02)
+
+    jobs = {r.id: r for r in runner.list_jobs()}
+    assert jobs["never-spawned"].state == JobState.FAILED and "before starting its trainer" in jobs["never-spawned"].reason
+    assert jobs["spawned"].state == JobState.RUNNING and jobs["spawned"].pid == orphan.pid  # adopted
+    orphan.wait(timeout=10)
+    assert wait_for(lambda: runner.get("spawned").state == JobState.DONE, timeout=10)
+    assert_files_match_states(runner.store)
