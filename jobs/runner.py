@@ -5,7 +5,7 @@ train.log (never a pipe the UI must drain). Jobs outlive the UI: a restarted run
 jobs by pid and keeps watching them. One job runs at a time (they share the GPU); the rest queue.
 
 Claim, then spawn: a queued job is first moved to running in SQLite by one runner instance, which
-records itself as the job's owner (`JobStore.claim_next`), and only the winner of that claim starts
+records itself as the job's owner (`JobStore.claim`), and only the winner of that claim starts
 the trainer, so two studios on one data dir never start a job twice. Any instance can finish a job
 whose trainer has exited; the instance that spawned it also reaps it, so no zombies pile up.
 
@@ -197,8 +197,13 @@ class Runner:
             self._reap_children()
             for record in self.store.list(states=(JobState.RUNNING,)):
                 _guarded(record, self._check_running)
-            while (claimed := self.store.claim_next(self.owner, self.max_running)) is not None:
+            while (claimed := self.store.claim(self.owner, self._choose)) is not None:
                 _guarded(claimed, self._spawn)
+
+    def _choose(self, running: list[JobRecord], queued: list[JobRecord]) -> str | None:
+        """The queued job to start now, decided inside the claim's transaction (so every instance
+        sees the same running jobs): the oldest, while fewer than `max_running` run."""
+        return queued[0].id if queued and len(running) < self.max_running else None
 
     def _reap_children(self) -> None:
         """Collect the exit status of every child of ours that has ended (so none stays a zombie),

@@ -2,7 +2,7 @@
 
 Each call opens its own short connection (WAL mode), so the UI's threads, the runner's monitor,
 a restarted app and a second studio on the same data dir can all read and write the same file
-safely. Starting a job is a claim (`claim_next`): one write transaction moves the oldest queued job
+safely. Starting a job is a claim (`claim`): one write transaction moves a queued job
 to running and records which instance owns it, so two studios never start the same job."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import time
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 class JobState(str, enum.Enum):
@@ -148,29 +148,38 @@ class JobStore:
             conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id))
 
     def claim_next(self, owner: str, max_running: int) -> JobRecord | None:
-        """Move the oldest queued job to running for `owner`, if fewer than `max_running` jobs run.
+        """Move the oldest queued job to running for `owner`, if fewer than `max_running` jobs run."""
+        def oldest_if_room(running: list[JobRecord], queued: list[JobRecord]) -> str | None:
+            return queued[0].id if queued and len(running) < max_running else None
+        return self.claim(owner, oldest_if_room)
 
-        One IMMEDIATE transaction takes SQLite's write lock before it counts, so two instances
-        cannot both see a free slot or both take the same job. The claimed job has no pid yet: its
-        owner spawns the trainer next and records the pid with `set_pid`."""
+    def claim(self, owner: str, choose: Callable[[list[JobRecord], list[JobRecord]], str | None]) -> JobRecord | None:
+        """Move the queued job that `choose(running, queued_oldest_first)` names (None: none) to
+        running for `owner`, and return it.
+
+        One IMMEDIATE transaction takes SQLite's write lock before `choose` sees the jobs, so two
+        instances cannot both see the same free slot (or GPU) or both take the same job; `choose`
+        should be quick and must not touch the store. The claimed job has no pid yet: its owner
+        spawns the trainer next and records the pid with `set_pid`."""
         if not self.list(states=(JobState.QUEUED,)):
             return None  # the common case, without taking the write lock
         with closing(self._connect(autocommit=True)) as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                running = conn.execute("SELECT COUNT(*) FROM jobs WHERE state = ?",
-                                       (JobState.RUNNING.value,)).fetchone()[0]
-                row = None if running >= max_running else conn.execute(
-                    "SELECT id FROM jobs WHERE state = ? ORDER BY created_at, id LIMIT 1",
-                    (JobState.QUEUED.value,)).fetchone()
-                if row is not None:
-                    conn.execute("UPDATE jobs SET state = ?, owner = ?, started_at = ?, pid = NULL "
-                                 "WHERE id = ?", (JobState.RUNNING.value, owner, time.time(), row["id"]))
+                rows = conn.execute("SELECT * FROM jobs WHERE state IN (?, ?) ORDER BY created_at, id",
+                                    (JobState.RUNNING.value, JobState.QUEUED.value)).fetchall()
+                records = [_record(r) for r in rows]
+                chosen = choose([r for r in records if r.state == JobState.RUNNING],
+                                [r for r in records if r.state == JobState.QUEUED])
+                if chosen is not None and conn.execute(
+                        "UPDATE jobs SET state = ?, owner = ?, started_at = ?, pid = NULL WHERE id = ? AND state = ?",
+                        (JobState.RUNNING.value, owner, time.time(), chosen, JobState.QUEUED.value)).rowcount != 1:
+                    chosen = None  # not a queued job: nothing claimed
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        return self.get(row["id"]) if row is not None else None
+        return self.get(chosen) if chosen is not None else None
 
     def set_pid(self, job_id: str, owner: str, pid: int) -> bool:
         """Record the trainer's pid, only while `owner` still holds the running job."""

@@ -96,13 +96,13 @@ def test_a_failed_spawn_fails_that_job_with_the_reason_and_the_queue_moves_on(tm
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the death we inject
 def test_the_monitor_survives_errors_and_is_restarted_when_it_dies(tmp_path, fake, capfd):
     runner = Runner(tmp_path, python=fake)
-    real_claim, failures = runner.store.claim_next, [sqlite3.OperationalError("database or disk is full")] * 3
+    real_claim, failures = runner.store.claim, [sqlite3.OperationalError("database or disk is full")] * 3
 
     def flaky_claim(*args):
         if failures:
             raise failures.pop()
         return real_claim(*args)
-    runner.store.claim_next = flaky_claim
+    runner.store.claim = flaky_claim
     runner.start_monitor(interval_s=0.02)
     try:
         first = runner.submit(JobSpec(name="m"))  # its own reconcile fails quietly; the monitor retries

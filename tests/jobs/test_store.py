@@ -78,3 +78,16 @@ def test_delete_is_compare_and_delete(tmp_path):
 def test_the_database_file_is_private(tmp_path):
     JobStore(tmp_path / "jobs.sqlite").add("a", "n", tmp_path, {})
     assert all(p.stat().st_mode & 0o077 == 0 for p in tmp_path.glob("jobs.sqlite*"))
+
+
+def test_a_claim_can_choose_which_queued_job_starts(tmp_path):
+    store = JobStore(tmp_path / "jobs.sqlite")
+    for job_id, gpus in (("a", "0"), ("b", "1"), ("c", "0")):
+        store.add(job_id, job_id, tmp_path / job_id, {"gpus": gpus})
+
+    def free_gpu(running, queued):  # e.g. a GPU-aware queue: the oldest job whose GPU is free
+        busy = {r.spec["gpus"] for r in running}
+        return next((q.id for q in queued if q.spec["gpus"] not in busy), None)
+    assert [store.claim("me", free_gpu).id for _ in range(2)] == ["a", "b"]
+    assert store.claim("me", free_gpu) is None and store.get("c").state == "queued"
+    assert store.claim("me", lambda running, queued: "a") is None  # "a" is not queued: nothing claimed
