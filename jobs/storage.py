@@ -26,12 +26,13 @@ _WRITE_FAILURE_MARKS = ("No space left on device", "file write failed", "Pytorch
                         "iostream error", "unexpected pos", "Disk quota exceeded", "StorageFull",
                         "Read-only file system")
 
+_NO_PERMISSION = "no permission to write there: fix the folder's permissions, or choose another output_dir / --data-dir"
 _FIXES = {
     errno.ENOSPC: "free some space on that disk, or choose an output_dir / --data-dir on another disk",
     errno.EDQUOT: "your disk quota is used up: free some space, or choose an output_dir on another disk",
     errno.EROFS: "that file system is read-only: choose a writable output_dir / --data-dir",
-    errno.EACCES: "no permission to write there: fix the folder's permissions, or choose another output_dir / --data-dir",
-    errno.EPERM: "no permission to write there: fix the folder's permissions, or choose another output_dir / --data-dir",
+    errno.EACCES: _NO_PERMISSION,
+    errno.EPERM: _NO_PERMISSION,
     errno.EIO: "the disk reported an I/O error: check the disk (dmesg) before training again",
 }
 

@@ -27,7 +27,8 @@ from jobs import paths
 from jobs.layout import JobLayout
 from jobs.logtee import tee_to_log
 from jobs.spec import JobSpec, SpecError, short_name
-from jobs.storage import PRIVATE_UMASK, StorageError, as_storage_error, is_disk_error, make_private_dir, write_private_text
+from jobs.storage import (PRIVATE_UMASK, StorageError, as_storage_error, is_disk_error, make_private_dir,
+                          write_private_text)
 
 EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_IO, EXIT_CANCELLED = 2, 3, 1, 4, 130
 

@@ -245,7 +245,8 @@ def test_a_claim_whose_owner_died_is_failed_or_adopted_never_left_running(tmp_pa
     wait_for(lambda: starts(tmp_path / "jobs" / "spawned"), timeout=10, interval=0.02)
 
     jobs = {r.id: r for r in runner.list_jobs()}
-    assert jobs["never-spawned"].state == JobState.FAILED and "before starting its trainer" in jobs["never-spawned"].reason
+    never = jobs["never-spawned"]
+    assert never.state == JobState.FAILED and "before starting its trainer" in never.reason
     assert jobs["spawned"].state == JobState.RUNNING and jobs["spawned"].pid == orphan.pid  # adopted
     orphan.wait(timeout=10)
     assert wait_for(lambda: runner.get("spawned").state == JobState.DONE, timeout=10)
