@@ -15,6 +15,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import signal
@@ -187,9 +188,9 @@ def _report_failure(exc: Exception, trainer, events, job_dir: Path) -> int:
     try:
         events.emit("error", kind=kind, message=message, step=trainer.step)
     except OSError as write_error:  # the disk that failed the job may refuse the event too
-        print(f"fusetune: could not record the error event: {as_storage_error(write_error, events.path)}",
-              file=sys.stderr, flush=True)
-    print(f"fusetune: {message}", file=sys.stderr, flush=True)
+        message += f" (and the error event could not be recorded: {as_storage_error(write_error, events.path)})"
+    with contextlib.suppress(OSError):  # stderr may be a log file on that full disk
+        print(f"fusetune: {message}", file=sys.stderr, flush=True)
     return code
 
 
