@@ -18,7 +18,7 @@ import yaml
 from jobs import procs
 from jobs.events import summarize
 from jobs.layout import JobLayout
-from jobs.runner import Runner
+from jobs.runner import Runner, RunnerError
 from jobs.spec import JobSpec
 from jobs.store import FINISHED, JobState, JobStore
 from tests.conftest import ROOT
@@ -169,7 +169,7 @@ def test_cancel_and_delete_act_only_on_the_job_given(tmp_path, fake):
     assert runner.delete(removed.id) and runner.get(removed.id) is None
     assert not Path(removed.job_dir).exists()
     assert runner.get(running.id).state == JobState.RUNNING and procs.is_trainer_of(running.pid, running.job_dir)
-    with pytest.raises(Exception, match="cancel it first"):
+    with pytest.raises(RunnerError, match="cancel it first"):
         runner.delete(running.id)
     assert runner.cancel(running.id)
     final = wait_for(lambda: (r := runner.get(running.id)).finished and r, timeout=30)
