@@ -96,8 +96,12 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(target=warm_builtin_model, args=(data_dir,), daemon=True).start()
     demo = build_studio(data_dir, runner)
     print(f"[studio] data dir {data_dir}", flush=True)
+    # Gradio hands out only files in its cache, the working directory, the temp dir (now inside the
+    # data dir) or allowed_paths. Downloads (the adapter zips) live in the job folders, whose
+    # contents the UI shows anyway; uploads, the model cache and everything else stay refused.
     demo.queue(default_concurrency_limit=4).launch(
-        server_name=args.host, server_port=args.port, auth=auth, show_error=True)
+        server_name=args.host, server_port=args.port, auth=auth, show_error=True,
+        allowed_paths=[str(paths.jobs_dir(data_dir))])
 
 
 if __name__ == "__main__":
