@@ -3,7 +3,8 @@
 The runner starts `<python> -m jobs.train CONFIG --data-dir DIR`; with `Runner(python=fake)` it
 runs the shell script below instead, which writes the same events a trainer writes, in
 milliseconds. The job's `name` picks what it does: `hang` runs until SIGTERM (then reports
-cancelled like the real trainer), `crash` exits 3 without reporting, anything else finishes.
+cancelled like the real trainer), `crash` exits 3 without reporting, anything else finishes
+(after $FAKE_TRAINER_SECONDS, and once the file $FAKE_TRAINER_WAIT_FOR exists when that is set).
 Each start appends one line to <job>/starts, so a test can count how often a job was started."""
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ if grep -q '^name: crash' "$config"; then
   exit 3
 fi
 sleep "${FAKE_TRAINER_SECONDS:-0.05}"
+if [ -n "$FAKE_TRAINER_WAIT_FOR" ]; then
+  while [ ! -e "$FAKE_TRAINER_WAIT_FOR" ]; do sleep 0.02; done
+fi
 event '{"type": "step", "time": 0, "step": 1, "max_steps": 1, "loss": 1.0}'
 event '{"type": "done", "time": 0, "step": 1, "final_loss": 1.0}'
 echo "$$ $(date +%s.%N)" >> "$job/ends"

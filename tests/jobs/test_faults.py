@@ -89,7 +89,7 @@ def test_a_failed_spawn_fails_that_job_with_the_reason_and_the_queue_moves_on(tm
     restarted = Runner(tmp_path, python=fake)  # as after fixing it and restarting: loads work, jobs run
     assert len(restarted.list_jobs()) == 2
     third = restarted.submit(JobSpec(name="c"))
-    assert wait_for(lambda: restarted.get(third.id).state == JobState.DONE, timeout=30)
+    assert wait_for(lambda: restarted.get(third.id).state == JobState.DONE, timeout=60)
     assert_files_match_states(restarted.store)
 
 
@@ -106,19 +106,19 @@ def test_the_monitor_survives_errors_and_is_restarted_when_it_dies(tmp_path, fak
     runner.start_monitor(interval_s=0.02)
     try:
         first = runner.submit(JobSpec(name="m"))  # its own reconcile fails quietly; the monitor retries
-        assert wait_for(lambda: runner.store.get(first.id).state == JobState.DONE, timeout=30)
+        assert wait_for(lambda: runner.store.get(first.id).state == JobState.DONE, timeout=60)
         assert "database or disk is full" in capfd.readouterr().err
 
         real_reconcile = runner.reconcile
         runner.reconcile = lambda: (_ for _ in ()).throw(SystemExit("the thread dies"))
-        wait_for(lambda: not runner._monitor.is_alive(), timeout=10, interval=0.02)
+        wait_for(lambda: not runner._monitor.is_alive(), timeout=60, interval=0.02)
         runner.reconcile = real_reconcile
         runner.list_jobs()  # a page load notices the dead monitor and restarts it
         assert runner.monitor_restarts == 1 and runner._monitor.is_alive()
         second = runner.store.add("later", "later", tmp_path / "jobs" / "later", {})
         (tmp_path / "jobs" / "later").mkdir()
         (tmp_path / "jobs" / "later" / "config.yaml").write_text("name: later\n")
-        assert wait_for(lambda: runner.store.get(second.id).state == JobState.DONE, timeout=30)
+        assert wait_for(lambda: runner.store.get(second.id).state == JobState.DONE, timeout=60)
     finally:
         runner.shutdown()
 
@@ -126,7 +126,7 @@ def test_the_monitor_survives_errors_and_is_restarted_when_it_dies(tmp_path, fak
 def test_one_broken_job_never_breaks_a_page_load(tmp_path, fake):
     runner = Runner(tmp_path, python=fake, max_running=5)
     jobs = [runner.submit(JobSpec(name=f"job{i}")) for i in range(4)]
-    wait_for(lambda: all(r.finished for r in runner.list_jobs()), timeout=30, interval=0.05)
+    wait_for(lambda: all(r.finished for r in runner.list_jobs()), timeout=60, interval=0.05)
     with sqlite3.connect(tmp_path / "jobs.sqlite") as db:
         db.execute("UPDATE jobs SET spec = '{not json' WHERE id = ?", (jobs[0].id,))
         db.execute("UPDATE jobs SET state = 'exploded' WHERE id = ?", (jobs[1].id,))
@@ -149,11 +149,13 @@ def test_one_broken_job_never_breaks_a_page_load(tmp_path, fake):
 
 
 def test_no_zombies_when_another_instance_finishes_our_jobs(tmp_path, fake, monkeypatch):
-    monkeypatch.setenv("FAKE_TRAINER_SECONDS", "0.5")  # all four still run when the last is submitted
+    release = tmp_path / "release"
+    monkeypatch.setenv("FAKE_TRAINER_WAIT_FOR", str(release))  # all four run until released
     mine, other = Runner(tmp_path, python=fake, max_running=4), Runner(tmp_path, python=fake, max_running=4)
     records = [mine.submit(JobSpec(name="z")) for _ in range(4)]
-    assert all(r.pid for r in records)
-    wait_for(lambda: len(zombie_children()) == 4, timeout=30, interval=0.05)
+    assert all(r.pid and r.state == JobState.RUNNING for r in records)
+    release.touch()
+    wait_for(lambda: len(zombie_children()) == 4, timeout=60, interval=0.05)
     assert all(r.state == JobState.DONE for r in other.list_jobs())  # finished by the other instance
     mine.reconcile()
     assert zombie_children() == [] and mine._children == {}
@@ -172,7 +174,7 @@ def test_cancel_and_delete_act_only_on_the_job_given(tmp_path, fake):
     with pytest.raises(RunnerError, match="cancel it first"):
         runner.delete(running.id)
     assert runner.cancel(running.id)
-    final = wait_for(lambda: (r := runner.get(running.id)).finished and r, timeout=30)
+    final = wait_for(lambda: (r := runner.get(running.id)).finished and r, timeout=60)
     assert final.state == JobState.CANCELLED and final.reason == "cancelled by the user"
     assert runner.get(queued.id).pid is None and starts(queued.job_dir) == []
     assert_files_match_states(runner.store)
@@ -230,7 +232,8 @@ def test_a_trainer_killed_mid_run_is_failed_and_its_half_written_files_are_remov
 
 
 def test_a_claim_whose_owner_died_is_failed_or_adopted_never_left_running(tmp_path, fake, monkeypatch):
-    monkeypatch.setenv("FAKE_TRAINER_SECONDS", "0.5")
+    release = tmp_path / "release"
+    monkeypatch.setenv("FAKE_TRAINER_WAIT_FOR", str(release))
     runner = Runner(tmp_path, python=fake, max_running=2)
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -242,12 +245,13 @@ def test_a_claim_whose_owner_died_is_failed_or_adopted_never_left_running(tmp_pa
         runner.store.add(job_id, job_id, layout.root, {})
         assert runner.store.claim_next(dead_owner, max_running=2).id == job_id
     orphan = subprocess.Popen([fake, "-m", "jobs.train", str(JobLayout(tmp_path / "jobs" / "spawned").config)])
-    wait_for(lambda: starts(tmp_path / "jobs" / "spawned"), timeout=10, interval=0.02)
+    wait_for(lambda: starts(tmp_path / "jobs" / "spawned"), timeout=60, interval=0.02)
 
     jobs = {r.id: r for r in runner.list_jobs()}
     never = jobs["never-spawned"]
     assert never.state == JobState.FAILED and "before starting its trainer" in never.reason
     assert jobs["spawned"].state == JobState.RUNNING and jobs["spawned"].pid == orphan.pid  # adopted
-    orphan.wait(timeout=10)
-    assert wait_for(lambda: runner.get("spawned").state == JobState.DONE, timeout=10)
+    release.touch()
+    orphan.wait(timeout=60)
+    assert wait_for(lambda: runner.get("spawned").state == JobState.DONE, timeout=60)
     assert_files_match_states(runner.store)
