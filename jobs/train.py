@@ -31,7 +31,7 @@ from jobs.spec import JobSpec, SpecError, short_name
 from jobs.storage import (PRIVATE_UMASK, StorageError, as_storage_error, is_disk_error, make_private_dir,
                           write_private_text)
 
-EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_IO, EXIT_CANCELLED = 2, 3, 1, 4, 130
+EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_IO, EXIT_CANCELLED = 2, 3, 1, 5, 130  # 4: a lost distributed peer
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -151,7 +151,7 @@ def test_an_unwritable_output_dir_is_one_line_naming_the_path_and_the_fix(tmp_pa
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     proc = run_cli("--model", str(tiny_model), "--output_dir", str(blocker / "out"), "--data-dir", str(tmp_path))
-    assert proc.returncode == 4
+    assert proc.returncode == 5
     line = one_line(proc.stderr)
     assert line.startswith(f"fusetune: cannot write {blocker / 'out'}: Not a directory (") and "output_dir" in line
 
@@ -161,7 +161,7 @@ def test_a_read_only_output_dir_is_one_line(tmp_path, tiny_model):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
     proc = run_cli("--model", str(tiny_model), "--output_dir", str(locked), "--data-dir", str(tmp_path / "d"))
-    assert proc.returncode == 4
+    assert proc.returncode == 5
     assert one_line(proc.stderr).startswith(f"fusetune: cannot write {locked}") and "Permission denied" in proc.stderr
 
 
@@ -170,7 +170,7 @@ def test_an_unusable_data_dir_is_one_line(tmp_path, tiny_model):
     blocker.write_text("not a folder")
     proc = run_cli("--model", str(tiny_model), "--output_dir", str(tmp_path / "out"),
                    "--data-dir", str(blocker / "data"))
-    assert proc.returncode == 4
+    assert proc.returncode == 5
     assert one_line(proc.stderr).startswith(f"fusetune: cannot write {blocker / 'data'}: Not a directory")
 
 
