@@ -54,9 +54,11 @@ def load_checkpoint(folder: Path, model, optimizer, scheduler) -> dict:
     return json.loads((folder / TRAINER_STATE).read_text())
 
 
-def save_adapter(job_dir: Path, model, tokenizer, card: str) -> Path:
-    """The deliverable: adapter_model.safetensors + adapter_config.json + tokenizer + model card."""
-    out = JobLayout(job_dir).adapter
+def save_adapter(job_dir: Path, model, tokenizer, card: str, best: bool = False) -> Path:
+    """The deliverable: adapter_model.safetensors + adapter_config.json + tokenizer + model card
+    (in `adapter-best/` instead with best=True: the adapter of the lowest eval loss so far)."""
+    layout = JobLayout(job_dir)
+    out = layout.best_adapter if best else layout.adapter
     tmp = out.with_name(f".{out.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
@@ -65,3 +67,15 @@ def save_adapter(job_dir: Path, model, tokenizer, card: str) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
+
+
+def promote_best_adapter(job_dir: Path) -> Path:
+    """keep_best: make `adapter/` (what the user downloads, exports and chats with) a copy of
+    `adapter-best/`, swapped in atomically; the last step's weights stay in the final checkpoint."""
+    layout = JobLayout(job_dir)
+    tmp = layout.adapter.with_name(f".{layout.adapter.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(layout.best_adapter, tmp)
+    shutil.rmtree(layout.adapter, ignore_errors=True)
+    tmp.rename(layout.adapter)
+    return layout.adapter
