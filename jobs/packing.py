@@ -30,7 +30,7 @@ import torch
 from jobs.encode import IGNORE_INDEX, Example
 
 GROUP_WINDOW = 50          # batches per length-sorting window (the sampler's "mega-batch")
-AUTO_MIN_SAVING = 0.10     # auto packs when it removes at least this share of the padded tokens
+AUTO_MIN_SAVING = 0.10     # auto packs when it needs at least this share fewer rows than examples
 
 
 @dataclass
@@ -92,17 +92,11 @@ def length_grouped(lengths: list[int], batch_size: int, seed: int, epoch: int) -
     return batches
 
 
-def padded_share(lengths: list[int], capacity: int, batch_size: int, seed: int = 0) -> tuple[int, int]:
-    """(padded tokens of length-grouped batches, tokens of packed rows) for one epoch."""
-    padded = sum(len(b) * max(lengths[i] for i in b) for b in length_grouped(lengths, batch_size, seed, 0))
-    packed = len(pack(lengths, capacity, seed)) * capacity
-    return padded, packed
-
-
-def resolve_packing(mode: str, device_type: str, lengths: list[int], capacity: int, batch_size: int,
+def resolve_packing(mode: str, device_type: str, lengths: list[int], capacity: int,
                     softcap: float | None = None, seed: int = 0) -> tuple[bool, str]:
-    """Whether to pack, and the sentence the log gets. `auto` packs on a GPU when rows are shorter
-    than max_seq_length and packing saves >= 10 % of the tokens a step computes; on CPU it keeps one
+    """Whether to pack, and the sentence the log gets. `auto` packs on a GPU when examples are
+    shorter than max_seq_length, i.e. packing needs at least 10 % fewer rows than examples (then a
+    micro-batch of batch_size rows carries more examples and fewer pad tokens); on CPU it keeps one
     example a row (length-grouped), so CPU jobs keep their meaning of batch_size and epochs."""
     if mode == "on":
         return True, "packing: on"
@@ -113,10 +107,10 @@ def resolve_packing(mode: str, device_type: str, lengths: list[int], capacity: i
     if softcap:
         return False, ("packing: auto -> off: this model soft-caps attention logits, which the varlen "
                        "kernel cannot do (set packing: on to pack with exact per-document attention)")
-    padded, packed = padded_share(lengths, capacity, batch_size, seed)
-    if packed <= (1 - AUTO_MIN_SAVING) * padded:
-        return True, f"packing: auto -> on ({packed:,} tokens an epoch instead of {padded:,} padded)"
-    return False, f"packing: auto -> off (rows already fill max_seq_length: {packed:,} vs {padded:,} tokens)"
+    rows = len(pack(lengths, capacity, seed))
+    if rows <= (1 - AUTO_MIN_SAVING) * len(lengths):
+        return True, f"packing: auto -> on ({len(lengths):,} examples in {rows:,} rows of {capacity})"
+    return False, f"packing: auto -> off (examples already fill max_seq_length: {rows:,} rows for {len(lengths):,})"
 
 
 def _label_tokens(labels: list[int]) -> int:

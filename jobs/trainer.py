@@ -154,8 +154,7 @@ class Trainer:
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         lengths = [len(e.input_ids) for e in self.examples]
         self.packed, line = resolve_packing(spec.packing, self.device.type, lengths, spec.max_seq_length,
-                                            spec.batch_size, getattr(text, "attn_logit_softcapping", None),
-                                            spec.seed)
+                                            getattr(text, "attn_logit_softcapping", None), spec.seed)
         self.log(line)
         if self.packed:
             from kernels.packed_attention import use_packed_attention
