@@ -70,7 +70,25 @@ def _window(sliding_window: int | None, length: int) -> int | None:
     return sliding_window if sliding_window and sliding_window < length else None
 
 
+_expand_kv_heads: list[bool] = [False]   # set once if a kernel build refuses fewer kv heads than q heads
+
+
 def _kernel(q, k, v, cu_seqlens, max_len: int, scale: float, sliding_window: int | None):
+    """The varlen kernel; GQA inputs go in as they are (FlashAttention-2 reads shared kv heads),
+    unless this build refused them once: then k/v are expanded to the query heads first."""
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1 and _expand_kv_heads[0]:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    try:
+        return _launch(q, k, v, cu_seqlens, max_len, scale, sliding_window)
+    except RuntimeError:
+        if groups == 1 or _expand_kv_heads[0]:
+            raise
+        _expand_kv_heads[0] = True
+        return _kernel(q, k, v, cu_seqlens, max_len, scale, sliding_window)
+
+
+def _launch(q, k, v, cu_seqlens, max_len: int, scale: float, sliding_window: int | None):
     varlen_attn, style = _torch_varlen()
     left = sliding_window - 1 if sliding_window else -1
     if varlen_attn is not None:

@@ -103,3 +103,32 @@ def test_oom_message_names_estimate_peak_and_fixes():
 
 def test_free_gpu_memory_is_none_without_a_gpu():
     assert fit.free_gpu_memory(0) is None or fit.free_gpu_memory(0) > 0
+
+
+def test_an_oom_ends_the_job_with_kind_oom_advice_and_an_intact_checkpoint(tmp_path, tiny_model, monkeypatch):
+    import torch
+    import yaml
+
+    from jobs import train, trainer
+    from jobs.events import read_events
+    real_step, calls = trainer.Trainer.train_step, []
+
+    def step_then_oom(self, stream):
+        calls.append(1)
+        if len(calls) == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real_step(self, stream)
+
+    monkeypatch.setattr(trainer.Trainer, "train_step", step_then_oom)
+    out = tmp_path / "oom"
+    config = tmp_path / "oom.yaml"
+    config.write_text(yaml.safe_dump({"model": str(tiny_model), "output_dir": str(out), "max_steps": 6,
+                                      "save_steps": 2, "batch_size": 2, "max_seq_length": 64}))
+    assert train.main([str(config)]) == train.EXIT_FAILED
+    (error,) = [e for e in read_events(out) if e["type"] == "error"]
+    assert error["kind"] == "oom" and error["step"] == 2
+    for part in ("out of GPU memory at step 3", "predicted peak", "peak allocated", "batch_size 2 -> 1",
+                 "load_in_4bit", "last checkpoint is intact", "Tried to allocate 20.00 GiB"):
+        assert part in error["message"], part
+    state = json.loads((out / "checkpoints" / "step-2" / "trainer_state.json").read_text())
+    assert state["step"] == 2 and (out / "checkpoints" / "step-2" / "adapter" / "adapter_model.safetensors").is_file()

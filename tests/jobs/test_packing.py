@@ -115,3 +115,26 @@ def test_prefetcher_yields_the_plans_batches_in_order_from_any_start():
             assert torch.equal(batch.tensors["input_ids"], expected.tensors["input_ids"])
     finally:
         stream.close()
+
+
+def test_packed_job_evaluates_and_keeps_the_best_adapter(tmp_path, tiny_model):
+    from jobs.events import summarize
+    from tests.jobs.test_train import run_job
+    proc, out = run_job(tmp_path, "packed", tiny_model, packing="on", eval_fraction=0.2, eval_steps=4,
+                        keep_best=True, max_steps=12, save_steps=0, batch_size=2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "packing: on" in proc.stdout and "examples packed into" in proc.stdout
+    summary = summarize(out)
+    assert summary.start["packing"] is True and summary.start["eval_examples"] > 0
+    assert [e["step"] for e in summary.evals] == [4, 8, 12]
+    losses = [e["eval_loss"] for e in summary.evals]
+    assert all(x == x and x > 0 for x in losses) and losses[-1] < losses[0]
+    steps = summary.steps
+    assert [s["step"] for s in steps] == list(range(1, 13))
+    assert all(s["tokens"] > 0 for s in steps)
+    best_step = summary.evals[losses.index(min(losses))]["step"]
+    assert summary.final["best_step"] == best_step
+    adapter = (out / "adapter" / "adapter_model.safetensors").read_bytes()
+    assert adapter == (out / "adapter-best" / "adapter_model.safetensors").read_bytes()
+    assert f"at step {best_step}" in (out / "adapter" / "README.md").read_text()
+    assert (out / "checkpoints" / "step-12" / "optim.pt").is_file()   # the last weights are kept too
