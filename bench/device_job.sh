@@ -9,7 +9,7 @@
 # $OUT/check_varlen.jsonl, $OUT/lora.jsonl, $OUT/profile_job_1b.json, $OUT/job.log (all stderr/stdout).
 set -u
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export PYTHONPATH=$PWD/.whl/site:${PYTHONPATH:-}
+SITE=$PWD/.whl/site   # only (c) sees the carried peers: our runs use the machine's own packages
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 what=${1:-1b}
 DIR=/tmp/bench_job; mkdir -p "$DIR"
@@ -24,7 +24,7 @@ step() {  # step NAME TIMEOUT CMD...: run unless the budget is spent; output to 
   timeout "$limit" "$@" >>"$LOG" 2>&1; echo "   exit $? (t=$(( $(date +%s) - START ))s)" | tee -a "$LOG"
 }
 job() { python3 bench/bench_job.py run --dir "$DIR" --out "$OUT/job.jsonl" "$@"; }
-unsloth_job() { python3 bench/bench_job_unsloth.py --dir "$DIR" --out "$OUT/job.jsonl" "$@"; }
+unsloth_job() { PYTHONPATH=$SITE:${PYTHONPATH:-} python3 bench/bench_job_unsloth.py --dir "$DIR" --out "$OUT/job.jsonl" "$@"; }
 
 if [ "$what" = smoke ]; then
   python3 bench/bench_job.py smoke --dir /tmp/bench_job_smoke --out "$OUT/job.jsonl"; exit $?

@@ -14,6 +14,9 @@ uses the first 49,152 rows of the embedding and the lm_head still has 128,256 ou
 step costs what it costs on a Llama-3 vocabulary (chosen over building a Llama-3-style BPE
 offline: same shapes, no second tokenizer to maintain).
 
+Run here (not on the GPU machine) to copy the tokenizer for carrying:
+    python bench/job_data.py tokenizer .carry/tok
+
 Models: random bf16 weights (`from_config`, seed 0) in BASELINES.md's Llama-3.2-1B and
 Llama-3.1-8B shapes, saved as a Hugging Face folder with the tokenizer, loaded by every stack.
 """
@@ -118,3 +121,10 @@ def build_model(shape: dict, tokenizer_dir: Path, target: Path, device: str = "c
     model.save_pretrained(target, safe_serialization=True)
     tokenizer.save_pretrained(target)
     return target
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) != 3 or sys.argv[1] != "tokenizer":
+        sys.exit("usage: python bench/job_data.py tokenizer TARGET_DIR")
+    print(export_tokenizer(Path(sys.argv[2])))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jobs.encode import IGNORE_INDEX, Example
+from jobs.encode import IGNORE_INDEX, Example, collate
 
 GROUP_WINDOW = 50          # batches per length-sorting window (the sampler's "mega-batch")
 AUTO_MIN_SAVING = 0.10     # auto packs when it needs at least this share fewer rows than examples
@@ -145,19 +145,10 @@ def collate_packed(rows: list[list[Example]], row_length: int, pad_id: int) -> B
 
 
 def collate_padded(examples: list[Example], pad_id: int) -> Batch:
-    """Right-padded rows with an attention mask (one example a row)."""
-    width = max(len(e.input_ids) for e in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
-    mask = torch.zeros((len(examples), width), dtype=torch.long)
-    for row, e in enumerate(examples):
-        n = len(e.input_ids)
-        ids[row, :n] = torch.tensor(e.input_ids)
-        labels[row, :n] = torch.tensor(e.labels)
-        mask[row, :n] = 1
+    """Right-padded rows with an attention mask (one example a row: `encode.collate`)."""
     real = sum(len(e.input_ids) for e in examples)
     counted = sum(_label_tokens(e.labels) for e in examples)
-    return Batch({"input_ids": ids, "labels": labels, "attention_mask": mask}, {}, real, counted)
+    return Batch(collate(examples, pad_id), {}, real, counted)
 
 
 class BatchPlan:
