@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import os
 import platform
+import shutil
 import subprocess
 import sys
 import threading
@@ -97,16 +98,22 @@ def job_config(stack: str, args, model_dir: Path, data: Path, out: Path) -> dict
 def run_job(stack: str, args) -> dict:
     import yaml
     model_dir, data = args.dir / args.shape, args.dir / "data.jsonl"
-    out = args.dir / f"job-{args.shape}-{stack}"
+    name = f"{args.shape}-{stack}-{args.checkpointing}" if stack == "fusetune" else f"{args.shape}-{stack}"
+    out = args.dir / f"job-{name}"
+    shutil.rmtree(out, ignore_errors=True)   # events.jsonl appends: a rerun must not read the last run's steps
     config = job_config(stack, args, model_dir, data, out)
-    path = args.dir / f"{args.shape}-{stack}.yaml"
+    path = args.dir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     sampler = UtilSampler()
     began = time.time()
-    proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=args.timeout)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired as exc:   # the job is killed; what it logged still counts
+        proc = subprocess.CompletedProcess(exc.cmd, -9, _text(exc.stdout), _text(exc.stderr) + "\n(timed out)")
     sampler.stop()
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines() if line.strip()]
+    log = out / "events.jsonl"
+    events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
     steps = [{"time": e["time"], "tokens": e["tokens"], "loss": e["loss"], "peak_gib": e.get("peak_gb")}
              for e in events if e["type"] == "step"]
     result = {"stack": "fusetune (a)" if stack == "fusetune" else "pytorch (b)", "returncode": proc.returncode,
@@ -122,6 +129,10 @@ def run_job(stack: str, args) -> dict:
     result["log_head"] = [line for line in log if "packing" in line or "checkpointing" in line
                           or "packed" in line or "memory estimate" in line][:8]
     return result
+
+
+def _text(output) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
 
 
 def versions() -> dict:
@@ -169,7 +180,8 @@ def main(argv=None) -> None:
     parser.add_argument("--examples", type=int, default=3000)
     parser.add_argument("--checkpointing", default="auto")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--timeout", type=int, default=500)
+    parser.add_argument("--timeout", type=int, default=int(os.environ.get("BENCH_STEP_LIMIT", 500)) - 20,
+                        help="seconds for the job (device_job.sh sets BENCH_STEP_LIMIT to its step's limit)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "job.jsonl")
     args = parser.parse_args(argv)
     if args.what == "smoke":

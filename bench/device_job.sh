@@ -21,10 +21,11 @@ step() {  # step NAME TIMEOUT CMD...: run unless the budget is spent; output to 
   if [ "$(left)" -lt 40 ]; then echo "SKIPPED (time budget): $name" | tee -a "$LOG"; return; fi
   [ "$limit" -gt "$(left)" ] && limit=$(left)
   echo "== $name (limit ${limit}s, t=$(( $(date +%s) - START ))s)" | tee -a "$LOG"
-  timeout "$limit" "$@" >>"$LOG" 2>&1; echo "   exit $? (t=$(( $(date +%s) - START ))s)" | tee -a "$LOG"
+  BENCH_STEP_LIMIT=$limit timeout "$limit" "$@" >>"$LOG" 2>&1; echo "   exit $? (t=$(( $(date +%s) - START ))s)" | tee -a "$LOG"
 }
-job() { python3 bench/bench_job.py run --dir "$DIR" --out "$OUT/job.jsonl" "$@"; }
-unsloth_job() { PYTHONPATH=$SITE:${PYTHONPATH:-} python3 bench/bench_job_unsloth.py --dir "$DIR" --out "$OUT/job.jsonl" "$@"; }
+# commands, not shell functions: `timeout` runs programs only
+job="python3 bench/bench_job.py run --dir $DIR --out $OUT/job.jsonl"
+unsloth_job="env PYTHONPATH=$SITE:${PYTHONPATH:-} python3 bench/bench_job_unsloth.py --dir $DIR --out $OUT/job.jsonl"
 
 if [ "$what" = smoke ]; then
   python3 bench/bench_job.py smoke --dir /tmp/bench_job_smoke --out "$OUT/job.jsonl"; exit $?
@@ -36,27 +37,27 @@ if [ "$what" = 1b ]; then
   S=llama-3.2-1b; ROWS=4          # 4 x 4096 = 16,384 tokens a step
   step check_varlen 90 python3 bench/check_varlen.py --out "$OUT/check_varlen.jsonl"
   step prepare 120 python3 bench/bench_job.py prepare --shape $S --dir "$DIR"
-  step a_offload 150 job --stack fusetune --shape $S --rows $ROWS --checkpointing offload
-  step c_unsloth 170 unsloth_job --shape $S --rows $ROWS
-  step b_pytorch 150 job --stack torch --shape $S --rows $ROWS
+  step a_offload 150 $job --stack fusetune --shape $S --rows $ROWS --checkpointing offload
+  step c_unsloth 170 $unsloth_job --shape $S --rows $ROWS
+  step b_pytorch 150 $job --stack torch --shape $S --rows $ROWS
   step bench_lora 60 python3 bench/bench_lora.py --shape $S --bs $ROWS --seq 4096 --stack fusetune \
     --checkpointing offload --out "$OUT/lora.jsonl"
   python3 - "$DIR" $S $ROWS <<'EOF'
 import sys, yaml
 d, s, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
-config = yaml.safe_load(open(f"{d}/{s}-fusetune.yaml"))
+config = yaml.safe_load(open(f"{d}/{s}-fusetune-offload.yaml"))
 config.update(max_steps=8, gradient_checkpointing="offload")
 yaml.safe_dump(config, open(f"{d}/profile.yaml", "w"))
 EOF
   step profile_a 90 python3 bench/profile_job.py "$DIR/profile.yaml" --out "$OUT/profile_job_1b.json"
-  step a_auto 120 job --stack fusetune --shape $S --rows $ROWS --checkpointing auto
+  step a_auto 120 $job --stack fusetune --shape $S --rows $ROWS --checkpointing auto
 fi
 if [ "$what" = 8b ]; then
   S=llama-3.1-8b; ROWS=2          # 2 x 4096 = 8,192 tokens a step
   step prepare 150 python3 bench/bench_job.py prepare --shape $S --dir "$DIR" --examples 2000
-  step a_offload 140 job --stack fusetune --shape $S --rows $ROWS --checkpointing offload --steps 25
-  step c_unsloth 170 unsloth_job --shape $S --rows $ROWS --steps 25
-  step b_pytorch 140 job --stack torch --shape $S --rows $ROWS --steps 25
+  step a_offload 140 $job --stack fusetune --shape $S --rows $ROWS --checkpointing offload --steps 25
+  step c_unsloth 170 $unsloth_job --shape $S --rows $ROWS --steps 25
+  step b_pytorch 140 $job --stack torch --shape $S --rows $ROWS --steps 25
   step bench_lora 70 python3 bench/bench_lora.py --shape $S --bs $ROWS --seq 4096 --stack fusetune \
     --checkpointing offload --out "$OUT/lora.jsonl"
 fi

@@ -50,15 +50,18 @@ def profile(config: Path, warmup: int, steps: int) -> dict:
     spec.output_dir = tempfile.mkdtemp(prefix="profile-job-")
     trainer = Trainer(spec, Path(spec.output_dir), EventWriter(spec.output_dir), log=lambda line: None)
     trainer.prepare()
-    stream = Prefetcher(trainer.plan, 0, pin=True)
+    cuda = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    stream = Prefetcher(trainer.plan, 0, pin=cuda)
     for _ in range(warmup):
         trainer.train_step(stream).read()
-    torch.cuda.synchronize()
-    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    sync()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch_profile(activities=activities) as prof:
         began = time.perf_counter()
         pending = [trainer.train_step(stream) for _ in range(steps)]
         losses = [p.read()[0] for p in pending]
-        torch.cuda.synchronize()
+        sync()
         wall_ms = (time.perf_counter() - began) * 1000
     stream.close()
     busy_ms, gaps, first, last = _busy_and_gaps(prof)
