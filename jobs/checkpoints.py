@@ -60,11 +60,22 @@ def load_checkpoint(folder: Path, model, optimizer, scheduler) -> dict:
     return json.loads((folder / TRAINER_STATE).read_text())
 
 
-def save_adapter(job_dir: Path, model, tokenizer, card: str) -> Path:
-    """The deliverable: adapter_model.safetensors + adapter_config.json + tokenizer + model card."""
-    out = JobLayout(job_dir).adapter
-    with staged_dir(out, JobLayout(job_dir).partial_adapter) as tmp:
+def save_adapter(job_dir: Path, model, tokenizer, card: str, best: bool = False) -> Path:
+    """The deliverable: adapter_model.safetensors + adapter_config.json + tokenizer + model card
+    (in `adapter-best/` instead with best=True: the adapter of the lowest eval loss so far)."""
+    layout = JobLayout(job_dir)
+    out = layout.best_adapter if best else layout.adapter
+    with staged_dir(out, out.with_name(f".{out.name}.partial")) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / MODEL_CARD).write_text(card, encoding="utf-8")
     return out
+
+
+def promote_best_adapter(job_dir: Path) -> Path:
+    """keep_best: make `adapter/` (what the user downloads, exports and chats with) a copy of
+    `adapter-best/`, swapped in atomically; the last step's weights stay in the final checkpoint."""
+    layout = JobLayout(job_dir)
+    with staged_dir(layout.adapter, layout.partial_adapter) as tmp:
+        shutil.copytree(layout.best_adapter, tmp, dirs_exist_ok=True)
+    return layout.adapter

@@ -107,6 +107,8 @@ def _classify(exc: BaseException) -> tuple[str, int]:
 
 
 def _message(kind: str, exc: BaseException, step: int, job_dir: Path) -> str:
+    if kind == "oom" and getattr(exc, "for_people", False):
+        return str(exc)   # the trainer's message: estimate, peak seen, what to change
     if kind == "oom":
         return (f"out of GPU memory at step {step}: lower batch_size or max_seq_length, turn on "
                 "gradient_checkpointing, or use load_in_4bit")
