@@ -199,10 +199,12 @@ def init() -> Distributed:
                        device=device, backend=backend, host_group=host_group)
 
 
-def rescale_micro_index(micro_index: int, per_epoch_then: int, per_epoch_now: int) -> int:
-    """A resume position saved with another number of processes: the same epoch, and the same
-    share of it done (rounded down, so no example of the epoch is skipped)."""
-    if per_epoch_then == per_epoch_now:
+def rescale_micro_index(micro_index: int, units: int, batch_size: int, then: int, now: int) -> int:
+    """A resume position saved by `then` processes for a run of `now`: the same epoch, and the same
+    share of it done (rounded down, so no example of the epoch is skipped). `units`: examples (or
+    packed rows) an epoch; `batch_size`: per process."""
+    per_then, per_now = -(-units // (batch_size * then)), -(-units // (batch_size * now))
+    if per_then == per_now:
         return micro_index
-    epoch, index = divmod(micro_index, max(1, per_epoch_then))
-    return epoch * per_epoch_now + index * per_epoch_now // max(1, per_epoch_then)
+    epoch, index = divmod(micro_index, max(1, per_then))
+    return epoch * per_now + index * per_now // max(1, per_then)

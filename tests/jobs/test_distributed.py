@@ -44,9 +44,9 @@ def test_one_process_collectives_are_identities():
 
 def test_resume_position_is_rescaled_to_another_number_of_processes():
     # 100 examples, batch 2: 50 micro-batches an epoch with one process, 25 with two
-    assert rescale_micro_index(60, 50, 25) == 25 + 5
-    assert rescale_micro_index(30, 25, 50) == 50 + 10
-    assert rescale_micro_index(7, 25, 25) == 7
+    assert rescale_micro_index(60, 100, 2, then=1, now=2) == 25 + 5
+    assert rescale_micro_index(30, 100, 2, then=2, now=1) == 50 + 10
+    assert rescale_micro_index(7, 100, 2, then=2, now=2) == 7
 
 
 def failure(exitcode, timestamp=100, pid=4242):
