@@ -183,10 +183,10 @@ def planned_processes(key: str, processes: int) -> int:
 def record_placement(config: Path, placement: Placement) -> None:
     """Write the GPUs and processes a job got into its config.yaml (the config that ran), where
     the trainer reads them and any runner finds which GPUs the job holds."""
+    from jobs.storage import write_private_text
     data = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
     data.update(gpus=placement.gpus_key, processes=placement.processes)
-    Path(config).write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10_000),
-                            encoding="utf-8")
+    write_private_text(config, yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10_000))
 
 
 def held_by_jobs(running: list) -> dict[int, str]:
