@@ -6,15 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from jobs.conversation import DataError, Message
 from jobs.spec import BUILTIN_DATASET, DATASET_FORMATS, JobSpec
 
-Message = dict[str, str]
+__all__ = ["DataError", "Message", "load_rows", "detect_format", "to_conversations", "preview_rows"]
+
 ROLE_ALIASES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                 "model": "assistant", "bot": "assistant", "system": "system"}
-
-
-class DataError(ValueError):
-    """Bad training data; the message says where and how to fix it."""
 
 
 def load_rows(spec: JobSpec) -> list[dict[str, Any]]:

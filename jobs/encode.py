@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from jobs.data import DataError, Message
+from jobs.conversation import DataError, Message
 
 IGNORE_INDEX = -100
 # Used only when a tokenizer has no chat template of its own (base models).

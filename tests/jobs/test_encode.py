@@ -81,3 +81,14 @@ def test_cosine_schedule_warms_up_then_decays():
     assert values[0] < values[3] < values[4] == 1.0
     assert all(a >= b for a, b in zip(values[4:], values[5:])) and values[-1] < 0.02
     assert torch.tensor(values).min() >= 0
+
+
+def test_encode_and_data_do_not_import_each_other():
+    """Issue 8 item 10: no import circle. Each imports only the shared jobs.conversation."""
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    for first, other in (("jobs.encode", "jobs.data"), ("jobs.data", "jobs.encode")):
+        code = f"import sys, {first}; print({other!r} in sys.modules)"
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "False", f"importing {first} imported {other}"
