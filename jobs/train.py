@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The CLI, generated from JobSpec so it cannot drift from the UI form or the YAML."""
     parser = argparse.ArgumentParser(prog="python -m jobs.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", nargs="?", help="a YAML file with JobSpec keys (see README)")
+    parser.add_argument("--dry-run", dest="dry_run", action="store_true", default=None,
+                        help="check the job as the studio's Start does (model, tokenizer, target modules, "
+                             "the whole dataset, limits), print a summary and exit without training")
     for f in dataclasses.fields(JobSpec):
         parser.add_argument(f"--{f.name}", dest=f.name, default=None, metavar=f.type.upper(),
                             help=f.metadata.get("help", ""))
@@ -88,7 +91,27 @@ def _message(kind: str, exc: BaseException, step: int) -> str:
     return str(exc)
 
 
+def dry_run(argv: list[str]) -> int:
+    """--dry-run: the preflight the studio's Start runs (jobs/preflight.py); 0 when the job would
+    start, otherwise the exit code of its first problem, with the problems on stderr."""
+    try:
+        spec = load_spec(argv)
+    except SpecError as exc:
+        print(f"fusetune: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    from jobs.preflight import run_preflight
+    report = run_preflight(spec, log=lambda line: print(line, flush=True))
+    print(report.summary(), flush=True)
+    if report.ok:
+        return 0
+    print(f"fusetune: {report.error()}", file=sys.stderr)
+    return EXIT_DATA if report.problems[0].key in ("dataset", "eval_dataset") else EXIT_CONFIG
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--dry-run" in argv:
+        return dry_run([arg for arg in argv if arg != "--dry-run"])
     try:
         spec = load_spec(argv)
     except SpecError as exc:
