@@ -6,6 +6,7 @@ assistant-only loss and LLaMA-Factory's supervised processor), so it works with 
 renders earlier turns the same way whatever follows them."""
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 
@@ -36,6 +37,34 @@ def ensure_chat_template(tokenizer) -> bool:
     if getattr(tokenizer, "chat_template", None):
         return False
     tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
+    return True
+
+
+SYSTEM_PRELUDE_START, SYSTEM_PRELUDE_END = "{#- fusetune:default-system -#}", "{#- /fusetune:default-system -#}"
+
+
+def set_default_system(tokenizer, system: str) -> bool:
+    """Make `system` the system message of every conversation that has none, by putting a short
+    Jinja prelude in front of the tokenizer's own chat template (replacing an earlier one).
+
+    Why a prelude and not string surgery: it works with any template that renders a leading
+    system message, and it overrides defaults a template inserts itself (SmolLM2's inserts "You
+    are a helpful AI assistant named SmolLM, trained by Hugging Face" when there is none). The
+    tokenizer is saved with the adapter, so everything that chats with the tuned model through
+    its tokenizer starts from this line. Returns False when the template cannot be changed
+    (a dict of named templates)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str):
+        return False
+    if template.startswith(SYSTEM_PRELUDE_START):
+        template = template[template.index(SYSTEM_PRELUDE_END) + len(SYSTEM_PRELUDE_END):]
+    # A JSON string is a valid Jinja string literal; braces and % are escaped so that no name the
+    # user typed can end the tag.
+    literal = json.dumps(system).replace("{", "\\u007b").replace("}", "\\u007d").replace("%", "\\u0025")
+    prelude = ("{%- if messages and messages[0]['role'] != 'system' %}"
+               f"{{%- set messages = [{{'role': 'system', 'content': {literal}}}] + messages %}}"
+               "{%- endif %}")
+    tokenizer.chat_template = SYSTEM_PRELUDE_START + prelude + SYSTEM_PRELUDE_END + template
     return True
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from jobs import checkpoints, encode, models, telemetry
-from jobs.data import load_rows, to_conversations
+from jobs.data import load_conversations
 from jobs.events import EventWriter
 from jobs.export import model_card
 from jobs.spec import JobSpec
@@ -66,7 +66,7 @@ class Trainer:
         self.tokenizer = models.load_tokenizer(self.source)
         if encode.ensure_chat_template(self.tokenizer):
             self.log("note: the tokenizer has no chat template; using ChatML")
-        conversations = to_conversations(load_rows(spec), spec.dataset_format)
+        conversations = load_conversations(spec, self.tokenizer, self.data_dir, log=self.log)
         self.examples = encode.encode_all(self.tokenizer, conversations, spec.max_seq_length, log=self.log)
         self.dtype = models.pick_dtype(spec, self.device)
         self.log(f"loading {self.source} on {self.device} as {self.dtype}"
