@@ -11,6 +11,7 @@ import threading
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from jobs import paths  # noqa: E402
+from jobs.access import use_allowed_dirs  # noqa: E402
 from jobs.runner import Runner  # noqa: E402
 
 
@@ -21,6 +22,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=int(os.environ.get("FUSETUNE_PORT", "7860")))
     parser.add_argument("--data-dir", default=None,
                         help="where jobs, uploads and the model cache live (default $FUSETUNE_HOME or ~/.fusetune)")
+    parser.add_argument("--allow-dir", action="append", default=None, metavar="DIR",
+                        help="a folder whose datasets and models the studio may read, besides its data dir "
+                             "(repeatable; or FUSETUNE_ALLOW_DIRS=DIR1:DIR2)")
     parser.add_argument("--auth", default=os.environ.get("FUSETUNE_AUTH"),
                         help="USER:PASS required to use the studio (or set FUSETUNE_AUTH)")
     return parser.parse_args(argv)
@@ -47,6 +51,7 @@ def warm_builtin_model(data_dir) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    use_allowed_dirs(args.allow_dir)  # the studio's read policy (jobs/access.py) picks them up
     # Same as in jobs/train.py: an optional bitsandbytes hub kernel, whose absence is harmless.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     auth = parse_auth(args.auth)

@@ -45,6 +45,17 @@ def is_local_reference(value: str, suffixes: tuple[str, ...]) -> bool:
     return value.startswith(("/", "~", ".", "\\")) or Path(value).suffix.lower() in suffixes
 
 
+def use_allowed_dirs(dirs: list[str] | None) -> None:
+    """app.py --allow-dir: check the folders and hand them to every DataAccess.for_studio in this
+    process through $FUSETUNE_ALLOW_DIRS. SystemExit naming a folder that does not exist."""
+    if not dirs:
+        return
+    for folder in dirs:
+        if not Path(folder).expanduser().is_dir():
+            raise SystemExit(f"fusetune: --allow-dir {folder}: not a folder")
+    os.environ[ALLOW_DIRS_ENV] = os.pathsep.join(os.path.realpath(os.path.expanduser(d)) for d in dirs)
+
+
 def allowed_dirs_from_env() -> list[Path]:
     raw = os.environ.get(ALLOW_DIRS_ENV, "")
     return [Path(part) for part in raw.split(os.pathsep) if part.strip()]
