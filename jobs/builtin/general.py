@@ -13,14 +13,19 @@ import os
 import re
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 from jobs.builtin.general_prompts import PROMPTS_EN, PROMPTS_ZH
 
-MAX_NEW_TOKENS = 96
-BATCH_SIZE = 16
+# 64 new tokens, cut back to the last full sentence: short rows keep the default run fast. One
+# batch of 64 prompts costs about as much per step as one of 16 on a CPU (the matrix products are
+# too small to be compute-bound), so the 121 prompts take two batches (~3 CPU-minutes, once).
+MAX_NEW_TOKENS = 64
+BATCH_SIZE = 64
 # Answers naming another assistant or maker would contradict the new identity; they are left out.
 FOREIGN_NAMES = re.compile(r"smollm|hugging\s*face|openai|chatgpt|\bclaude\b|\bllama\b|\bqwen\b", re.I)
+REPETITIVE_RATIO = 0.5  # zlib-compressed / raw size below this: a loop such as "煮米饭！煮米饭！…"
 SENTENCE_END = re.compile(r"[.!?。！？\n](?=[^.!?。！？\n]*$)")
 
 
@@ -60,16 +65,21 @@ def base_answers(model_cache: Path, source: str, log=print) -> list[dict[str, st
 
 def usable(generated: list[tuple[str, str, bool]]) -> list[dict[str, str]]:
     """Answers worth replaying: complete ones, and cut ones trimmed back to their last full
-    sentence (when that keeps at least half); none that names another assistant."""
+    sentence (when that keeps at least half); none that names another assistant or loops."""
     kept = []
     for prompt, answer, finished in generated:
         answer = answer.strip()
         if not finished:
             end = SENTENCE_END.search(answer)
             answer = answer[:end.end()].strip() if end and end.end() >= len(answer) // 2 else ""
-        if answer and not FOREIGN_NAMES.search(answer):
+        if answer and not FOREIGN_NAMES.search(answer) and not _repetitive(answer):
             kept.append({"prompt": prompt, "answer": answer})
     return kept
+
+
+def _repetitive(text: str) -> bool:
+    raw = text.encode()
+    return len(raw) >= 40 and len(zlib.compress(raw)) / len(raw) < REPETITIVE_RATIO
 
 
 def generate(source: str, questions: list[str]) -> list[tuple[str, str, bool]]:

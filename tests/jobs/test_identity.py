@@ -112,6 +112,7 @@ def test_unusable_answers_are_trimmed_or_left_out():
         ("q3", "Short. Then a much longer part that was cut off", False),  # too little complete: left out
         ("q4", "I am SmolLM, trained by Hugging Face.", True),          # names another assistant
         ("q5", "   ", True),
+        ("q6", "煮米饭！" * 8, True),                                      # a loop
     ]
     assert general.usable(generated) == [{"prompt": "q1", "answer": "Paris is the capital."},
                                          {"prompt": "q2", "answer": "A long first sentence, complete."}]

@@ -166,3 +166,39 @@ def test_preview_of_a_file_with_a_50mb_row_stays_small(tmp_path, suffix):
         assert result["answer_bytes"] < 10_000, result
         assert len(result["problems"]) == 1 and "over the row size limit" in result["problems"][0]
         assert result["rows"] == (2 if huge_first else 3)
+
+
+STUDIO_PREVIEW = r"""
+import json, sys, psutil
+from jobs.data import DataError, preview_rows
+from jobs.spec import JobSpec
+model, small, huge = sys.argv[1:4]
+preview_rows(JobSpec.from_dict({"model": model, "dataset": small}), n=3)  # tokenizer and imports warm
+process = psutil.Process()
+before = process.memory_info().rss
+try:
+    answer = json.dumps(preview_rows(JobSpec.from_dict({"model": model, "dataset": huge}), n=3))
+except DataError as exc:
+    answer = str(exc)
+after = process.memory_info().rss
+print(json.dumps({"grew_mb": (after - before) / 2**20, "answer": answer[:2000], "answer_bytes": len(answer)}))
+"""
+
+
+@pytest.mark.parametrize("huge_first", [True, False])
+def test_studio_preview_of_a_huge_file_keeps_memory_flat(tmp_path, tiny_model, huge_first):
+    """The Train tab's Preview (jobs.data.preview_rows) on a JSONL file with a 50 MB row: the rows
+    before it are shown without reading it; a huge first row is refused by its line number."""
+    path = _huge_file(tmp_path, ".jsonl", huge_first)
+    small = tmp_path / "small.jsonl"
+    small.write_text(json.dumps(ROW))
+    proc = subprocess.run([sys.executable, "-c", STUDIO_PREVIEW, str(tiny_model), str(small), path], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["grew_mb"] < 100, result
+    assert result["answer_bytes"] < 20_000
+    if huge_first:
+        assert result["answer"].startswith("huge.jsonl has 1 bad row: line 1 is 52,4")
+    else:
+        assert '"trained_tokens"' in result["answer"] and result["answer"].count('"segments"') == 3
