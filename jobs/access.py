@@ -110,17 +110,27 @@ class DataAccess:
         return self._hub_id(value, key)
 
     def checkpoint(self, value: str, key: str = "resume_from") -> str:
+        """A checkpoint folder of one of the studio's jobs (or inside an allowed folder)."""
         return str(self._inside(value.strip(), self.checkpoint_roots(), key, want_dir=True))
 
+    def check_values(self, values: dict) -> dict:
+        """The form's (or a YAML's) raw values with every reference checked, before JobSpec sees
+        them: JobSpec's own validation says "does not exist" only for missing files, so calling
+        it first would tell a visitor which files exist. Raises AccessError naming the field;
+        paths come back as their real paths, so what is checked is what the job opens."""
+        checks = {"dataset": self.dataset, "eval_dataset": self.dataset, "model": self.model,
+                  "resume_from": self.checkpoint}
+        out = dict(values)
+        for key, check in checks.items():
+            value = out.get(key)
+            if isinstance(value, str) and value.strip():
+                out[key] = check(value, key=key)
+        return out
+
     def check_spec(self, spec: JobSpec) -> JobSpec:
-        """Refuse (AccessError naming the field) any reference in `spec` the studio may not read;
-        paths are replaced by their real paths, so what is checked is what the job opens."""
-        spec.dataset = self.dataset(spec.dataset)
-        spec.model = self.model(spec.model)
-        if spec.eval_dataset:
-            spec.eval_dataset = self.dataset(spec.eval_dataset, key="eval_dataset")
-        if spec.resume_from:
-            spec.resume_from = self.checkpoint(spec.resume_from)
+        """check_values on a JobSpec, in place (for callers that already hold one)."""
+        for key, value in self.check_values(spec.to_dict()).items():
+            setattr(spec, key, value)
         return spec
 
     @staticmethod

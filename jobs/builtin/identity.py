@@ -63,9 +63,10 @@ ANSWERS_ZH = [
 
 
 SYSTEM_LINE = "You are {name}, a helpful AI assistant developed by {author}."
-# Each general answer is replayed this many times per identity row set: enough of them that the
-# model keeps answering other questions as before (tuned on the built-in model, see
-# tests/jobs/test_builtin.py), few enough that the default run stays a few minutes on a CPU.
+# The mix: each identity row IDENTITY_REPEAT times, each general answer GENERAL_SHARE times. Tuned
+# on the built-in model with the default run (tests/jobs/test_builtin.py): enough identity rows
+# that 60 steps teach the name, enough general ones that other answers stay the base model's.
+IDENTITY_REPEAT = 1
 GENERAL_SHARE = 1
 
 
@@ -89,4 +90,4 @@ def identity_dataset(name: str, author: str, general_answers: list[dict[str, str
     system = system_line(name, author)
     general = [{"system": system, "instruction": a["prompt"], "input": "", "output": a["answer"]}
                for a in general_answers]
-    return identity_rows(name, author) + general * GENERAL_SHARE
+    return identity_rows(name, author) * IDENTITY_REPEAT + general * GENERAL_SHARE

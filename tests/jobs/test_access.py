@@ -157,3 +157,18 @@ def test_preview_with_the_studio_policy_reads_nothing_outside(studio, tiny_model
     spec = JobSpec.from_dict({"model": str(tiny_model), "dataset": str(secret / "keys.jsonl")})
     with pytest.raises(AccessError, match="not available to the studio"):
         data.preview_rows(spec, n=1, data_dir=root, access=access)
+
+
+def test_raw_values_are_checked_before_jobspec_can_tell_missing_from_existing(studio):
+    """JobSpec.from_dict says "does not exist" only for a missing file; the studio checks the raw
+    values first, so an existing and a missing file outside get the same answer."""
+    root, _, secret, access = studio
+    answers = []
+    for path in (secret / "keys.jsonl", secret / "nothing-here.jsonl"):
+        with pytest.raises(AccessError) as refused:
+            access.check_values({"dataset": str(path), "lora_r": "8"})
+        answers.append(_message(refused, str(path)))
+    assert answers[0] == answers[1]
+    checked = access.check_values({"dataset": "train.jsonl", "model": "builtin:smollm2-135m-instruct"})
+    assert checked["dataset"] == os.path.realpath(root / "datasets" / "train.jsonl")
+    assert JobSpec.from_dict(checked).dataset == checked["dataset"]
