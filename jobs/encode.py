@@ -150,15 +150,31 @@ def batches(examples: list[Example], batch_size: int, seed: int, epoch: int):
 
 
 def preview(tokenizer, conversations, max_length: int, n: int = 3) -> list[dict]:
-    """The first n rows as the model sees them: rendered pieces marked trained or not."""
+    """The first n rows as the model sees them: rendered pieces marked trained or not, cut at
+    max_length tokens like training cuts them (so a preview answer stays small, whatever the row)."""
     out = []
     for conversation in conversations[:n]:
         example = encode(tokenizer, conversation, max_length)
         if isinstance(conversation, str):
             pieces = [(tokenizer.decode(example.input_ids), True)]
         else:
-            pieces = segments(tokenizer, conversation)
+            pieces = _clip(tokenizer, segments(tokenizer, conversation), max_length)
         out.append({"segments": pieces, "tokens": len(example.input_ids),
                     "trained_tokens": example.trained_tokens,
                     "truncated": len(example.input_ids) >= max_length})
     return out
+
+
+def _clip(tokenizer, pieces: list[tuple[str, bool]], max_length: int) -> list[tuple[str, bool]]:
+    """The pieces up to max_length tokens; the piece that crosses it is cut there."""
+    kept, used = [], 0
+    for text, trained in pieces:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if used + len(ids) <= max_length:
+            kept.append((text, trained))
+            used += len(ids)
+            continue
+        if max_length > used:
+            kept.append((tokenizer.decode(ids[:max_length - used]), trained))
+        break
+    return kept

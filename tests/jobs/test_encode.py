@@ -74,6 +74,17 @@ def test_preview_marks_trained_segments(tokenizer):
     assert row["trained_tokens"] == 7
 
 
+def test_preview_is_cut_where_training_cuts(tokenizer):
+    """A huge answer previews as the max_length tokens the model will see, not the whole row."""
+    conv = [{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": " ".join(["Zed."] * 5000)}]
+    (row,) = encode.preview(tokenizer, [conv], max_length=16)  # the prompt is 13 tokens
+    assert row["truncated"] and row["tokens"] == 16
+    (prompt, prompt_trained), (answer, answer_trained) = row["segments"]
+    assert (prompt_trained, answer_trained) == (False, True)
+    assert prompt == "<|im_start|>user\nWho are you?<|im_end|>\n<|im_start|>assistant\n"
+    assert answer.split() == ["Zed.", "Zed."]  # 3 tokens: Zed., a space, Zed.
+
+
 def test_cosine_schedule_warms_up_then_decays():
     from jobs.trainer import cosine_with_warmup
     f = cosine_with_warmup(warmup=4, total=20)
