@@ -255,19 +255,26 @@ def load_conversations(spec: JobSpec, tokenizer, data_dir=None, key: str = "data
     identity's system line (the tokenizer is saved with the adapter, so Chat with the tuned model
     uses it too)."""
     rows, problems = _read(spec, key, data_dir, True, None, log)
+    if getattr(spec, key) == BUILTIN_DATASET:
+        rows = identity_for_template(spec, rows, tokenizer, log)
     conversations = to_conversations(rows, spec.dataset_format, problems) if rows else []
     _raise_for(rows, problems)
-    if getattr(spec, key) == BUILTIN_DATASET:
-        _use_identity_system_line(spec, tokenizer, log)
     return conversations
 
 
-def _use_identity_system_line(spec: JobSpec, tokenizer, log) -> None:
+def identity_for_template(spec: JobSpec, rows: Rows, tokenizer, log=print) -> Rows:
+    """The identity rows as this tokenizer can take them: with their system line, made the chat
+    template's default (so Chat with the tuned model starts from it), or, for a template that
+    refuses system messages (Mistral's raises), without one."""
     from jobs import encode
     from jobs.builtin.identity import system_line
+    if not encode.accepts_system(tokenizer):
+        log("note: this model's chat template takes no system message; the identity rows go without one")
+        return Rows([{k: v for k, v in row.items() if k != "system"} for row in rows], rows.numbers, rows.name)
     line = system_line(spec.bot_name, spec.bot_author)
     if encode.set_default_system(tokenizer, line):
         log(f"chat template: conversations without a system message now start with {line!r}")
+    return rows
 
 
 def preview_rows(spec: JobSpec, n: int = 3, data_dir=None, access=None) -> list[dict]:
@@ -283,8 +290,7 @@ def preview_rows(spec: JobSpec, n: int = 3, data_dir=None, access=None) -> list[
     tokenizer = models.load_tokenizer(source)
     encode.ensure_chat_template(tokenizer)
     if spec.dataset == BUILTIN_DATASET:
-        rows = load_rows(spec, data_dir)
-        _use_identity_system_line(spec, tokenizer, log=lambda _line: None)
+        rows = identity_for_template(spec, load_rows(spec, data_dir), tokenizer, log=lambda _line: None)
     else:
         rows, problems = scan_rows(spec.dataset, first=n)
         error = problems.error(rows.name)

@@ -68,6 +68,17 @@ def set_default_system(tokenizer, system: str) -> bool:
     return True
 
 
+def accepts_system(tokenizer) -> bool:
+    """Whether the chat template renders a system message (some, like Mistral's, raise on one)."""
+    from jinja2.exceptions import TemplateError
+    try:
+        tokenizer.apply_chat_template([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+                                      tokenize=False)
+    except TemplateError:
+        return False
+    return True
+
+
 def _render(tokenizer, messages: list[Message], generation_prompt: bool) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
 

@@ -134,11 +134,13 @@ def _check_model(spec: JobSpec, data_dir, report: PreflightReport, log) -> tuple
         report.chat_template = "ChatML (Fusetune's fallback: the model has no chat template of its own)"
     else:
         report.chat_template = "the model's own"
-    if spec.dataset == BUILTIN_DATASET:
+    if spec.dataset == BUILTIN_DATASET and encode.accepts_system(tokenizer):
         from jobs.builtin.identity import system_line
         line = system_line(spec.bot_name, spec.bot_author)
         encode.set_default_system(tokenizer, line)
         report.chat_template += f", with the default system line {line!r}"
+    elif spec.dataset == BUILTIN_DATASET:
+        report.chat_template += " (it takes no system message: the identity rows go without one)"
     report.max_positions = models.max_positions(config)
     if report.max_positions and spec.max_seq_length > report.max_positions:
         report.fail("max_seq_length", f"{spec.max_seq_length:,} is longer than this model's limit of "
@@ -168,7 +170,7 @@ def _check_dataset(spec: JobSpec, key: str, tokenizer, data_dir, report: Preflig
     """Read every row, convert every row, and report every bad one (first 10 and the count)."""
     from jobs import data
     try:
-        rows, problems = _rows(spec, key, data_dir, report, limit)
+        rows, problems = _rows(spec, key, tokenizer, data_dir, report, limit)
         fmt = spec.dataset_format
         if rows and fmt == "auto":
             fmt = data.detect_format(rows)
@@ -193,13 +195,16 @@ def _check_dataset(spec: JobSpec, key: str, tokenizer, data_dir, report: Preflig
                         f"max_seq_length={spec.max_seq_length}; raise it")
 
 
-def _rows(spec: JobSpec, key: str, data_dir, report: PreflightReport, limit: int | None):
+def _rows(spec: JobSpec, key: str, tokenizer, data_dir, report: PreflightReport, limit: int | None):
     """(rows, problems) of the dataset. The built-in identity dataset includes the base model's
     general answers when they are already cached."""
     from jobs import data
     reference = getattr(spec, key)
     if reference == BUILTIN_DATASET:
-        return _identity_rows(spec, data_dir, report), data.Problems()
+        rows = _identity_rows(spec, data_dir, report)
+        if tokenizer is not None:
+            rows = data.identity_for_template(spec, rows, tokenizer, log=lambda _line: None)
+        return rows, data.Problems()
     return data.scan_rows(reference, limit)
 
 

@@ -116,3 +116,21 @@ def test_unusable_answers_are_trimmed_or_left_out():
     ]
     assert general.usable(generated) == [{"prompt": "q1", "answer": "Paris is the capital."},
                                          {"prompt": "q2", "answer": "A long first sentence, complete."}]
+
+
+def test_a_template_without_system_messages_gets_identity_rows_without_one(tokenizer, tmp_path, monkeypatch):
+    """Mistral-style templates raise on a system message: the rows go without it, template untouched."""
+    tokenizer.chat_template = (
+        "{% for message in messages %}{% if message['role'] == 'system' %}"
+        "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}"
+        "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+    template = tokenizer.chat_template
+    assert not encode.accepts_system(tokenizer)
+    monkeypatch.setattr(general, "cached_answers", lambda cache, source: [{"prompt": "2+2?", "answer": "4"}])
+    (tmp_path / "config.json").write_text("{}")
+    spec = JobSpec.from_dict({"model": str(tmp_path), "bot_name": "Zed", "bot_author": "Acme"})
+    notes = []
+    conversations = data.load_conversations(spec, tokenizer, data_dir=tmp_path / "home", log=notes.append)
+    assert all(m["role"] != "system" for conversation in conversations for m in conversation)
+    assert tokenizer.chat_template == template and "takes no system message" in notes[0]
