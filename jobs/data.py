@@ -23,14 +23,21 @@ MAX_SHOWN = 10  # bad rows listed in a message; the total is always given
 
 
 class Rows(list):
-    """A dataset's rows, with the number each has in its file and the file's name, so that later
-    checks name the same row the user sees. `unit` is "line" for JSONL (numbers are line numbers)
-    and "row" otherwise."""
+    """A dataset's rows, with each one's number and place in its file ("row 3 (line 5)") and the
+    file's name, so that later checks name the row as the user finds it in the file."""
 
-    def __init__(self, rows=(), numbers=None, name: str = "the dataset", unit: str = "row"):
+    def __init__(self, rows=(), numbers=None, name: str = "the dataset", wheres=None):
         super().__init__(rows)
         self.numbers = list(numbers) if numbers is not None else list(range(1, len(self) + 1))
-        self.name, self.unit = name, unit
+        self.wheres = list(wheres) if wheres is not None else [f"row {n}" for n in self.numbers]
+        self.name = name
+
+    def head(self, n: int) -> "Rows":
+        return Rows(self[:n], self.numbers[:n], self.name, self.wheres[:n])
+
+    def with_rows(self, rows: list) -> "Rows":
+        """Other rows (one for one) in the same places."""
+        return Rows(rows, self.numbers, self.name, self.wheres)
 
 
 class Problems:
@@ -65,18 +72,19 @@ def scan_rows(reference: str, limit: int | None = None, first: int | None = None
     """Read a dataset file or hub dataset (all of it, or its `first` rows and problems), keeping
     its good rows and collecting what is wrong with the others. Memory: one row at a time beyond
     what is kept, each bounded by the row size limit (jobs/readers.py)."""
-    unit = "line" if reference.lower().endswith(".jsonl") else "row"
-    rows = Rows(name=source_name(reference), unit=unit)
+    rows = Rows(name=source_name(reference))
     problems = Problems()
     for item in _source_items(reference, limit):
         if isinstance(item, Problem):
-            if item.message:  # a blank JSONL line is neither a row nor a problem
-                problems.add(item.message, item.number)
-        elif not isinstance(item[1], dict):
-            problems.add(f"{unit} {item[0]} is {_kind(item[1])}, not an object with fields", item[0])
+            problems.add(item.message, item.number)
+            continue
+        number, value, where = item
+        if isinstance(value, dict):
+            rows.append(value)
+            rows.numbers.append(number)
+            rows.wheres.append(where)
         else:
-            rows.append(item[1])
-            rows.numbers.append(item[0])
+            problems.add(f"{where} is {_kind(value)}, not an object with fields", number)
         if first is not None and len(rows) + problems.count >= first:
             break
     return rows, problems
@@ -143,7 +151,8 @@ def _hub_items(name: str, limit: int):
         loaded = datasets.load_dataset(name, split="train", streaming=True)
         for number, row in enumerate(loaded, start=1):
             size = len(json.dumps(row, default=str, ensure_ascii=False).encode())
-            yield (number, dict(row)) if size <= limit else Problem(number, too_large(f"row {number}", size, limit))
+            where = f"row {number}"
+            yield (number, dict(row), where) if size <= limit else Problem(number, too_large(where, size, limit))
     except Exception as exc:  # datasets raises many unrelated types for "not reachable"
         raise DataError(f"could not load the hub dataset {name!r}: {exc}. Offline? Upload the file "
                         "instead (.json/.jsonl/.csv/.parquet).") from None
@@ -176,14 +185,15 @@ def to_conversations(rows: list[dict[str, Any]], fmt: str, problems: Problems | 
     if fmt == "auto":
         fmt = detect_format(rows)
     convert = {"alpaca": _alpaca, "sharegpt": _sharegpt, "messages": _messages, "text": _text}[fmt]
-    numbers = getattr(rows, "numbers", None) or range(1, len(rows) + 1)
-    unit = getattr(rows, "unit", "row")
+    if not isinstance(rows, Rows):
+        rows = Rows(rows)
     out, found = [], problems if problems is not None else Problems()
-    for number, row in zip(numbers, rows):
+    for number, where, row in zip(rows.numbers, rows.wheres, rows):
         try:
             out.append(convert(row))
         except DataError as exc:
-            found.add(f"{unit} {number} ({fmt}): {exc}", number)
+            label = f"{where[:-1]}, {fmt})" if where.endswith(")") else f"{where} ({fmt})"  # row 3 (line 5, alpaca)
+            found.add(f"{label}: {exc}", number)
     error = found.error(getattr(rows, "name", "the dataset"))
     if error and problems is None:
         raise error
@@ -270,7 +280,7 @@ def identity_for_template(spec: JobSpec, rows: Rows, tokenizer, log=print) -> Ro
     from jobs.builtin.identity import system_line
     if not encode.accepts_system(tokenizer):
         log("note: this model's chat template takes no system message; the identity rows go without one")
-        return Rows([{k: v for k, v in row.items() if k != "system"} for row in rows], rows.numbers, rows.name)
+        return rows.with_rows([{k: v for k, v in row.items() if k != "system"} for row in rows])
     line = system_line(spec.bot_name, spec.bot_author)
     if encode.set_default_system(tokenizer, line):
         log(f"chat template: conversations without a system message now start with {line!r}")
@@ -298,5 +308,5 @@ def preview_rows(spec: JobSpec, n: int = 3, data_dir=None, access=None) -> list[
             raise error
         if not rows:
             raise DataError(f"{rows.name} has no rows: add at least one example")
-    first = Rows(rows[:n], rows.numbers[:n], rows.name) if isinstance(rows, Rows) else rows[:n]
+    first = rows.head(n)
     return encode.preview(tokenizer, to_conversations(first, spec.dataset_format), spec.max_seq_length, n)

@@ -58,7 +58,7 @@ class _Window:
 
 
 def json_array_rows(fh: BinaryIO, name: str, limit: int) -> Iterator[Any]:
-    """Yield (number, value) per row, or a readers.Problem for a bad or oversized row."""
+    """Yield (number, value, where) per row, or a readers.Problem for a bad or oversized row."""
     from jobs.readers import Problem, too_large
     window = _Window(fh)
     window.more()
@@ -218,6 +218,6 @@ def _parse(raw: bytes, number: int, line: int, start: int) -> Any:
     except UnicodeDecodeError as exc:
         return Problem(number, not_utf8(f"row {number} (line {line})", start + exc.start))
     try:
-        return number, json.loads(text)
+        return number, json.loads(text), f"row {number} (line {line})"
     except json.JSONDecodeError as exc:
         return Problem(number, f"row {number} (line {line + exc.lineno - 1}) is not valid JSON: {exc.msg}")

@@ -1,10 +1,11 @@
 """Streaming, bounded readers for dataset files (.jsonl, .json, .csv, .parquet).
 
-Each reader yields `(number, row)` for a good row and a `Problem` for a bad one, reading the file
+Each reader yields `(number, row, where)` for a good row (`where` names it for messages: "row 3 (line
+5)") and a `Problem` for a bad one, reading the file
 piece by piece: no row is held in memory beyond the row size limit (default 1 MB, or
 $FUSETUNE_MAX_ROW_BYTES), so a 50 MB row is refused by its number, not loaded, and a preview that
-takes the first rows reads only those. Row numbers: JSONL counts lines, CSV counts data rows
-after the header (and names the line), JSON and Parquet count rows from 1."""
+takes the first rows reads only those. Rows are counted from 1 (a CSV's header and a JSONL's blank
+lines are not rows); messages also name the line where there are lines."""
 from __future__ import annotations
 
 import codecs
@@ -60,7 +61,7 @@ def not_utf8(where: str, offset: int) -> str:
             "save the file as UTF-8")
 
 
-def iter_rows(path: str | Path, limit: int | None = None) -> Iterator[tuple[int, Any] | Problem]:
+def iter_rows(path: str | Path, limit: int | None = None) -> Iterator[tuple[int, Any, str] | Problem]:
     """Every row of a data file in order, or a Problem in its place. Raises DataError only for what
     makes the whole file unreadable (not Parquet, empty, unknown type)."""
     path, limit = Path(path), max_row_bytes(limit)
@@ -71,36 +72,38 @@ def iter_rows(path: str | Path, limit: int | None = None) -> Iterator[tuple[int,
     return reader(path, limit)
 
 
-def _jsonl_rows(path: Path, limit: int) -> Iterator[tuple[int, Any] | Problem]:
+def _jsonl_rows(path: Path, limit: int) -> Iterator[tuple[int, Any, str] | Problem]:
     with open(path, "rb") as fh:
-        offset, number = 0, 0
+        offset, line_number, number = 0, 0, 0
         while True:
             line = fh.readline(limit + 1)  # bounded: never more than the limit in memory
             if not line:
                 return
-            number, start = number + 1, offset
+            line_number, start = line_number + 1, offset
             offset += len(line)
-            if number == 1 and line.startswith(codecs.BOM_UTF8):
+            if line_number == 1 and line.startswith(codecs.BOM_UTF8):
                 line = line[len(codecs.BOM_UTF8):]
+            if not line.strip():
+                continue  # a blank line is not a row
+            number += 1
+            where = f"row {number} (line {line_number})"
             if len(line.rstrip(b"\r\n")) > limit:
                 skipped = 0 if line.endswith(b"\n") else _skip_line(fh)
                 offset += skipped
-                yield Problem(number, too_large(f"line {number}", len(line) + skipped, limit))
+                yield Problem(number, too_large(where, len(line) + skipped, limit))
                 continue
-            yield _jsonl_row(line, number, start)
+            yield _jsonl_row(line, number, where, start)
 
 
-def _jsonl_row(line: bytes, number: int, start: int) -> tuple[int, Any] | Problem:
+def _jsonl_row(line: bytes, number: int, where: str, start: int) -> tuple[int, Any, str] | Problem:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return Problem(number, not_utf8(f"line {number}", start + exc.start))
-    if not text.strip():
-        return Problem(number, "")  # a blank line: not a row, not a problem (dropped by callers)
+        return Problem(number, not_utf8(where, start + exc.start))
     try:
-        return number, json.loads(text)
+        return number, json.loads(text), where
     except json.JSONDecodeError as exc:
-        return Problem(number, f"line {number} is not valid JSON (column {exc.colno}): {exc.msg}")
+        return Problem(number, f"{where} is not valid JSON (column {exc.colno}): {exc.msg}")
 
 
 def _skip_line(fh) -> int:
@@ -113,7 +116,7 @@ def _skip_line(fh) -> int:
             return skipped
 
 
-def _json_rows(path: Path, limit: int) -> Iterator[tuple[int, Any] | Problem]:
+def _json_rows(path: Path, limit: int) -> Iterator[tuple[int, Any, str] | Problem]:
     with open(path, "rb") as fh:
         yield from json_array_rows(fh, path.name, limit)
 
@@ -173,7 +176,7 @@ def _skip_counting_quotes(fh) -> tuple[int, int]:
             return skipped, quotes
 
 
-def _csv_rows(path: Path, limit: int) -> Iterator[tuple[int, Any] | Problem]:
+def _csv_rows(path: Path, limit: int) -> Iterator[tuple[int, Any, str] | Problem]:
     with open(path, "rb") as fh:
         lines = _BoundedLines(fh, limit)
         header = _csv_header(path, lines)
@@ -203,7 +206,7 @@ def _csv_rows(path: Path, limit: int) -> Iterator[tuple[int, Any] | Problem]:
                 yield Problem(number, f"row {number} (line {first_line}) has {len(record)} fields; the "
                               f"header has {len(header)} ({', '.join(header)})")
                 continue
-            yield number, dict(zip(header, record))
+            yield number, dict(zip(header, record)), f"row {number} (line {first_line})"
 
 
 def _csv_header(path: Path, lines: _BoundedLines) -> list[str]:
@@ -227,7 +230,7 @@ def _csv_problem(where: str, exc: Exception, limit: int) -> str:
     return f"{where} is not valid CSV: {exc}"
 
 
-def _parquet_rows(path: Path, limit: int, batch_rows: int = 64) -> Iterator[tuple[int, Any] | Problem]:
+def _parquet_rows(path: Path, limit: int, batch_rows: int = 64) -> Iterator[tuple[int, Any, str] | Problem]:
     import pyarrow as pa
     import pyarrow.parquet as pq
     try:
@@ -245,7 +248,7 @@ def _parquet_rows(path: Path, limit: int, batch_rows: int = 64) -> Iterator[tupl
                 if size > limit:
                     yield Problem(number, too_large(f"row {number}", size, limit))
                 else:
-                    yield number, _plain(one.to_pylist()[0])
+                    yield number, _plain(one.to_pylist()[0]), f"row {number}"
 
 
 def _plain(value: Any) -> Any:

@@ -63,9 +63,9 @@ def test_unknown_target_modules_and_too_long_sequences_name_their_fields(tmp_pat
 @pytest.mark.parametrize("name, content, expected", [
     ("empty.csv", b"", "empty.csv is empty: a CSV needs a header line"),
     ("fake.parquet", b'[{"a": 1}]', "fake.parquet is not a Parquet file"),
-    ("latin1.jsonl", '{"text": "café"}'.encode("latin-1"), "line 1 is not UTF-8 text (undecodable byte at offset 13"),
+    ("latin1.jsonl", '{"text": "café"}'.encode("latin-1"), "row 1 (line 1) is not UTF-8 text (undecodable byte at offset 13"),
     ("broken.json", b'[{"text": "a"},\n {"text" "b"}]', "row 2 (line 2) is not valid JSON"),
-    ("fields.jsonl", b'{"instruction": "x", "input": "", "output": ""}', "line 1 (alpaca): field 'output' is missing"),
+    ("fields.jsonl", b'{"instruction": "x", "input": "", "output": ""}', "row 1 (line 1, alpaca): field 'output' is missing"),
 ])
 def test_bad_files_are_refused_naming_the_file_and_row(tmp_path, tiny_model, name, content, expected):
     path = tmp_path / name
@@ -79,8 +79,8 @@ def test_every_bad_row_is_counted_and_the_first_ten_named(tmp_path, tiny_model):
     rows = [ROW if i % 4 else {"instruction": f"q{i}", "output": ""} for i in range(1, 101)]
     report = run_preflight(_spec(tiny_model, _jsonl(tmp_path / "d.jsonl", rows)), log=lambda _: None)
     message = report.problems[0].message
-    assert message.startswith("d.jsonl has 25 bad rows (the first 10 shown): line 4 (alpaca)")
-    assert "line 40 (alpaca)" in message and "line 44" not in message
+    assert message.startswith("d.jsonl has 25 bad rows (the first 10 shown): row 4 (line 4, alpaca)")
+    assert "row 40 (line 40, alpaca)" in message and "row 44" not in message
 
 
 def test_eval_dataset_is_checked_like_the_dataset(tmp_path, tiny_model):

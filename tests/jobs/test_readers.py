@@ -16,7 +16,7 @@ ROW = {"instruction": "Add", "input": "2+2", "output": "4"}
 
 
 def _items(path, limit=None):
-    return [str(x) if isinstance(x, Problem) else x for x in iter_rows(path, limit) if str(x) != ""]
+    return [str(x) if isinstance(x, Problem) else x[:2] for x in iter_rows(path, limit)]
 
 
 def _write(tmp_path, name, data: bytes):
@@ -40,12 +40,13 @@ def test_jsonl_names_each_bad_line_and_keeps_reading(tmp_path):
              b'{"output": "caf\xe9"}', json.dumps(ROW).encode()]
     path = _write(tmp_path, "d.jsonl", b"\n".join(lines))
     got = _items(path, limit=200)
-    assert got[0] == (1, ROW) and got[-1] == (6, ROW)
-    assert got[1].startswith("line 2 is not valid JSON")
-    assert got[2].startswith("line 4 is 3") and "over the row size limit of 200 bytes" in got[2]
+    assert got[0] == (1, ROW) and got[-1] == (5, ROW)  # the blank line is not a row
+    assert got[1].startswith("row 2 (line 2) is not valid JSON")
+    assert got[2].startswith("row 3 (line 4) is 3") and "over the row size limit of 200 bytes" in got[2]
     offset = sum(len(line) + 1 for line in lines[:4]) + len(b'{"output": "caf')
-    assert got[3] == (f"line 5 is not UTF-8 text (undecodable byte at offset {offset:,} of the file): "
+    assert got[3] == (f"row 4 (line 5) is not UTF-8 text (undecodable byte at offset {offset:,} of the file): "
                       "save the file as UTF-8")
+    assert [x[2] for x in iter_rows(path, 200) if not isinstance(x, Problem)] == ["row 1 (line 1)", "row 5 (line 6)"]
 
 
 @pytest.mark.parametrize("chunk", [3, 1 << 16])
@@ -118,8 +119,8 @@ def test_scan_collects_every_bad_row_and_shows_the_first_ten(tmp_path):
     rows, problems = scan_rows(str(path))
     assert len(rows) == 40 and problems.count == 20
     message = str(problems.error("d.jsonl"))
-    assert message.startswith("d.jsonl has 20 bad rows (the first 10 shown): line 3 is a list")
-    assert "line 30 is a list" in message and "line 33" not in message
+    assert message.startswith("d.jsonl has 20 bad rows (the first 10 shown): row 3 (line 3) is a list")
+    assert "row 30 (line 30) is a list" in message and "row 33" not in message
 
 
 HUGE_ROW_PREVIEW = r"""
@@ -199,6 +200,6 @@ def test_studio_preview_of_a_huge_file_keeps_memory_flat(tmp_path, tiny_model, h
     assert result["grew_mb"] < 100, result
     assert result["answer_bytes"] < 20_000
     if huge_first:
-        assert result["answer"].startswith("huge.jsonl has 1 bad row: line 1 is 52,4")
+        assert result["answer"].startswith("huge.jsonl has 1 bad row: row 1 (line 1) is 52,4")
     else:
         assert '"trained_tokens"' in result["answer"] and result["answer"].count('"segments"') == 3
