@@ -136,7 +136,8 @@ def _identity_rows(spec: JobSpec, data_dir, general: bool, log) -> list[dict[str
     from jobs import models, paths
     from jobs.builtin.general import base_answers
     source = models.resolve_model(spec.model, data_dir, log=log)
-    answers = base_answers(paths.model_cache_dir(paths.data_dir(data_dir)), source, log=log)
+    answers = base_answers(paths.model_cache_dir(paths.data_dir(data_dir)), source, log=log,
+                           load_in_4bit=spec.load_in_4bit)
     return identity.identity_dataset(spec.bot_name, spec.bot_author, answers)
 
 

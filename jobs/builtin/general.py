@@ -7,6 +7,7 @@ Fine-Tuning", Yang et al. 2024). Greedy, batched (left padding) generation; the 
 as JSON under the data dir's model cache, keyed by the model and the generation settings."""
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -49,15 +50,16 @@ def cached_answers(model_cache: Path, source: str) -> list[dict[str, str]] | Non
     return json.loads(path.read_text(encoding="utf-8"))["answers"]
 
 
-def base_answers(model_cache: Path, source: str, log=print) -> list[dict[str, str]]:
-    """[{prompt, answer}] of the base model, from the cache or generated now and cached."""
+def base_answers(model_cache: Path, source: str, log=print, load_in_4bit: bool = False) -> list[dict[str, str]]:
+    """[{prompt, answer}] of the base model, from the cache or generated now and cached (with the
+    base weights in 4-bit for a QLoRA job, so generating never needs more memory than training)."""
     cached = cached_answers(model_cache, source)
     if cached is not None:
         return cached
     began = time.time()
     log(f"generating the base model's answers to {len(prompts())} general prompts (once per model); "
         "the identity dataset mixes them in so the model keeps its general knowledge")
-    answers = usable(generate(source, prompts()))
+    answers = usable(generate(source, prompts(), load_in_4bit))
     log(f"kept {len(answers)} of {len(prompts())} answers in {time.time() - began:.0f}s")
     _write_atomically(cache_file(model_cache, source), {"source": source, "answers": answers})
     return answers
@@ -82,7 +84,7 @@ def _repetitive(text: str) -> bool:
     return len(raw) >= 40 and len(zlib.compress(raw)) / len(raw) < REPETITIVE_RATIO
 
 
-def generate(source: str, questions: list[str]) -> list[tuple[str, str, bool]]:
+def generate(source: str, questions: list[str], load_in_4bit: bool = False) -> list[tuple[str, str, bool]]:
     """(prompt, greedy answer, finished before MAX_NEW_TOKENS) for each question, in order."""
     import torch
 
@@ -91,8 +93,20 @@ def generate(source: str, questions: list[str]) -> list[tuple[str, str, bool]]:
     encode.ensure_chat_template(tokenizer)
     tokenizer.padding_side = "left"  # batched generation continues every row from its last token
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = models.load_base_model(source, torch.bfloat16 if device.type == "cuda" else torch.float32, device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = models.load_base_model(source, dtype, device, load_in_4bit=load_in_4bit)
     model.eval()
+    try:
+        return _generate_batches(model, tokenizer, questions, device)
+    finally:
+        del model
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the trainer loads its own copy next
+
+
+def _generate_batches(model, tokenizer, questions: list[str], device) -> list[tuple[str, str, bool]]:
+    import torch
     order = sorted(range(len(questions)), key=lambda i: len(questions[i]))  # similar lengths batch well
     results: dict[int, tuple[str, str, bool]] = {}
     for start in range(0, len(order), BATCH_SIZE):

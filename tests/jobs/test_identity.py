@@ -92,7 +92,7 @@ def test_training_conversations_set_the_tokenizers_default(tokenizer, tmp_path, 
 def test_answers_are_generated_once_per_model_and_cached(tmp_path, monkeypatch):
     calls = []
 
-    def fake_generate(source, questions):
+    def fake_generate(source, questions, load_in_4bit=False):
         calls.append(source)
         return [(q, f"{source} answers {q}", True) for q in questions]
     monkeypatch.setattr(general, "generate", fake_generate)
