@@ -54,12 +54,16 @@ def load_checkpoint(folder: Path, model, optimizer, scheduler) -> dict:
     return json.loads((folder / TRAINER_STATE).read_text())
 
 
-def save_adapter(job_dir: Path, model, tokenizer, card: str) -> Path:
-    """The deliverable: adapter_model.safetensors + adapter_config.json + tokenizer + model card."""
+def save_adapter(job_dir: Path, model, tokenizer, card: str, base_model: str | None = None) -> Path:
+    """The deliverable: adapter_model.safetensors + adapter_config.json + tokenizer + model card.
+    `base_model` (the job's `model` as given) makes adapter_config.json name a loadable base."""
     out = JobLayout(job_dir).adapter
     tmp = out.with_name(f".{out.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
+    if base_model:
+        from jobs.export.card import make_adapter_config_portable
+        make_adapter_config_portable(tmp, base_model)
     tokenizer.save_pretrained(tmp)
     (tmp / MODEL_CARD).write_text(card, encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)

@@ -206,7 +206,7 @@ class Trainer:
 
     def _save_adapter(self, status: str) -> Path:
         card = model_card(self.spec, self.source, self.last_loss, self.step, status)
-        return checkpoints.save_adapter(self.job_dir, self.model, self.tokenizer, card)
+        return checkpoints.save_adapter(self.job_dir, self.model, self.tokenizer, card, base_model=self.spec.model)
 
     def _save_on_stop(self) -> str:
         self.save_checkpoint()

@@ -6,3 +6,10 @@ from tests.tiny import make_tiny_model
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_job(tmp_path_factory, tiny_model):
+    """A finished job on the tiny llama (a few seconds of CPU training), shared by the export tests."""
+    from tests.jobs.export_jobs import train_job
+    return train_job(tmp_path_factory.mktemp("jobs"), tiny_model, "llama-job")

@@ -1,0 +1,61 @@
+"""Exporting a finished job: the PEFT adapter zip (plus a llama.cpp LoRA GGUF), a merged Hugging Face
+folder, or a GGUF file with an Ollama Modelfile. `python -m jobs.export --help` is the CLI.
+
+This module stays light (the trainer imports `model_card` from it); the writers are imported when
+an export runs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobs.export.adapter import default_zip_path, export_adapter_zip
+from jobs.export.card import model_card
+from jobs.export.files import ExportError, ExportResult, Progress, no_progress
+from jobs.layout import JobLayout
+from jobs.spec import short_name
+
+FORMATS = ("adapter", "merged", "gguf")
+QUANTS = ("f16", "bf16", "q8_0")
+
+__all__ = ["FORMATS", "QUANTS", "ExportError", "ExportResult", "export", "export_adapter_zip",
+           "model_card", "default_output"]
+
+
+def _stem(job_dir: Path) -> str:
+    from jobs.spec import JobSpec
+    try:
+        return f"{short_name(JobSpec.from_yaml(JobLayout(job_dir).config).model)}-ft"
+    except (OSError, ValueError):
+        return job_dir.name
+
+
+def default_output(job_dir: str | Path, fmt: str, quant: str = "f16") -> Path:
+    """Where an export goes unless --out says otherwise (inside the job's exports/ folder)."""
+    job_dir = Path(job_dir)
+    if fmt == "adapter":
+        return default_zip_path(job_dir)
+    if fmt == "merged":
+        return JobLayout(job_dir).exports / f"{_stem(job_dir)}-merged"
+    return JobLayout(job_dir).exports / f"{_stem(job_dir)}-{quant}" / f"{_stem(job_dir)}-{quant}.gguf"
+
+
+def export(job_dir: str | Path, fmt: str, quant: str = "f16", out: str | Path | None = None,
+           data_dir: str | Path | None = None, progress: Progress = no_progress, log=print) -> ExportResult:
+    """Run one export; raises ExportError with a message for people."""
+    if fmt not in FORMATS:
+        raise ExportError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if quant not in QUANTS:
+        raise ExportError(f"--quant {quant!r} is not one of {', '.join(QUANTS)}")
+    job_dir = Path(job_dir)
+    target = Path(out).expanduser() if out else default_output(job_dir, fmt, quant)
+    if fmt == "adapter":
+        from jobs.export.lora_gguf import export_adapter
+        return export_adapter(job_dir, target, data_dir, progress, log)
+    from jobs.export.source import load_job
+    progress(0.0, "reading the job, its adapter and the base model's shard headers")
+    source = load_job(job_dir, data_dir, log=log)
+    if fmt == "merged":
+        from jobs.export.merge import export_merged
+        folder, notes = export_merged(source, target, progress)
+        return ExportResult([folder], notes)
+    from jobs.export.to_gguf import export_gguf
+    return export_gguf(source, target, quant, progress)
