@@ -5,11 +5,17 @@ them); the last lines name each file written and its size. Exit 0 on success, 1 
 reason on stderr otherwise."""
 from __future__ import annotations
 
-import argparse
-import re
-import sys
+import os
 
-from jobs.export import FORMATS, QUANTS, ExportError, export
+# As in jobs/train.py: bitsandbytes (QLoRA merges) and torch each bring an OpenMP runtime whose
+# busy-waiting threads slow each other down; must be set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+
+from jobs.export import FORMATS, QUANTS, ExportError, export  # noqa: E402
 
 PROGRESS_LINE = re.compile(r"^\[\s*(\d+)%\] (.*)$")
 RESULT_PREFIX = "exported: "
