@@ -17,7 +17,7 @@ FORMATS = ("adapter", "merged", "gguf")
 QUANTS = ("f16", "bf16", "q8_0")
 
 __all__ = ["FORMATS", "QUANTS", "ExportError", "ExportResult", "export", "export_adapter_zip",
-           "model_card", "default_output"]
+           "model_card", "default_output", "list_exports"]
 
 
 def _stem(job_dir: Path) -> str:
@@ -59,3 +59,13 @@ def export(job_dir: str | Path, fmt: str, quant: str = "f16", out: str | Path | 
         return ExportResult([folder], notes)
     from jobs.export.to_gguf import export_gguf
     return export_gguf(source, target, quant, progress)
+
+
+def list_exports(job_dir: str | Path) -> list[Path]:
+    """The models exported to a job's exports/ folder that a model box can load: merged folders
+    (they have a config.json) and GGUF files."""
+    root = JobLayout(Path(job_dir)).exports
+    if not root.is_dir():
+        return []
+    merged = sorted(p.parent for p in root.glob("*/config.json"))  # globs skip the hidden partial writes
+    return merged + sorted(root.glob("*/*.gguf")) + sorted(root.glob("*.gguf"))

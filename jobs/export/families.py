@@ -35,6 +35,7 @@ FAMILIES = {
     "MistralForCausalLM": Family("mistral", gguf.MODEL_ARCH.LLAMA, permute_qk=True),
     "Qwen2ForCausalLM": Family("qwen2", gguf.MODEL_ARCH.QWEN2, permute_qk=False),
 }
+MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 SKIPPED_SUFFIXES = (".rotary_emb.inv_freq", ".attention.masked_bias", ".attention.bias")
 
 
@@ -44,7 +45,7 @@ def supported_list() -> str:
 
 def family_of(config: dict) -> Family:
     """The family of a base config.json, or an ExportError listing the supported ones."""
-    architecture = (config.get("architectures") or [""])[0]
+    architecture = (config.get("architectures") or [MODEL_TYPES.get(config.get("model_type", ""), "")])[0]
     family = FAMILIES.get(architecture)
     if family is None:
         shown = architecture or config.get("model_type", "unknown")

@@ -60,7 +60,8 @@ def pre_tokenizer_name(tokenizer_json: dict) -> str:
 def tokenizer_kind(tokenizer_json: dict) -> str:
     model = tokenizer_json.get("model") or {}
     decoder = (tokenizer_json.get("decoder") or {}).get("type")
-    byte_level = decoder == "ByteLevel" or "ByteLevel" in [s.get("type") for s in _steps(tokenizer_json.get("pre_tokenizer"))]
+    pre_steps = [step.get("type") for step in _steps(tokenizer_json.get("pre_tokenizer"))]
+    byte_level = decoder == "ByteLevel" or "ByteLevel" in pre_steps
     if model.get("type") == "BPE" and model.get("byte_fallback"):
         return "llama"
     if model.get("type") == "BPE" and byte_level:

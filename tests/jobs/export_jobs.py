@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ def chat_dataset(folder: Path) -> Path:
     return path
 
 
-def train_job(folder: Path, model: str | Path, name: str = "job", **overrides) -> Path:
+def train_job(folder: Path, model: str | Path, name: str = "job", env: dict | None = None, **overrides) -> Path:
     """Run `python -m jobs.train` on `model` for a few steps; returns the finished job folder."""
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / name
@@ -33,7 +34,7 @@ def train_job(folder: Path, model: str | Path, name: str = "job", **overrides) -
               "save_steps": 0, "seed": 3, **overrides}
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1800, env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return out
