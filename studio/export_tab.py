@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
-from jobs.export import ExportError, export_adapter_zip
+from jobs.export import ExportError, estimate_sizes, export_adapter_zip
+from jobs.export.files import human_size
 from jobs.export.__main__ import NOTE_PREFIX, PROGRESS_LINE, RESULT_PREFIX
 from jobs.layout import JobLayout
 from studio import jobs_view as view
@@ -57,6 +58,14 @@ def model_card_text(job_dir: str) -> str:
     return card.read_text(encoding="utf-8") if card.is_file() else "_This adapter has no model card._"
 
 
+def sizes_text(sizes: dict[str, int]) -> str:
+    """One line of what each export would weigh, or "" when unknown."""
+    if not sizes:
+        return ""
+    parts = [f"{name}: {human_size(size)}" for name, size in sizes.items()]
+    return "Export sizes, about: " + " · ".join(parts)
+
+
 def prepare(ctx: StudioContext, job_id: str | None) -> tuple[Any, str, str]:
     """(download button update, status HTML, model card markdown) for the picked job."""
     if not job_id:
@@ -69,8 +78,9 @@ def prepare(ctx: StudioContext, job_id: str | None) -> tuple[Any, str, str]:
     except ExportError as exc:
         return gr.update(value=None, interactive=False), render.notice_html(str(exc), "error"), ""
     size_mb = archive.stat().st_size / 1e6
+    estimate = sizes_text(estimate_sizes(record.job_dir, ctx.data_dir))
     status = render.notice_html(f"{archive.name} ({size_mb:.1f} MB): the PEFT adapter, tokenizer and "
-                                "model card.", "ok")
+                                "model card." + (f"\n{estimate}" if estimate else ""), "ok")
     return (gr.update(value=str(archive), interactive=True, label=f"Download {archive.name}"),
             status, model_card_text(record.job_dir))
 

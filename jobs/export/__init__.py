@@ -17,7 +17,7 @@ FORMATS = ("adapter", "merged", "gguf")
 QUANTS = ("f16", "bf16", "q8_0")
 
 __all__ = ["FORMATS", "QUANTS", "ExportError", "ExportResult", "export", "export_adapter_zip",
-           "model_card", "default_output", "list_exports"]
+           "model_card", "default_output", "list_exports", "estimate_sizes"]
 
 
 def _stem(job_dir: Path) -> str:
@@ -69,3 +69,23 @@ def list_exports(job_dir: str | Path) -> list[Path]:
         return []
     merged = sorted(p.parent for p in root.glob("*/config.json"))  # globs skip the hidden partial writes
     return merged + sorted(root.glob("*/*.gguf")) + sorted(root.glob("*.gguf"))
+
+
+def estimate_sizes(job_dir: str | Path, data_dir: str | Path | None = None) -> dict[str, int]:
+    """Bytes each export would write ("merged", "gguf f16", ...), from the base's shard headers;
+    empty when the base cannot be found. No tensor is read."""
+    from jobs.export import families, merge, to_gguf
+    from jobs.export.source import load_job
+    try:
+        source = load_job(job_dir, data_dir, log=lambda _line: None)
+    except ExportError:
+        return {}
+    device = merge.merge_device()
+    sizes = {"merged": sum(merge.output_bytes(t, device) for t in source.tensors)}
+    try:
+        family = families.family_of(source.config)
+    except ExportError:
+        return sizes
+    for quant in QUANTS:
+        sizes[f"gguf {quant}"] = sum(entry.nbytes for entry in to_gguf.plan(source, family, quant))
+    return sizes

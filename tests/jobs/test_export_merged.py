@@ -110,3 +110,12 @@ def test_a_job_folder_without_adapter_is_refused(tmp_path, tiny_model):
     (tmp_path / "config.yaml").write_text(f"model: {tiny_model}\n")
     with pytest.raises(ExportError, match="no finished adapter"):
         export(tmp_path, "merged")
+
+
+def test_merged_dtype_is_bf16_on_a_gpu_and_the_base_dtype_otherwise():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert merge_module.output_dtype(torch.float32, cuda) == torch.bfloat16
+    assert merge_module.output_dtype(torch.float16, cuda) == torch.bfloat16
+    assert merge_module.output_dtype(torch.float32, cpu) == torch.float32
+    assert merge_module.output_dtype(torch.bfloat16, cpu) == torch.bfloat16
+    assert merge_module.output_dtype(torch.int64, cuda) == torch.int64

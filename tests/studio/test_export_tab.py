@@ -101,3 +101,13 @@ def test_downloadable_keeps_files_only(tmp_path):
     outcome = ExportOutcome(files=[(str(tmp_path / "a.zip"), "1 B"), (str(tmp_path / "a.gguf"), "1 B"),
                                    (str(tmp_path / "folder"), "0 B")])
     assert downloadable(outcome) == [str(tmp_path / "a.zip"), str(tmp_path / "a.gguf"), str(tmp_path / "Modelfile")]
+
+
+def test_picking_a_job_offers_the_zip_and_estimates_every_export(ctx):
+    from studio.export_tab import prepare
+    download, status, card = prepare(ctx, "job1")
+    assert download["interactive"] is True and download["value"].endswith("-adapter.zip")
+    assert "Export sizes, about: merged:" in status and "gguf q8_0:" in status and "LoRA adapter" in card
+    from jobs.export import estimate_sizes
+    sizes = estimate_sizes(ctx.runner.get("job1").job_dir)
+    assert sizes["gguf q8_0"] < sizes["gguf f16"] < sizes["merged"]  # the tiny model is stored in fp32
