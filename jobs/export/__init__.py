@@ -39,8 +39,10 @@ def default_output(job_dir: str | Path, fmt: str, quant: str = "f16") -> Path:
 
 
 def export(job_dir: str | Path, fmt: str, quant: str = "f16", out: str | Path | None = None,
-           data_dir: str | Path | None = None, progress: Progress = no_progress, log=print) -> ExportResult:
-    """Run one export; raises ExportError with a message for people."""
+           data_dir: str | Path | None = None, progress: Progress = no_progress, log=print,
+           device: str = "auto") -> ExportResult:
+    """Run one export; raises ExportError with a message for people. `device` is where the merge
+    runs (auto: the GPU if there is one, which also makes the merged weights bf16)."""
     if fmt not in FORMATS:
         raise ExportError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     if quant not in QUANTS:
@@ -53,6 +55,7 @@ def export(job_dir: str | Path, fmt: str, quant: str = "f16", out: str | Path | 
     from jobs.export.source import load_job
     progress(0.0, "reading the job, its adapter and the base model's shard headers")
     source = load_job(job_dir, data_dir, log=log)
+    source.device = device
     if fmt == "merged":
         from jobs.export.merge import export_merged
         folder, notes = export_merged(source, target, progress)

@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=None,
                         help="output path (default: inside JOB_DIR/exports/, the zip in JOB_DIR)")
     parser.add_argument("--data-dir", default=None, help="Fusetune data dir holding the model cache")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                        help="where to merge: auto (a GPU if any; merged weights then bf16), cpu or cuda")
     return parser
 
 
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result = export(args.job_dir, args.format, args.quant, args.out, args.data_dir,
-                        progress=print_progress, log=lambda line: print(line, flush=True))
+                        progress=print_progress, log=lambda line: print(line, flush=True), device=args.device)
     except ExportError as exc:
         print(f"fusetune: export error: {exc}", file=sys.stderr, flush=True)
         return 1

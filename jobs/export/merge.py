@@ -26,8 +26,13 @@ QLORA_NOTE = ("QLoRA job: merged into the dequantized base (its linear weights s
               "same NF4 4-bit round trip training used), so it computes what the trained model computed")
 
 
-def merge_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def merge_device(choice: str = "auto") -> torch.device:
+    """Where LoRA deltas are computed: the GPU when there is one (auto), or as asked."""
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ExportError("--device cuda was asked for, but this machine has no CUDA GPU")
+    return torch.device(choice)
 
 
 def output_dtype(stored: torch.dtype, device: torch.device) -> torch.dtype:
@@ -74,7 +79,7 @@ def merged_tensors(source: JobSource, device: torch.device | None = None
                    ) -> Iterator[tuple[TensorSpec, torch.Tensor]]:
     """(spec, merged tensor) for every base tensor, reading one base shard at a time."""
     from safetensors import safe_open
-    device = device or merge_device()
+    device = device or merge_device(source.device)
     for shard in source.shards:
         with safe_open(str(shard), framework="pt") as reader:
             for spec in (t for t in source.tensors if t.shard == shard):
@@ -159,7 +164,7 @@ def write_tokenizer(source: JobSource, folder: Path) -> None:
 
 def export_merged(source: JobSource, out: Path, progress: Progress = no_progress) -> tuple[Path, list[str]]:
     """Write the merged folder to `out` (atomically); returns (out, notes for the user)."""
-    device = merge_device()
+    device = merge_device(source.device)
     check_free_space(out.parent, sum(output_bytes(t, device) for t in source.tensors))
     notes = [f"weights: {merged_config(source, device).get('dtype') or 'the base dtype'}, "
              f"merged on {device.type}"]

@@ -51,6 +51,7 @@ class JobSource:
     lora_alpha: float
     tensors: list[TensorSpec] = field(default_factory=list)
     train_dtype: str | None = None
+    device: str = "auto"  # where deltas are computed: auto (GPU if any), cpu or cuda
 
     @property
     def qlora(self) -> bool:

@@ -128,7 +128,7 @@ def stream_entries(source: JobSource, family: families.Family, entries: list[Pla
     by_name = {e.hf_name: e for e in entries}
     for name, tensor in families.extra_tensors(family, source.config):
         yield by_name[name], tensor
-    for spec, tensor in merged_tensors(source, merge_device()):
+    for spec, tensor in merged_tensors(source, merge_device(source.device)):
         if spec.name in by_name:
             yield by_name[spec.name], tensor
 

@@ -43,7 +43,7 @@ def jobs(tmp_path_factory, tiny_job):
 @pytest.fixture(scope="module")
 def merged(jobs, tmp_path_factory):
     root = tmp_path_factory.mktemp("merged")
-    return {family: export(job, "merged", out=root / family).files[0] for family, job in jobs.items()}
+    return {family: export(job, "merged", out=root / family, device="cpu").files[0] for family, job in jobs.items()}
 
 
 def logits(model) -> torch.Tensor:
@@ -75,7 +75,7 @@ def stored_as(folder, quant):
                                            ("qwen2", "q8_0")])
 def test_transformers_loads_the_gguf_and_its_logits_match_the_merged_model(jobs, merged, family, quant, tmp_path):
     path = tmp_path / f"{family}-{quant}.gguf"
-    result = export(jobs[family], "gguf", quant, out=path)
+    result = export(jobs[family], "gguf", quant, out=path, device="cpu")
     assert result.files == [path, tmp_path / "Modelfile"]
     from_gguf = logits(load_gguf(path))
     torch.testing.assert_close(from_gguf, logits(stored_as(merged[family], quant)), atol=2e-4, rtol=1e-4)
@@ -95,7 +95,7 @@ def test_transformers_loads_the_gguf_and_its_logits_match_the_merged_model(jobs,
     ("llama", "llama", "gpt2", "gpt-2", True), ("mistral", "llama", "llama", "default", False),
     ("qwen2", "qwen2", "gpt2", "qwen2", True)])
 def test_metadata_names_architecture_tokenizer_and_types(jobs, family, arch, tokenizer_model, pre, tied, tmp_path):
-    path = export(jobs[family], "gguf", "q8_0", out=tmp_path / "m.gguf").files[0]
+    path = export(jobs[family], "gguf", "q8_0", out=tmp_path / "m.gguf", device="cpu").files[0]
     reader = gguf.GGUFReader(str(path))
     field = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("tokenizer.ggml.token")}
     assert field["general.architecture"] == arch and field["general.type"] == "model"
@@ -125,7 +125,7 @@ def test_metadata_names_architecture_tokenizer_and_types(jobs, family, arch, tok
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2"])
 def test_tokenizer_comes_back_from_the_gguf(jobs, family, tmp_path):
     from transformers import AutoTokenizer
-    path = export(jobs[family], "gguf", "f16", out=tmp_path / "t.gguf").files[0]
+    path = export(jobs[family], "gguf", "f16", out=tmp_path / "t.gguf", device="cpu").files[0]
     back = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     original = AutoTokenizer.from_pretrained(jobs[family] / "adapter")
     assert back(TEXT, add_special_tokens=False).input_ids == original(TEXT, add_special_tokens=False).input_ids
@@ -140,7 +140,7 @@ def test_tokenizer_comes_back_from_the_gguf(jobs, family, tmp_path):
 
 
 def test_modelfile_carries_the_translated_template_and_stop_tokens(jobs, tmp_path):
-    path = export(jobs["qwen2"], "gguf", "q8_0", out=tmp_path / "qwen.gguf").files[0]
+    path = export(jobs["qwen2"], "gguf", "q8_0", out=tmp_path / "qwen.gguf", device="cpu").files[0]
     text = (tmp_path / "Modelfile").read_text()
     assert "FROM ./qwen.gguf\n" in text
     from transformers import AutoTokenizer
@@ -151,7 +151,7 @@ def test_modelfile_carries_the_translated_template_and_stop_tokens(jobs, tmp_pat
 
 
 def test_llama_cpp_lora_adapter_matches_the_peft_adapter(jobs, tmp_path):
-    result = export(jobs["llama"], "adapter", out=tmp_path / "adapter.zip")
+    result = export(jobs["llama"], "adapter", out=tmp_path / "adapter.zip", device="cpu")
     assert [p.name for p in result.files] == ["adapter.zip", "adapter.gguf"] and not result.notes
     reader = gguf.GGUFReader(str(tmp_path / "adapter.gguf"))
     assert reader.fields["general.type"].contents() == "adapter"
@@ -189,9 +189,9 @@ def test_unsupported_architecture_is_named_with_the_supported_ones(jobs, tmp_pat
     (job / "events.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
     with pytest.raises(ExportError, match=r"GPTNeoXForCausalLM.*supported: llama \(LlamaForCausalLM\), "
                                           r"mistral \(MistralForCausalLM\), qwen2 \(Qwen2ForCausalLM\)"):
-        export(job, "gguf", "f16", out=tmp_path / "x.gguf")
+        export(job, "gguf", "f16", out=tmp_path / "x.gguf", device="cpu")
     assert not (tmp_path / "x.gguf").exists()
-    result = export(job, "adapter", out=tmp_path / "a.zip")
+    result = export(job, "adapter", out=tmp_path / "a.zip", device="cpu")
     assert [p.name for p in result.files] == ["a.zip"] and "GPTNeoXForCausalLM" in result.notes[0]
 
 
@@ -207,5 +207,5 @@ def test_disk_full_while_writing_the_gguf_leaves_nothing(jobs, tmp_path, monkeyp
 
     monkeypatch.setattr(gguf.GGUFWriter, "write_tensor_data", fill_up)
     with pytest.raises(ExportError, match="disk filled up"):
-        export(jobs["llama"], "gguf", "q8_0", out=tmp_path / "out" / "m.gguf")
+        export(jobs["llama"], "gguf", "q8_0", out=tmp_path / "out" / "m.gguf", device="cpu")
     assert list((tmp_path / "out").iterdir()) == []

@@ -32,7 +32,8 @@ def folder_logits(folder):
 def test_cli_writes_a_merged_folder_equal_to_base_plus_adapter(tiny_job, tiny_model, tmp_path):
     out = tmp_path / "merged"
     proc = subprocess.run([sys.executable, "-m", "jobs.export", str(tiny_job), "--format", "merged",
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           "--out", str(out), "--device", "cpu"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "[100%]" in proc.stdout and f"exported: {out} (" in proc.stdout
     names = {p.name for p in out.iterdir()}
@@ -50,7 +51,7 @@ def test_cli_writes_a_merged_folder_equal_to_base_plus_adapter(tiny_job, tiny_mo
 
 def test_many_shards_with_an_index_load_the_same(tiny_job, tiny_model, tmp_path, monkeypatch):
     monkeypatch.setattr(merge_module, "MAX_SHARD_BYTES", 60_000)
-    out = export(tiny_job, "merged", out=tmp_path / "sharded").files[0]
+    out = export(tiny_job, "merged", out=tmp_path / "sharded", device="cpu").files[0]
     shards = sorted(out.glob("model-*-of-*.safetensors"))
     assert len(shards) > 3
     index = json.loads((out / "model.safetensors.index.json").read_text())
@@ -73,7 +74,7 @@ def test_disk_full_mid_export_leaves_nothing_under_the_final_name(tiny_job, tmp_
     monkeypatch.setattr(merge_module, "_save_shard", save_then_fill_up)
     out = tmp_path / "exports" / "merged"
     with pytest.raises(ExportError, match="disk filled up"):
-        export(tiny_job, "merged", out=out)
+        export(tiny_job, "merged", out=out, device="cpu")
     assert written and not written[0].exists()  # the shard that did fit was removed too
     assert list((tmp_path / "exports").iterdir()) == []
 
@@ -84,14 +85,14 @@ def test_too_little_free_space_is_refused_before_writing(tiny_job, tmp_path, mon
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda _path: usage(10**9, 10**9, 1000))
     with pytest.raises(ExportError, match="not enough disk space.*needs about"):
-        export(tiny_job, "merged", out=tmp_path / "merged")
+        export(tiny_job, "merged", out=tmp_path / "merged", device="cpu")
     assert not (tmp_path / "merged").exists()
 
 
 def test_qlora_job_merges_into_the_dequantized_base(tmp_path, tiny_model):
     from tests.jobs.export_jobs import train_job
     job = train_job(tmp_path, tiny_model, "qlora", load_in_4bit=True)
-    result = export(job, "merged", out=tmp_path / "merged")
+    result = export(job, "merged", out=tmp_path / "merged", device="cpu")
     assert any("dequantized base" in note for note in result.notes)
     assert "dequantized base" in (tmp_path / "merged" / "README.md").read_text()
     from transformers import BitsAndBytesConfig
@@ -109,7 +110,7 @@ def test_qlora_job_merges_into_the_dequantized_base(tmp_path, tiny_model):
 def test_a_job_folder_without_adapter_is_refused(tmp_path, tiny_model):
     (tmp_path / "config.yaml").write_text(f"model: {tiny_model}\n")
     with pytest.raises(ExportError, match="no finished adapter"):
-        export(tmp_path, "merged")
+        export(tmp_path, "merged", device="cpu")
 
 
 def test_merged_dtype_is_bf16_on_a_gpu_and_the_base_dtype_otherwise():
@@ -119,3 +120,17 @@ def test_merged_dtype_is_bf16_on_a_gpu_and_the_base_dtype_otherwise():
     assert merge_module.output_dtype(torch.float32, cpu) == torch.float32
     assert merge_module.output_dtype(torch.bfloat16, cpu) == torch.bfloat16
     assert merge_module.output_dtype(torch.int64, cuda) == torch.int64
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_merge_is_bf16_and_equals_the_rounded_peft_merge(tiny_job, tiny_model, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    out = export(tiny_job, "merged", out=tmp_path / "merged").files[0]
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    reference = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), tiny_job / "adapter")
+    reference = reference.merge_and_unload().to(torch.bfloat16).float()
+    with torch.no_grad():
+        expected = reference(IDS).logits.float()
+    # deltas computed on the GPU can round a few weights to the neighbouring bf16 value
+    torch.testing.assert_close(folder_logits(out), expected, atol=5e-2, rtol=1e-2)
