@@ -18,7 +18,7 @@ import gradio as gr
 
 from jobs.export import ExportError, estimate_sizes, export_adapter_zip
 from jobs.export.files import human_size
-from jobs.export.__main__ import NOTE_PREFIX, PROGRESS_LINE, RESULT_PREFIX
+from jobs.export.protocol import ERROR_PREFIX, NOTE_PREFIX, PROGRESS_LINE, RESULT_PREFIX
 from jobs.layout import JobLayout
 from studio import jobs_view as view
 from studio import render
@@ -29,7 +29,6 @@ FORMAT_CHOICES = [("Adapter: PEFT zip + llama.cpp LoRA GGUF", "adapter"),
                   ("Merged model: Hugging Face safetensors folder", "merged"),
                   ("GGUF for llama.cpp and Ollama (with a Modelfile)", "gguf")]
 QUANT_CHOICES = [("f16: full quality", "f16"), ("bf16: full range", "bf16"), ("q8_0: half the size", "q8_0")]
-ERROR_PREFIX = "fusetune: export error: "
 RESULT_LINE = re.compile(r"^(.*) \(([^()]*)\)$")
 
 

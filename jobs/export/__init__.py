@@ -11,7 +11,7 @@ from jobs.export.adapter import default_zip_path, export_adapter_zip
 from jobs.export.card import model_card
 from jobs.export.files import ExportError, ExportResult, Progress, no_progress
 from jobs.layout import JobLayout
-from jobs.spec import short_name
+from jobs.spec import JobSpec, short_name
 
 FORMATS = ("adapter", "merged", "gguf")
 QUANTS = ("f16", "bf16", "q8_0")
@@ -21,7 +21,6 @@ __all__ = ["FORMATS", "QUANTS", "ExportError", "ExportResult", "export", "export
 
 
 def _stem(job_dir: Path) -> str:
-    from jobs.spec import JobSpec
     try:
         return f"{short_name(JobSpec.from_yaml(JobLayout(job_dir).config).model)}-ft"
     except (OSError, ValueError):

@@ -1,7 +1,8 @@
-"""`python -m jobs.export JOB_DIR --format adapter|merged|gguf [--quant f16|bf16|q8_0] [--out PATH]`
+"""Export a finished job: the PEFT adapter zip, a merged Hugging Face folder, or a GGUF file.
 
-Exports a finished job. Progress lines look like `[ 42%] message` (the studio's Export tab reads
-them); the last lines name each file written and its size. Exit 0 on success, 1 with a one-line
+`python -m jobs.export JOB_DIR --format adapter|merged|gguf [--quant f16|bf16|q8_0] [--out PATH]`.
+Progress lines look like `[ 42%] message` (the studio's Export tab reads them, see protocol.py);
+the last lines name each file written and its size. Exit 0 on success, 1 with a one-line
 reason on stderr otherwise."""
 from __future__ import annotations
 
@@ -12,14 +13,10 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
-import re  # noqa: E402
 import sys  # noqa: E402
 
 from jobs.export import FORMATS, QUANTS, ExportError, export  # noqa: E402
-
-PROGRESS_LINE = re.compile(r"^\[\s*(\d+)%\] (.*)$")
-RESULT_PREFIX = "exported: "
-NOTE_PREFIX = "note: "
+from jobs.export.protocol import ERROR_PREFIX, NOTE_PREFIX, RESULT_PREFIX, progress_line  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def print_progress(fraction: float, message: str) -> None:
-    print(f"[{round(100 * fraction):3d}%] {message}", flush=True)
+    print(progress_line(fraction, message), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         result = export(args.job_dir, args.format, args.quant, args.out, args.data_dir,
                         progress=print_progress, log=lambda line: print(line, flush=True), device=args.device)
     except ExportError as exc:
-        print(f"fusetune: export error: {exc}", file=sys.stderr, flush=True)
+        print(f"{ERROR_PREFIX}{exc}", file=sys.stderr, flush=True)
         return 1
     for note in result.notes:
         print(f"{NOTE_PREFIX}{note}", flush=True)
