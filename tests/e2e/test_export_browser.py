@@ -41,8 +41,8 @@ def test_export_a_gguf_and_chat_with_it(tmp_path):
         assert "tiny-ft-q8_0.gguf" in result and " KB" in result and "ollama create" in result
         seen = " ".join(page.evaluate("() => window.__ftExport"))
         assert "wrote" in seen or "%" in seen  # the progress bar showed the CLI's progress
-        files = page.locator("#ft-export-files").inner_text()
-        assert "tiny-ft-q8_0.gguf" in files and "Modelfile" in files
+        files = page.locator("#ft-export-files").inner_text().replace("\n", "")  # names wrap before the suffix
+        assert "tiny-ft-q8_0.gguf" in files and "Modelfile" in files and "KB" in files
 
         page.get_by_role("tab", name="Chat").click()
         pick_option(page, "ft-chat-model", "export: tiny-ft-q8_0.gguf")
