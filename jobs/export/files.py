@@ -2,16 +2,18 @@
 
 Everything is written to a hidden temporary sibling (same folder, so the final rename is atomic on
 one filesystem) and renamed into place only when complete; on any failure the temporary is removed.
-A full disk is reported as such, with what the export needed."""
+A full disk (or another disk failure, recognised by jobs.storage) is reported as such, and too
+little free space is refused before anything is written."""
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
+
+from jobs.storage import describe, free_bytes, human_bytes, is_disk_error
 
 Progress = Callable[[float, str], None]
 MARGIN_BYTES = 64 * 1024 ** 2
@@ -26,18 +28,14 @@ def no_progress(_fraction: float, _message: str) -> None:
 
 
 def human_size(n_bytes: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n_bytes < 1000 or unit == "TB":
-            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
-        n_bytes /= 1000
-    return f"{n_bytes:.1f} TB"
+    return human_bytes(int(n_bytes))
 
 
 def check_free_space(folder: Path, needed_bytes: int) -> None:
     """Refuse before writing anything when the disk cannot hold the export."""
     folder.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(folder).free
-    if free < needed_bytes + MARGIN_BYTES:
+    free = free_bytes(folder)
+    if free is not None and free < needed_bytes + MARGIN_BYTES:
         raise ExportError(f"not enough disk space in {folder}: the export needs about "
                           f"{human_size(needed_bytes)}, {human_size(free)} is free; free some space "
                           "or pass --out on another disk")
@@ -78,14 +76,12 @@ def atomic_output(final: Path, folder: bool) -> Iterator[Path]:
     try:
         yield tmp
         _move_into_place(tmp, final)
-    except OSError as exc:
+    except BaseException as exc:
         _remove(tmp)
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise ExportError(f"the disk filled up while writing {final.name}; nothing was left behind. "
-                              "Free some space or pass --out on another disk") from exc
-        raise
-    except BaseException:
-        _remove(tmp)
+        # safetensors and torch report a full disk as RuntimeError, hence jobs.storage's test
+        if isinstance(exc, Exception) and not isinstance(exc, ExportError) and is_disk_error(exc):
+            raise ExportError(f"the disk failed while writing {final.name}, nothing was left behind: "
+                              f"{describe(final, exc)}; or pass --out on another disk") from exc
         raise
 
 

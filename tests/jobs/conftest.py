@@ -1,3 +1,6 @@
+import os
+import tempfile
+
 import pytest
 
 from tests.tiny import make_tiny_model
@@ -13,3 +16,16 @@ def tiny_job(tmp_path_factory, tiny_model):
     """A finished job on the tiny llama (a few seconds of CPU training), shared by the export tests."""
     from tests.jobs.export_jobs import train_job
     return train_job(tmp_path_factory.mktemp("jobs"), tiny_model, "llama-job")
+
+
+@pytest.fixture
+def in_process_cli():
+    """jobs.train.main in this process changes the umask, the environment and the temp dir: undo."""
+    umask, tempdir = os.umask(0o022), tempfile.tempdir
+    os.umask(umask)
+    environ = dict(os.environ)
+    yield
+    os.umask(umask)
+    tempfile.tempdir = tempdir
+    os.environ.clear()
+    os.environ.update(environ)
