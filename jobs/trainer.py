@@ -347,7 +347,8 @@ class Trainer:
 
     def _save_adapter(self, status: str, best: bool = False) -> Path:
         card = model_card(self.spec, self.source, self.last_loss, self.step, status)
-        return checkpoints.save_adapter(self.job_dir, self.model, self.tokenizer, card, best=best)
+        return checkpoints.save_adapter(self.job_dir, self.model, self.tokenizer, card, best=best,
+                                        base_model=self.spec.model)
 
     def _save_on_stop(self) -> str:
         self.save_checkpoint()

@@ -5,10 +5,12 @@ same loaded weights with the adapter switched off (studio.chat)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import gradio as gr
 
+from jobs.export import list_exports
 from jobs.spec import BUILTIN_MODEL
 from studio import jobs_view as view
 from studio.chat import ChatEngine, Sampling, history_to_messages
@@ -24,12 +26,26 @@ class ChatTab:
     model: gr.Dropdown
 
     def refresh(self, ctx: StudioContext) -> list[Any]:
-        return [gr.update(choices=adapter_choices(ctx)), gr.update(choices=ctx.known_models())]
+        return [gr.update(choices=adapter_choices(ctx)), gr.update(choices=model_choices(ctx))]
 
 
 def adapter_choices(ctx: StudioContext) -> list[tuple[str, str]]:
     jobs = [view.job_choice(r) for r in ctx.runner.list_jobs() if view.exportable(r)]
     return [("— none: base model only —", NO_ADAPTER)] + jobs
+
+
+def model_choices(ctx: StudioContext) -> list[tuple[str, str]]:
+    """Base models jobs used, then every job's exported merged folders and GGUF files, so an
+    export can be checked here before it is copied anywhere."""
+    choices = [(model, model) for model in ctx.known_models()]
+    for record in ctx.runner.list_jobs():
+        choices += [(f"{record.id} · export: {path.name}", str(path)) for path in list_exports(record.job_dir)]
+    return choices
+
+
+def is_export(model_id: str | None) -> bool:
+    """An exported model has the adapter merged in: it is chatted with alone."""
+    return bool(model_id) and "exports" in Path(model_id).parts
 
 
 def _user(text: str) -> dict[str, Any]:
@@ -77,7 +93,8 @@ def build_chat_tab(ctx: StudioContext) -> ChatTab:
     with gr.Row():
         model = gr.Dropdown(choices=[BUILTIN_MODEL], value=BUILTIN_MODEL, allow_custom_value=True,
                             label="Base model",
-                            info="Picking a job's adapter sets this to the model it was trained on.",
+                            info="Picking a job's adapter sets this to the model it was trained on. "
+                                 "A job's export (merged folder or GGUF) answers alone, on the right.",
                             elem_id="ft-chat-model", scale=3)
         adapter = gr.Dropdown(choices=[("— none: base model only —", NO_ADAPTER)], value=NO_ADAPTER,
                               label="Adapter (finished job)", elem_id="ft-chat-adapter", scale=3)
@@ -105,6 +122,8 @@ def build_chat_tab(ctx: StudioContext) -> ChatTab:
         return gr.update(value=trained_on) if trained_on else gr.update(value=current_model)
 
     adapter.change(on_adapter, [adapter, model], model)
+    # input, not change: only the user's own pick, never the update on_adapter makes
+    model.input(lambda chosen: gr.update(value=NO_ADAPTER) if is_export(chosen) else gr.skip(), model, adapter)
 
     def on_send(message, model_id, job_id, tuned_h, base_h, temp, top, max_tokens, seed_value, system_text):
         model_id = (model_id or "").strip()
