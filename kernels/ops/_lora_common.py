@@ -26,9 +26,10 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from kernels.ops import fp8_linear
 from kernels.ops.fp8_linear import (dequantize_weight, fp8_grad_input, fp8_linear_reference, fp8_project,
                                     is_fp8)
-from kernels.ops.fp8_quant import quantize_rows
+from kernels.ops.fp8_quant import dequantize_rows, quantize_rows
 from kernels.ops.lora_add import lora_add_
 from kernels.ops.nf4 import dequantize_nf4_into_buffer
 
@@ -70,8 +71,9 @@ def base_project(x2: torch.Tensor, weight, bias) -> torch.Tensor:
     return torch.addmm(bias.to(x2.dtype), x2, w.t())
 
 
-def base_outputs(x2: torch.Tensor, weights, biases) -> list[torch.Tensor]:
-    """[x2 W_i^T (+ b_i)] in x2's dtype; FP8 weights share one per-row quantization of x2."""
+def base_outputs(x2: torch.Tensor, weights, biases) -> tuple[list[torch.Tensor], tuple | None]:
+    """([x2 W_i^T (+ b_i)] in x2's dtype, x2's (codes, scales) or None): FP8 weights share one
+    per-row quantization of x2."""
     quantized, outputs = None, []
     for weight, bias in zip(weights, biases):
         if is_fp8(weight):
@@ -79,7 +81,19 @@ def base_outputs(x2: torch.Tensor, weights, biases) -> list[torch.Tensor]:
             outputs.append(fp8_project(quantized, weight, bias, x2.dtype))
         else:
             outputs.append(base_project(x2, weight, bias))
-    return outputs
+    return outputs, quantized
+
+
+def input_to_save(x2: torch.Tensor, quantized) -> tuple:
+    """What a node keeps of its input for dA: (x2, None), or x2's FP8 (codes, scales) when the node
+    quantized it anyway and fp8_linear.SAVE_INPUT_FP8 is on (half the bytes, e4m3 precision)."""
+    if quantized is not None and fp8_linear.SAVE_INPUT_FP8:
+        return quantized
+    return x2, None
+
+
+def saved_input(saved, scale, dtype: torch.dtype) -> torch.Tensor:
+    return saved if scale is None else dequantize_rows(saved, scale, dtype)
 
 
 def base_grad_input(grads, weights, dtype: torch.dtype) -> torch.Tensor:
@@ -143,14 +157,14 @@ class SharedInputLora(torch.autograd.Function):
         xa = torch.mm(x2, a_cat.t()) if a_cat is not None else None
         offsets = rank_offsets(lora_As)
         outputs = []
-        bases = base_outputs(x2, [p[0] for p in projections], [p[3] for p in projections])
+        bases, quantized = base_outputs(x2, [p[0] for p in projections], [p[3] for p in projections])
         for i, (y, (_, lora_A, lora_B, _)) in enumerate(zip(bases, projections)):
             if lora_A is not None:
                 # tile-wise Triton add (kernels/ops/lora_add.py), not a K = r cuBLAS GEMM
                 lora_add_(y, xa[:, offsets[i]:offsets[i + 1]], lora_B.to(x.dtype), scalings[i])
             outputs.append(y.view(*x.shape[:-1], y.shape[-1]))
-        ctx.save_for_backward(x2, xa, a_cat)
-        ctx.projections, ctx.scalings, ctx.offsets = projections, scalings, offsets
+        ctx.save_for_backward(*input_to_save(x2, quantized), xa, a_cat)
+        ctx.projections, ctx.scalings, ctx.offsets, ctx.dtype = projections, scalings, offsets, x.dtype
         ctx.consumed = False
         return tuple(outputs)
 
@@ -160,9 +174,9 @@ class SharedInputLora(torch.autograd.Function):
             raise RuntimeError("fused LoRA backward ran twice on one graph (retain_graph=True is not "
                                "supported by the fused path); use backend='torch' for that")
         ctx.consumed = True
-        x2, xa, a_cat = ctx.saved_tensors
-        dtype, offsets = x2.dtype, ctx.offsets
-        dyb = x2.new_empty(x2.shape[0], offsets[-1]) if a_cat is not None else None
+        x_saved, x_scale, xa, a_cat = ctx.saved_tensors
+        dtype, offsets = ctx.dtype, ctx.offsets
+        dyb = xa.new_empty(xa.shape[0], offsets[-1]) if a_cat is not None else None
         result = [None] * (4 * len(ctx.projections))
         dys = [g.reshape(-1, g.shape[-1]).to(dtype) for g in grads]
         dx = base_grad_input(dys, [p[0] for p in ctx.projections], dtype) if ctx.needs_input_grad[0] else None
@@ -177,11 +191,11 @@ class SharedInputLora(torch.autograd.Function):
         if dyb is not None:
             if dx is not None:
                 dx.addmm_(dyb, a_cat)
-            da = torch.mm(dyb.t(), x2)
+            da = torch.mm(dyb.t(), saved_input(x_saved, x_scale, dtype))
             for i, (_, lora_A, _, _) in enumerate(ctx.projections):
                 if lora_A is not None:
                     result[4 * i + 1] = da[offsets[i]:offsets[i + 1]].to(lora_A.dtype)
-        dx = None if dx is None else dx.view(*grads[0].shape[:-1], x2.shape[-1])
+        dx = None if dx is None else dx.view(*grads[0].shape[:-1], x_saved.shape[-1])
         return (dx, None, *result)
 
 

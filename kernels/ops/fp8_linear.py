@@ -31,6 +31,9 @@ from kernels.ops.fp8_transpose import transpose_codes
 
 FAST_ACCUM_FORWARD = True
 FAST_ACCUM_BACKWARD = False
+# Fused LoRA nodes with FP8 bases keep their input for dA as the FP8 codes + scales they computed
+# for the forward GEMM (half the bytes) instead of the bf16 X. Off: the LoRA path stays bf16.
+SAVE_INPUT_FP8 = False
 GEMM_BACKEND = "scaled_mm"   # "emulate": fp32 products of the same codes everywhere (A/B checks)
 
 

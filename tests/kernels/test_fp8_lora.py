@@ -75,3 +75,44 @@ def test_lora_mlp_fp8_bf16_activations():
     mlp = [fp8_projection(INTER, HIDDEN, torch.bfloat16, rank=16) for _ in range(2)]
     mlp.append(fp8_projection(HIDDEN, INTER, torch.bfloat16, rank=16))
     compare_op(lora_mlp, mlp_reference, x, mlp, TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("op", ["qkv", "mlp"])
+def test_saving_the_input_as_fp8_codes(op, monkeypatch):
+    """SAVE_INPUT_FP8: the node keeps X as e4m3 codes + row scales (no full-precision copy of X is
+    saved); outputs, dX and dB are unchanged, dA moves by e4m3 rounding only."""
+    from kernels.ops import fp8_linear
+    torch.manual_seed(4)
+    x = torch.randn(19, 64)
+    if op == "qkv":
+        fn, projections = lora_qkv, [fp8_projection(64, 64, torch.float32, rank=4) for _ in range(3)]
+    else:
+        fn = lora_mlp
+        projections = [fp8_projection(48, 64, torch.float32, rank=4) for _ in range(2)]
+        projections.append(fp8_projection(64, 48, torch.float32, rank=4))
+    params = [t for p in projections for t in (p.lora_A, p.lora_B)]
+
+    def run():
+        xx = x.clone().requires_grad_()
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            outs = fn(xx, *projections)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        grads = torch.autograd.grad(outs, [xx] + params, [torch.ones_like(o) for o in outs])
+        return outs, grads, saved
+
+    outs, grads, saved = run()
+    monkeypatch.setattr(fp8_linear, "SAVE_INPUT_FP8", True)
+    outs_q, grads_q, saved_q = run()
+    assert any(t.dtype == torch.float8_e4m3fn and t.shape == (19, 64) for t in saved_q)
+    assert not any(t.dtype == torch.float32 and t.shape == (19, 64) for t in saved_q)
+    assert any(t.dtype == torch.float32 and t.shape == (19, 64) for t in saved)
+    for a, b in zip(outs_q, outs):
+        assert torch.equal(a, b)
+    assert torch.equal(grads_q[0], grads[0])                      # dX
+    reads_x = {0, 2, 4} if op == "qkv" else {0, 2}     # the adapters' A that multiply X (down's reads h)
+    for i, (a, b) in enumerate(zip(grads_q[1:], grads[1:])):
+        if i in reads_x:                                           # dA from the e4m3 copy of X
+            assert 0 < (a - b).norm() / b.norm() < 0.06
+        else:
+            assert torch.equal(a, b)
