@@ -38,12 +38,13 @@ SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),
 
 def save_base(model, folder: Path, vocab: int) -> None:
     """The bf16 base model plus a word-level tokenizer (Unsloth's loader needs one)."""
-    from tokenizers import Tokenizer, models
+    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
     words = {f"<t{i}>": i for i in range(vocab)}
     tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<t0>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<t0>", bos_token="<t1>", eos_token="<t2>",
                             pad_token=f"<t{vocab - 1}>").save_pretrained(folder)
 
@@ -99,36 +100,47 @@ def _run_variant(args, model, variant, state, lora_state, reference):
 
 
 def _run_mode(args, model, variant, precision, mode, state, lora_state, reference):
-    from kernels import apply_checkpointing
+    """Rows of one variant; a budget variant moves `keep` up or down until the best fitting one."""
     report = _patch(model, precision, state)
-    tries, keep = 0, None
+    keep, tried = None, set()
     while True:
-        if mode.startswith("budget="):
-            target = float(mode.split("=", 1)[1])
-            policy, keep, per_layer = _budget_policy(model, target, keep, args.bs * args.seq)
-        else:
-            policy, target = apply_checkpointing(model, mode, batch_tokens=args.bs * args.seq), None
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if name in lora_state:
-                    param.copy_(lora_state[name])
-        model._bench_report, model._bench_ready = report + [f"checkpointing: {policy}"], True
-        args.checkpointing = mode
-        result = run(args, model)
-        # useful MFU against BASELINES.md's bf16 rate (bench_lora counts nn.Linear, not Fp8Linear)
-        mfu = state["flops_per_token"] * result["tokens_per_s"] / (USEFUL_PEAK_TFLOPS * 1e12)
-        result.update(variant=variant, base_precision=precision, hf_first_step_loss=reference,
-                      loss_rel_diff=abs(result["first_step_loss"] - reference) / abs(reference),
-                      useful_mfu=round(mfu, 4))
-        if target is not None:
-            result["fits"] = result["peak_gib"] <= target
-        _write(args.out, result)
-        tries += 1
-        if target is None or result["fits"] or keep == 0 or tries >= 4:
+        result, target, keep, per_layer = _measure(args, model, variant, precision, mode, report, state,
+                                                   lora_state, reference, keep)
+        tried.add(keep)
+        if target is None:
             return result
-        over = (result["peak_gib"] - target) * GIB
-        keep -= max(1, int(over // per_layer) + 1)
+        room = (target - result["peak_gib"]) * GIB
+        step = int(room // per_layer) if result["fits"] else -(int(-room // per_layer) + 1)
+        keep = max(0, keep + step)
+        if step == 0 or keep in tried or len(tried) >= 4:
+            return result
         torch.cuda.empty_cache()
+
+
+def _measure(args, model, variant, precision, mode, report, state, lora_state, reference, keep):
+    from kernels import apply_checkpointing
+    target = per_layer = None
+    if mode.startswith("budget="):
+        target = float(mode.split("=", 1)[1])
+        policy, keep, per_layer = _budget_policy(model, target, keep, args.bs * args.seq)
+    else:
+        policy = apply_checkpointing(model, mode, batch_tokens=args.bs * args.seq)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name in lora_state:
+                param.copy_(lora_state[name])
+    model._bench_report, model._bench_ready = report + [f"checkpointing: {policy}"], True
+    args.checkpointing = mode
+    result = run(args, model)
+    # useful MFU against BASELINES.md's bf16 rate (bench_lora counts nn.Linear, not Fp8Linear)
+    mfu = state["flops_per_token"] * result["tokens_per_s"] / (USEFUL_PEAK_TFLOPS * 1e12)
+    result.update(variant=variant, base_precision=precision, hf_first_step_loss=reference,
+                  loss_rel_diff=abs(result["first_step_loss"] - reference) / abs(reference),
+                  useful_mfu=round(mfu, 4))
+    if target is not None:
+        result.update(fits=result["peak_gib"] <= target, layers_kept=keep)
+    _write(args.out, result)
+    return result, target, keep, per_layer
 
 
 def profile(model, args, out: Path) -> None:

@@ -44,6 +44,8 @@ def main() -> None:
     model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, lora_dropout=0, target_modules=TARGETS,
                                              bias="none", random_state=0,
                                              use_gradient_checkpointing="unsloth" if args.gc == "unsloth" else False)
+    if hasattr(FastLanguageModel, "for_training"):
+        FastLanguageModel.for_training(model)              # training mode: Unsloth's checkpointing is on
     gen = torch.Generator(device="cuda").manual_seed(1234)    # bench_lora.run's data
     vocab = SHAPES[args.shape]["vocab_size"]
     batches = [torch.randint(0, vocab, (args.bs, args.seq), device="cuda", generator=gen) for _ in range(4)]
