@@ -112,7 +112,7 @@ def main() -> None:
     models = {"tiny": (48, 64, 16, 96)} if args.smoke else MODELS
     meta = {"gpu": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu", "torch": torch.__version__,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    with open(args.out, "a") as fh:
+    with open(args.out, "a", buffering=1) as fh:
         for model, (m, hidden, kv, inter) in models.items():
             for node, shapes in nodes(hidden, kv, inter):
                 for fn in (forward_row, backward_row):

@@ -150,8 +150,8 @@ def main() -> None:
     shape_cfg = dict(SHAPES[args.shape])
     if args.smoke:
         shape_cfg.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=4096)
-        args.steps, args.half, args.bs, args.eval_every, args.eval_seqs = 4, 16, 2, 2, 4
+                         num_key_value_heads=2, vocab_size=1024)
+        args.steps, args.half, args.bs, args.eval_every, args.eval_seqs = 2, 8, 2, 2, 2
     language = make_language(shape_cfg["vocab_size"], min(2048, shape_cfg["vocab_size"] // 2), seed=11)
     train_data = sample(language, args.steps * args.bs, args.half, seed=12).to(dev)
     eval_data = sample(language, args.eval_seqs, args.half, seed=13).to(dev)
@@ -163,7 +163,7 @@ def main() -> None:
     variants = args.variants.split(",")
     if variants[0] != "bf16":
         raise SystemExit("--variants must start with bf16 (the baseline the others are compared with)")
-    with open(args.out, "a") as out:
+    with open(args.out, "a", buffering=1) as out:   # line-buffered: a timeout keeps the curves so far
         curves = {v: train(v, args, shape_cfg, train_data, eval_data, out) for v in variants}
         first = {v: c[0]["loss"] for v, c in curves.items()}
         final = {v: c[-1]["eval_loss"] for v, c in curves.items()}
