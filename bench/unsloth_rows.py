@@ -41,11 +41,10 @@ def main() -> None:
     args = parser.parse_args()
     model, _ = FastLanguageModel.from_pretrained(model_name=args.model_dir, max_seq_length=args.seq,
                                                  dtype=torch.bfloat16, load_in_4bit=False)
+    gc = "unsloth" if args.gc == "unsloth" else False
     model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, lora_dropout=0, target_modules=TARGETS,
-                                             bias="none", random_state=0,
-                                             use_gradient_checkpointing="unsloth" if args.gc == "unsloth" else False)
-    if hasattr(FastLanguageModel, "for_training"):
-        FastLanguageModel.for_training(model)              # training mode: Unsloth's checkpointing is on
+                                             bias="none", random_state=0, use_gradient_checkpointing=gc)
+    FastLanguageModel.for_training(model, use_gradient_checkpointing=gc)   # training mode, same checkpointing
     gen = torch.Generator(device="cuda").manual_seed(1234)    # bench_lora.run's data
     vocab = SHAPES[args.shape]["vocab_size"]
     batches = [torch.randint(0, vocab, (args.bs, args.seq), device="cuda", generator=gen) for _ in range(4)]
