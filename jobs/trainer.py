@@ -126,7 +126,7 @@ class Trainer:
         lines: list[str] = []
         if self.spec.fused_kernels:
             from kernels import apply_checkpointing, patch_model
-            report = patch_model(self.model, backend="auto")
+            report = patch_model(self.model, backend="auto", base_precision=self.spec.base_precision)
             tokens = self.spec.batch_size * self.spec.max_seq_length
             policy = apply_checkpointing(self.model, self.spec.gradient_checkpointing, batch_tokens=tokens)
             lines = report.lines() + ["  checkpointing: " + policy]
