@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,6 +71,16 @@ class Runner:
         JobLayout(record.job_dir).cancel_request.write_text(str(time.time()))
         _signal_group(record.pid, signal.SIGTERM)
         threading.Thread(target=self._kill_after_grace, args=(record,), daemon=True).start()
+
+    def delete(self, job_id: str) -> None:
+        """Remove a finished job: its row and its folder. Raises ValueError for an unknown or
+        active job (cancel it first)."""
+        record = self.store.get(job_id)
+        if record is None:
+            raise ValueError(f"there is no job {job_id}")
+        if not self.store.delete(job_id, (JobState.DONE, JobState.FAILED, JobState.CANCELLED)):
+            raise ValueError(f"job {job_id} is {self.store.get(job_id).state}: cancel it first")
+        shutil.rmtree(record.job_dir, ignore_errors=True)
 
     def list_jobs(self) -> list[JobRecord]:
         self.reconcile()
@@ -149,6 +160,8 @@ class Runner:
 
 
 def _job_name(spec: JobSpec) -> str:
+    if spec.name.strip():
+        return spec.name.strip()
     return f"{short_name(spec.model)} · {short_name(spec.dataset)}"
 
 

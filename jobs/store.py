@@ -132,6 +132,14 @@ class JobStore:
         with closing(self._connect()) as conn, conn:
             conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id))
 
+    def delete(self, job_id: str, from_states: tuple[str, ...]) -> bool:
+        """Remove the row only if the job is in one of `from_states` (compare-and-delete)."""
+        marks = ", ".join("?" for _ in from_states)
+        with closing(self._connect()) as conn, conn:
+            cur = conn.execute(f"DELETE FROM jobs WHERE id = ? AND state IN ({marks})",
+                               (job_id, *(JobState(s).value for s in from_states)))
+            return cur.rowcount == 1
+
     def transition(self, job_id: str, from_states: tuple[str, ...], **fields: Any) -> bool:
         """Update only if the job is still in one of `from_states` (a compare-and-set, so two
         watchers never both start or finish the same job). Returns whether it changed."""
