@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 from jobs.layout import JobLayout
@@ -101,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     # bitsandbytes warns on AVX512-BF16 CPUs that an optional hub kernel is missing; it has a
     # built-in CPU path, and the warning (naming a `kernels` package) only confuses users.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    # A library warning called from many places would print once per place; once is enough.
+    warnings.simplefilter("once")
     from jobs.events import EventWriter
     from jobs.trainer import Trainer
     events = EventWriter(job_dir)
@@ -123,8 +126,17 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc(file=sys.stdout)
         events.emit("error", kind=kind, message=message, step=trainer.step)
         print(message, flush=True)
-        print(f"fusetune: {message}", file=sys.stderr, flush=True)
+        if not _same_file(sys.stdout, sys.stderr):  # the studio sends both to train.log: say it once
+            print(f"fusetune: {message}", file=sys.stderr, flush=True)
         return code
+
+
+def _same_file(first, second) -> bool:
+    try:
+        a, b = os.fstat(first.fileno()), os.fstat(second.fileno())
+    except (OSError, ValueError, AttributeError):  # a stream without a file (captured in tests)
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 if __name__ == "__main__":
