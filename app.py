@@ -58,11 +58,14 @@ def main(argv: list[str] | None = None) -> None:
     from studio.app import build_studio
     runner = Runner(data_dir)
     runner.start_monitor()
-    threading.Thread(target=warm_builtin_model, args=(data_dir,), daemon=True).start()
     demo = build_studio(data_dir, runner)
     print(f"[studio] data dir {data_dir}", flush=True)
     demo.queue(default_concurrency_limit=4).launch(
-        server_name=args.host, server_port=args.port, auth=auth, show_error=True)
+        server_name=args.host, server_port=args.port, auth=auth, show_error=True, prevent_thread_lock=True)
+    # After launch: Gradio's one-shot 3 s check that the page answers fails the launch when the
+    # GGUF conversion is busy in the same process on a loaded machine.
+    threading.Thread(target=warm_builtin_model, args=(data_dir,), daemon=True).start()
+    demo.block_thread()
 
 
 if __name__ == "__main__":

@@ -76,14 +76,16 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
                 return [gr.skip()] * (1 + len(jobs.refresh_outputs))
             return [gr.Tabs(selected="jobs"), *refresh(ctx, job_id, None, None, language, pick=True)]
 
-        train.started_job.change(after_start, [train.started_job, lang], [tabs, *jobs.refresh_outputs])
+        train.started_job.change(after_start, [train.started_job, lang], [tabs, *jobs.refresh_outputs],
+                                 show_progress="hidden")
         jobs_item.select(lambda job_id, language: refresh(ctx, job_id, None, None, language),
                          [jobs.select, lang], jobs.refresh_outputs, show_progress="hidden")
         compare_item.select(lambda picked, only, language: compare.refresh(ctx, picked, only, language),
-                            [compare.select, compare.only_diff, lang], compare.outputs)
+                            [compare.select, compare.only_diff, lang], compare.outputs, show_progress="hidden")
         export_item.select(lambda picked, language: export.refresh(ctx, picked, language),
-                           [export.select, lang], export.select)
-        chat_item.select(lambda language: chat.refresh(ctx, language), [lang], [chat.adapter, chat.model])
+                           [export.select, lang], export.select, show_progress="hidden")
+        chat_item.select(lambda language: chat.refresh(ctx, language), [lang], [chat.adapter, chat.model],
+                         show_progress="hidden")
 
         def on_language(language: str | None) -> list[Any]:
             language = normalize(language)
@@ -96,9 +98,10 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
         page_outputs = [lang, *ctx.page.components()]
         tab_names = tab_labels_js()
         # language first, so everything the load then writes is already in it
-        loaded = demo.load(on_language, lang, page_outputs, js=DETECT_LANG_JS)
+        quiet = {"show_progress": "hidden"}  # a spinner over every field would block the form
+        loaded = demo.load(on_language, lang, page_outputs, js=DETECT_LANG_JS, **quiet)
         loaded.then(None, lang, None, js=tab_names)
         loaded.then(on_load, lang, [*jobs.refresh_outputs, export.select, chat.adapter, chat.model,
-                                    train.model, train.dataset])
-        lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS).then(None, lang, None, js=tab_names)
+                                    train.model, train.dataset], **quiet)
+        lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS, **quiet).then(None, lang, None, js=tab_names)
     return demo

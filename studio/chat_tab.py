@@ -111,7 +111,7 @@ def _wire(ctx: StudioContext, tab: ChatTab, prompt: Any, chats: list[Any], setti
         return gr.update(value=trained_on) if trained_on else gr.update(value=current_model)
 
     tab.adapter.change(on_adapter, [tab.adapter, tab.model], tab.model)
-    ctx.lang.change(lambda language: tab.refresh(ctx, language)[0], ctx.lang, tab.adapter)
+    ctx.lang.change(lambda language: tab.refresh(ctx, language)[0], ctx.lang, tab.adapter, show_progress="hidden")
 
     def on_send(message, model_id, job_id, tuned_h, base_h, temp, top, max_tokens, seed_value, system_text, lang):
         model_id = (model_id or "").strip()

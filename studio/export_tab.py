@@ -102,5 +102,6 @@ def build_export_tab(ctx: StudioContext) -> ExportTab:
 
     select.change(on_select, [select, ctx.lang], [download, status, card])
     refresh_btn.click(lambda picked, language: tab.refresh(ctx, picked, language), [select, ctx.lang], select)
-    ctx.lang.change(lambda picked, language: tab.refresh(ctx, picked, language), [select, ctx.lang], select)
+    ctx.lang.change(lambda picked, language: tab.refresh(ctx, picked, language), [select, ctx.lang], select,
+                    show_progress="hidden")
     return tab
