@@ -12,13 +12,13 @@ not choose.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
 import pandas as pd
 
 from jobs.events import tail_log
+from jobs.layout import JobLayout
 from studio import job_actions
 from studio import jobs_view as view
 from studio import render
@@ -115,7 +115,7 @@ def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: 
 
 def _log_size(record: Any) -> int:
     try:
-        return (Path(record.job_dir) / "train.log").stat().st_size
+        return JobLayout(record.job_dir).log.stat().st_size
     except OSError:
         return -1
 

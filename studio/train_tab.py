@@ -54,8 +54,8 @@ def store_upload(data_dir: Path, uploaded: str) -> Path:
 
 
 def known_datasets(data_dir: Path) -> list[str]:
-    folder = Path(data_dir) / "datasets"
-    files = sorted(p for p in folder.glob("*") if p.suffix.lower() in DATASET_SUFFIXES) if folder.is_dir() else []
+    """The built-in dataset, then every upload in the data dir."""
+    files = sorted(p for p in paths.datasets_dir(data_dir).glob("*") if p.suffix.lower() in DATASET_SUFFIXES)
     return [BUILTIN_DATASET] + [str(p) for p in files]
 
 

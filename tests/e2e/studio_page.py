@@ -85,7 +85,9 @@ def pick_option(page, elem_id: str, text: str, timeout_s: float = 30) -> None:
             return
         except PlaywrightTimeout:
             if time.time() > deadline:
-                raise
+                shown = page.locator("ul[role=listbox] li").all_inner_texts()
+                typed = page.locator(f"#{elem_id} input").input_value()
+                raise AssertionError(f"no option {text!r} in #{elem_id} (typed {typed!r}, shown {shown!r})") from None
             page.keyboard.press("Escape")
             page.locator("#ft-header").click()
 

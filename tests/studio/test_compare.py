@@ -8,6 +8,7 @@ from jobs.store import JobRecord
 from studio import compare
 from studio.compare_tab import comparison
 from studio.context import StudioContext
+from tests.studio.fakes import ListRunner
 
 
 def run(tmp_path, job_id, losses, evals=(), **spec):
@@ -19,17 +20,6 @@ def run(tmp_path, job_id, losses, evals=(), **spec):
         writer.emit("eval", step=step, eval_loss=loss)
     return JobRecord(id=job_id, name="tiny · identity", state="done", created_at=1.7e9, job_dir=str(job_dir),
                      spec=JobSpec(output_dir=str(job_dir), **spec).to_dict())
-
-
-class ListRunner:
-    def __init__(self, records):
-        self.records = records
-
-    def list_jobs(self):
-        return list(self.records)
-
-    def get(self, job_id):
-        return next((r for r in self.records if r.id == job_id), None)
 
 
 def test_curves_of_several_runs_share_one_frame(tmp_path):

@@ -6,14 +6,7 @@ from jobs.spec import JobSpec
 from jobs.store import JobRecord
 from studio.context import StudioContext
 from studio.export_tab import ExportTab, model_card_text, split_front_matter
-
-
-class ListRunner:
-    def __init__(self, records):
-        self.records = records
-
-    def list_jobs(self):
-        return list(self.records)
+from tests.studio.fakes import ListRunner
 
 
 def finished(tmp_path, job_id, state="done", adapter=True):

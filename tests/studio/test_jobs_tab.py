@@ -4,17 +4,7 @@ from jobs.events import EventWriter
 from jobs.store import JobRecord
 from studio.context import StudioContext
 from studio.jobs_tab import DETAIL_LEN, refresh
-
-
-class ListRunner:
-    def __init__(self, records):
-        self.records = records
-
-    def list_jobs(self):
-        return list(self.records)
-
-    def get(self, job_id):
-        return next((r for r in self.records if r.id == job_id), None)
+from tests.studio.fakes import ListRunner
 
 
 def is_skip(value):
