@@ -1,9 +1,12 @@
-"""Fusetune Studio: `python app.py [--host 127.0.0.1] [--port 7860] [--data-dir DIR] [--auth USER:PASS]`."""
+"""Fusetune Studio: `python app.py [--host 127.0.0.1] [--port 7860] [--data-dir DIR]`, with the
+password in FUSETUNE_AUTH=USER:PASS (or `--auth USER:PASS`, which every user of the machine can read
+in `ps`)."""
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import sqlite3
 import sys
 import threading
 
@@ -12,6 +15,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from jobs import paths  # noqa: E402
 from jobs.runner import Runner  # noqa: E402
+from jobs.storage import PRIVATE_UMASK, StorageError  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -21,9 +25,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=int(os.environ.get("FUSETUNE_PORT", "7860")))
     parser.add_argument("--data-dir", default=None,
                         help="where jobs, uploads and the model cache live (default $FUSETUNE_HOME or ~/.fusetune)")
-    parser.add_argument("--auth", default=os.environ.get("FUSETUNE_AUTH"),
-                        help="USER:PASS required to use the studio (or set FUSETUNE_AUTH)")
+    parser.add_argument("--auth", default=None,
+                        help="USER:PASS required to use the studio. Prefer the FUSETUNE_AUTH environment "
+                             "variable: a command-line argument is visible to every user in `ps`")
     return parser.parse_args(argv)
+
+
+def choose_auth(cli_value: str | None, env_value: str | None) -> str | None:
+    """FUSETUNE_AUTH first; --auth works too, with a warning that `ps` shows it to everyone."""
+    if cli_value:
+        note = "; FUSETUNE_AUTH is set, so it is used and --auth is ignored" if env_value else ""
+        print("[studio] warning: --auth puts the password in the process list, where every user of this "
+              f"machine can read it (`ps`); set FUSETUNE_AUTH=USER:PASS in the environment instead{note}.",
+              file=sys.stderr, flush=True)
+    return env_value or cli_value
 
 
 def parse_auth(value: str | None) -> tuple[str, str] | None:
@@ -31,8 +46,26 @@ def parse_auth(value: str | None) -> tuple[str, str] | None:
         return None
     user, sep, password = value.partition(":")
     if not sep or not user or not password:
-        raise SystemExit("--auth must look like USER:PASS (both non-empty)")
+        raise SystemExit("fusetune: the password setting must look like USER:PASS (both non-empty), "
+                         "in FUSETUNE_AUTH or --auth")
     return user, password
+
+
+def open_data_dir(chosen: str | None) -> tuple[object, Runner]:
+    """The data dir and a Runner on it, or SystemExit with one line naming the path and the fix."""
+    try:
+        data_dir = paths.data_dir(chosen)
+        paths.check_writable(data_dir)
+        runner = Runner(data_dir)
+    except StorageError as exc:  # its text already names the path, the free space and the fix
+        raise SystemExit(f"fusetune: cannot use the data dir: {exc}") from None
+    except OSError as exc:
+        raise SystemExit(f"fusetune: cannot use the data dir: {exc.filename or chosen}: {exc.strerror}. Pass "
+                         "--data-dir with a folder you can write to, or set FUSETUNE_HOME") from None
+    except sqlite3.Error as exc:
+        raise SystemExit(f"fusetune: cannot open the job database {data_dir / 'jobs.sqlite'}: {exc}; fix its "
+                         "permissions or free space, or pass another --data-dir") from None
+    return data_dir, runner
 
 
 def warm_builtin_model(data_dir) -> None:
@@ -47,21 +80,27 @@ def warm_builtin_model(data_dir) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    os.umask(PRIVATE_UMASK)  # uploads, jobs and caches are the user's alone (0600 files, 0700 folders)
     # Same as in jobs/train.py: an optional bitsandbytes hub kernel, whose absence is harmless.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
-    auth = parse_auth(args.auth)
+    auth = parse_auth(choose_auth(args.auth, os.environ.get("FUSETUNE_AUTH")))
     if auth is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"[studio] warning: serving on {args.host} without a password; anyone who can reach this "
-              "port can start jobs. Set --auth USER:PASS or FUSETUNE_AUTH.", file=sys.stderr, flush=True)
-    data_dir = paths.data_dir(args.data_dir)
+              "port can start jobs. Set FUSETUNE_AUTH=USER:PASS.", file=sys.stderr, flush=True)
+    data_dir, runner = open_data_dir(args.data_dir)
+    # Before gradio, torch or transformers load: their caches and temp files go in the data dir.
+    paths.use_data_dir_caches(data_dir)
     # The studio imports transformers; do it before the warm-up thread does, not concurrently.
     from studio.app import build_studio
-    runner = Runner(data_dir)
     runner.start_monitor()
     demo = build_studio(data_dir, runner)
     print(f"[studio] data dir {data_dir}", flush=True)
+    # Gradio hands out only files in its cache, the working directory, the temp dir (now inside the
+    # data dir) or allowed_paths. Downloads (the adapter zips) live in the job folders, whose
+    # contents the UI shows anyway; uploads, the model cache and everything else stay refused.
     demo.queue(default_concurrency_limit=4).launch(
-        server_name=args.host, server_port=args.port, auth=auth, show_error=True, prevent_thread_lock=True)
+        server_name=args.host, server_port=args.port, auth=auth, show_error=True,
+        allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True)
     # After launch: Gradio's one-shot 3 s check that the page answers fails the launch when the
     # GGUF conversion is busy in the same process on a loaded machine.
     threading.Thread(target=warm_builtin_model, args=(data_dir,), daemon=True).start()

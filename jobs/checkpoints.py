@@ -1,4 +1,8 @@
-"""Resumable checkpoints (`checkpoints/step-N/`) and the final adapter folder."""
+"""Resumable checkpoints (`checkpoints/step-N/`) and the final adapter folder.
+
+Both are written whole or not at all (jobs.storage.staged_dir): into a hidden `.partial` folder
+that is renamed into place when complete. A failed write (a full disk) removes the partial folder,
+leaves the previous checkpoint or adapter as it was, and is raised as a StorageError."""
 from __future__ import annotations
 
 import json
@@ -8,22 +12,24 @@ from pathlib import Path
 import torch
 
 from jobs.layout import ADAPTER_DIR, ADAPTER_WEIGHTS, MODEL_CARD, OPTIMIZER_STATE, TRAINER_STATE, JobLayout
+from jobs.storage import staged_dir
 
 KEEP_CHECKPOINTS = 2
 
 
 def save_checkpoint(job_dir: Path, step: int, model, optimizer, scheduler, state: dict) -> Path:
-    """Write step-N atomically (temp folder, then rename) and keep only the newest few."""
+    """Write step-N atomically (temp folder, then rename) and keep only the newest few; older
+    ones are deleted only after the new one is complete."""
     layout = JobLayout(job_dir)
-    root, final, tmp = layout.checkpoints, layout.checkpoint(step), layout.partial_checkpoint(step)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / ADAPTER_DIR)
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / OPTIMIZER_STATE)
-    (tmp / TRAINER_STATE).write_text(json.dumps({"step": step, **state}, indent=2))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    for old in sorted(root.glob("step-*"), key=_step_of)[:-KEEP_CHECKPOINTS]:
+    for stale in layout.checkpoints.glob(".step-*.partial"):  # left by a process killed mid-save
+        shutil.rmtree(stale, ignore_errors=True)
+    final = layout.checkpoint(step)
+    with staged_dir(final, layout.partial_checkpoint(step)) as tmp:
+        model.save_pretrained(tmp / ADAPTER_DIR)
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+                   tmp / OPTIMIZER_STATE)
+        (tmp / TRAINER_STATE).write_text(json.dumps({"step": step, **state}, indent=2))
+    for old in sorted(layout.checkpoints.glob("step-*"), key=_step_of)[:-KEEP_CHECKPOINTS]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -54,14 +60,22 @@ def load_checkpoint(folder: Path, model, optimizer, scheduler) -> dict:
     return json.loads((folder / TRAINER_STATE).read_text())
 
 
-def save_adapter(job_dir: Path, model, tokenizer, card: str) -> Path:
-    """The deliverable: adapter_model.safetensors + adapter_config.json + tokenizer + model card."""
-    out = JobLayout(job_dir).adapter
-    tmp = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    (tmp / MODEL_CARD).write_text(card, encoding="utf-8")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+def save_adapter(job_dir: Path, model, tokenizer, card: str, best: bool = False) -> Path:
+    """The deliverable: adapter_model.safetensors + adapter_config.json + tokenizer + model card
+    (in `adapter-best/` instead with best=True: the adapter of the lowest eval loss so far)."""
+    layout = JobLayout(job_dir)
+    out = layout.best_adapter if best else layout.adapter
+    with staged_dir(out, out.with_name(f".{out.name}.partial")) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / MODEL_CARD).write_text(card, encoding="utf-8")
     return out
+
+
+def promote_best_adapter(job_dir: Path) -> Path:
+    """keep_best: make `adapter/` (what the user downloads, exports and chats with) a copy of
+    `adapter-best/`, swapped in atomically; the last step's weights stay in the final checkpoint."""
+    layout = JobLayout(job_dir)
+    with staged_dir(layout.adapter, layout.partial_adapter) as tmp:
+        shutil.copytree(layout.best_adapter, tmp, dirs_exist_ok=True)
+    return layout.adapter

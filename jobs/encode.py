@@ -6,7 +6,6 @@ assistant-only loss and LLaMA-Factory's supervised processor), so it works with 
 renders earlier turns the same way whatever follows them."""
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 import torch
@@ -110,14 +109,6 @@ def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
 def label_count(batch: dict[str, torch.Tensor]) -> int:
     """Tokens the loss is taken over: labels after the causal shift that are not ignored."""
     return int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
-
-
-def batches(examples: list[Example], batch_size: int, seed: int, epoch: int):
-    """Shuffled micro-batches for one epoch (the last one may be short)."""
-    order = list(range(len(examples)))
-    random.Random(seed * 1000 + epoch).shuffle(order)
-    for start in range(0, len(order), batch_size):
-        yield [examples[i] for i in order[start:start + batch_size]]
 
 
 def preview(tokenizer, conversations, max_length: int, n: int = 3) -> list[dict]:

@@ -62,6 +62,14 @@ class JobLayout:
         return self.root / ADAPTER_DIR
 
     @property
+    def partial_adapter(self) -> Path:
+        return self.root / f".{ADAPTER_DIR}.partial"
+
+    def partials(self) -> list[Path]:
+        """Half-written folders a process killed mid-save leaves behind (never valid to read)."""
+        return list(self.checkpoints.glob(".step-*.partial")) + list(self.root.glob(".*.partial"))
+
+    @property
     def best_adapter(self) -> Path:
         return self.root / BEST_ADAPTER_DIR
 

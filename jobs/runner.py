@@ -1,8 +1,16 @@
-"""The job runner: starts each job as `python -m jobs.train <job dir>/config.yaml`.
+"""The job runner: starts each job as `python -m jobs.train <job dir>/config.yaml --data-dir <data dir>`.
 
 No shell, its own process group (so cancel reaches every child), stdout and stderr appended to
 train.log (never a pipe the UI must drain). Jobs outlive the UI: a restarted runner finds running
 jobs by pid and keeps watching them. One job runs at a time (they share the GPU); the rest queue.
+
+Claim, then spawn: a queued job is first moved to running in SQLite by one runner instance, which
+records itself as the job's owner (`JobStore.claim`), and only the winner of that claim starts
+the trainer, so two studios on one data dir never start a job twice. Any instance can finish a job
+whose trainer has exited; the instance that spawned it also reaps it, so no zombies pile up.
+
+The monitor thread survives every exception (logged to stderr, retried with back-off), and the
+methods the UI calls restart it if it has died; one broken job never breaks a page that lists jobs.
 """
 from __future__ import annotations
 
@@ -14,18 +22,24 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
-import psutil
-
-from jobs import paths
+from jobs import paths, procs
 from jobs.events import summarize
 from jobs.layout import JobLayout
-from jobs.spec import JobSpec, short_name
-from jobs.store import JobRecord, JobState, JobStore
+from jobs.spec import BUILTIN_DATASET, JobSpec, short_name
+from jobs.storage import PRIVATE_UMASK, is_disk_error, as_storage_error, open_private, write_private_text
+from jobs.store import FINISHED, JobRecord, JobState, JobStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CANCEL_GRACE_S = 60.0
+CLAIM_GRACE_S = 120.0  # a claim with no trainer after this long is abandoned (its owner hung or died)
+MAX_BACKOFF_S = 30.0
+
+
+class RunnerError(RuntimeError):
+    """A request the runner refuses (deleting a running job, ...); the message says why and what to do."""
 
 
 class Runner:
@@ -34,10 +48,13 @@ class Runner:
         self.store = JobStore(self.data_dir / "jobs.sqlite")
         self.python = python or sys.executable
         self.max_running = max_running
+        self.owner = procs.new_owner()
         self._children: dict[str, subprocess.Popen] = {}
         self._lock = threading.RLock()
         self._monitor: threading.Thread | None = None
+        self._monitor_interval: float | None = None
         self._stop = threading.Event()
+        self.monitor_restarts = 0
 
     # ---- what the UI calls ----------------------------------------------------------------
     def preview_command(self, spec: JobSpec) -> tuple[str, list[str]]:
@@ -46,53 +63,91 @@ class Runner:
 
     def command(self, layout: JobLayout) -> list[str]:
         """The trainer's argv for a job folder (the only place it is built)."""
-        return [self.python, "-m", "jobs.train", str(layout.config)]
+        return [self.python, "-m", "jobs.train", str(layout.config), "--data-dir", str(self.data_dir)]
 
     def submit(self, spec: JobSpec) -> JobRecord:
-        """Validate, record and start (or queue) a job. Raises SpecError before anything exists."""
+        """Validate, record and start (or queue) a job. Raises SpecError before anything exists,
+        and a StorageError (one line: path, free space, fix) when the data dir cannot be written."""
         spec.validate()
+        spec.name = spec.name.strip() or default_name(spec)
         job_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-        job_dir = paths.jobs_dir(self.data_dir) / job_id
-        spec.output_dir = str(job_dir)
-        spec.write_yaml(JobLayout(job_dir).config)
-        record = self.store.add(job_id, _job_name(spec), job_dir, spec.to_dict())
-        self.reconcile()
+        layout = JobLayout(paths.jobs_dir(self.data_dir) / job_id)
+        spec.output_dir = str(layout.root)
+        try:
+            layout.root.mkdir(mode=0o700)
+            write_private_text(layout.config, spec.to_yaml())
+        except OSError as exc:
+            shutil.rmtree(layout.root, ignore_errors=True)
+            raise as_storage_error(exc, layout.root) from None
+        record = self.store.add(job_id, spec.name, layout.root, spec.to_dict())
+        self._reconcile_quietly()
         return self.store.get(job_id) or record
 
-    def cancel(self, job_id: str) -> None:
-        """Stop a job: a queued one never starts; a running one gets SIGTERM, saves the adapter of
-        its current step and exits; after a grace period its whole process group is killed."""
+    def cancel(self, job_id: str) -> bool:
+        """Stop this one job: a queued one becomes cancelled and never starts (it stays listed until
+        deleted); a running one gets SIGTERM, saves the adapter of its current step and exits; after
+        a grace period its whole process group is killed. False when there was nothing to stop."""
         record = self.store.get(job_id)
         if record is None or record.finished:
-            return
+            return False
         if self.store.transition(job_id, (JobState.QUEUED,), state=JobState.CANCELLED, finished_at=time.time(),
                                  reason="cancelled before it started"):
-            return
-        JobLayout(record.job_dir).cancel_request.write_text(str(time.time()))
-        _signal_group(record.pid, signal.SIGTERM)
-        threading.Thread(target=self._kill_after_grace, args=(record,), daemon=True).start()
+            return True
+        record = self.store.get(job_id)  # claimed a moment ago by some runner: it is running now
+        if record is None or record.state != JobState.RUNNING:
+            return False
+        try:
+            write_private_text(JobLayout(record.job_dir).cancel_request, str(time.time()))
+        except OSError as exc:  # the signal below still stops it; only the "cancelled" label is lost
+            _log(f"job {job_id}: cannot record the cancel request: {exc}")
+        if self._alive(record):  # with no pid yet, its starter sees the request right after spawning
+            procs.signal_group(record.pid, signal.SIGTERM)
+        threading.Thread(target=self._kill_after_grace, args=(job_id,), daemon=True).start()
+        return True
 
-    def delete(self, job_id: str) -> None:
-        """Remove a finished job: its row and its folder. Raises ValueError for an unknown or
-        active job (cancel it first)."""
+    def delete(self, job_id: str) -> bool:
+        """Remove a job and its folder: a finished one, or a queued one (which is first cancelled so
+        that no runner can claim it meanwhile). A running job is refused with a RunnerError: cancel
+        it first. False when there is no such job. Only folders inside <data dir>/jobs/ are deleted
+        (a row pointing elsewhere loses its row, never someone else's folder)."""
         record = self.store.get(job_id)
         if record is None:
-            raise ValueError(f"there is no job {job_id}")
-        if not self.store.delete(job_id, (JobState.DONE, JobState.FAILED, JobState.CANCELLED)):
-            raise ValueError(f"job {job_id} is {self.store.get(job_id).state}: cancel it first")
-        shutil.rmtree(record.job_dir, ignore_errors=True)
+            return False
+        if record.state == JobState.QUEUED:
+            self.store.transition(job_id, (JobState.QUEUED,), state=JobState.CANCELLED,
+                                  finished_at=time.time(), reason="removed before it started")
+            record = self.store.get(job_id) or record
+        if not record.finished:
+            raise RunnerError(f"job {record.name!r} is running: cancel it first, then delete it")
+        folder = Path(record.job_dir)
+        trash = folder.with_name(f".deleting-{folder.name}")
+        owned = folder.parent.resolve() == paths.jobs_dir(self.data_dir).resolve()
+        if owned and folder.is_dir():
+            try:
+                folder.rename(trash)  # gone from view at once; an error below leaves it recoverable
+            except OSError as exc:
+                raise RunnerError(f"cannot delete {folder}: {exc.strerror or exc}") from None
+        if not self.store.delete(job_id, FINISHED):
+            if owned and trash.is_dir():
+                trash.rename(folder)
+            raise RunnerError(f"job {record.name!r} changed state while being deleted; try again")
+        shutil.rmtree(trash, ignore_errors=True)
+        return True
 
     def list_jobs(self) -> list[JobRecord]:
-        self.reconcile()
+        self._ensure_monitor()
+        self._reconcile_quietly()
         return self.store.list()
 
     def get(self, job_id: str) -> JobRecord | None:
-        self.reconcile()
+        self._ensure_monitor()
+        self._reconcile_quietly()
         return self.store.get(job_id)
 
     # ---- the watcher ----------------------------------------------------------------------
     def start_monitor(self, interval_s: float = 1.0) -> None:
         """Watch jobs in the background so queued jobs start with no browser connected."""
+        self._monitor_interval = interval_s
         if self._monitor and self._monitor.is_alive():
             return
         self._stop.clear()
@@ -102,67 +157,179 @@ class Runner:
 
     def shutdown(self) -> None:
         """Stop watching. Running jobs keep running; a new Runner reattaches to them."""
+        self._monitor_interval = None
         self._stop.set()
         if self._monitor:
             self._monitor.join(timeout=5)
 
+    def _ensure_monitor(self) -> None:
+        """Restart the monitor if it was started and has died (the watchdog the UI's calls run)."""
+        monitor = self._monitor
+        if self._monitor_interval is None or self._stop.is_set() or (monitor and monitor.is_alive()):
+            return
+        self.monitor_restarts += 1
+        _log("the monitor thread had stopped; restarting it")
+        self.start_monitor(self._monitor_interval)
+
     def _watch(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
+        failures, wait_s = 0, interval_s
+        while not self._stop.wait(wait_s):
+            try:
+                self.reconcile()
+                failures, wait_s = 0, interval_s
+            except Exception as exc:  # the monitor must outlive any failure (a full disk, a locked db)
+                failures += 1
+                wait_s = min(MAX_BACKOFF_S, interval_s * 2 ** failures)
+                detail = traceback.format_exc() if failures == 1 else f"{type(exc).__name__}: {exc}"
+                _log(f"monitor pass failed ({failures} in a row), retrying in {wait_s:.0f}s: {detail}")
+
+    def _reconcile_quietly(self) -> None:
+        """reconcile() for the UI's calls: a failure is logged, never raised into a page load."""
+        try:
             self.reconcile()
+        except Exception as exc:
+            _log(f"could not update jobs: {type(exc).__name__}: {exc}")
 
     def reconcile(self) -> None:
-        """Finish jobs whose process has exited, then start queued jobs while there is room."""
+        """Reap our exited children, finish jobs whose trainer has exited, then claim and start
+        queued jobs while there is room. A failure on one job is logged and the others go on."""
         with self._lock:
+            self._reap_children()
             for record in self.store.list(states=(JobState.RUNNING,)):
-                if not self._alive(record):
-                    self._finish(record)
-            running = len(self.store.list(states=(JobState.RUNNING,)))
-            for record in reversed(self.store.list(states=(JobState.QUEUED,))):  # oldest first
-                if running >= self.max_running:
-                    break
-                self._start(record)
-                running += 1
+                _guarded(record, self._check_running)
+            while (claimed := self.store.claim(self.owner, self._choose)) is not None:
+                _guarded(claimed, self._spawn)
 
-    def _start(self, record: JobRecord) -> None:
+    def _choose(self, running: list[JobRecord], queued: list[JobRecord]) -> str | None:
+        """The queued job to start now, decided inside the claim's transaction (so every instance
+        sees the same running jobs): the oldest, while fewer than `max_running` run."""
+        return queued[0].id if queued and len(running) < self.max_running else None
+
+    def _reap_children(self) -> None:
+        """Collect the exit status of every child of ours that has ended (so none stays a zombie),
+        and forget those whose job another instance has already finished."""
+        for job_id, child in list(self._children.items()):
+            if child.poll() is None:
+                continue
+            record = self.store.get(job_id)
+            if record is None or record.state != JobState.RUNNING or record.owner != self.owner:
+                self._children.pop(job_id, None)
+
+    def _check_running(self, record: JobRecord) -> None:
+        if record.pid is None and record.id not in self._children:
+            self._check_claim(record)
+        elif not self._alive(record):
+            self._finish(record)
+
+    def _check_claim(self, record: JobRecord) -> None:
+        """A running job with no trainer pid: its owner is spawning it, or died before it could."""
+        if record.owner == self.owner:
+            # We spawn under self._lock, which we hold: our spawn of it failed before it was recorded.
+            self._fail(record, "its trainer could not be started; the studio's log says why")
+            return
+        age = time.time() - (record.started_at or 0)
+        if not (procs.owner_gone(record.owner) or age > CLAIM_GRACE_S):
+            return
+        orphan = procs.find_trainer(record.job_dir)
+        if orphan is not None:  # the trainer started; only its pid was never recorded
+            self.store.transition(record.id, (JobState.RUNNING,), pid=orphan)
+            return
+        self.store.transition(record.id, (JobState.RUNNING,), state=JobState.FAILED, finished_at=time.time(),
+                              reason=f"the studio instance {record.owner} that took this job stopped "
+                                     "before starting its trainer; start the job again")
+
+    def _spawn(self, record: JobRecord) -> None:
+        """Start the trainer of a job this instance has just claimed."""
         layout = JobLayout(record.job_dir)
+        if layout.cancel_request.exists():
+            self._fail(record, "cancelled before it started", JobState.CANCELLED)
+            return
         argv = self.command(layout)
+        try:
+            with open_private(layout.log, "ab") as log:
+                proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=self._env(record), stdin=subprocess.DEVNULL,
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                        umask=PRIVATE_UMASK)
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            self._fail(record, _spawn_failure(argv, layout, exc))
+            return
+        self._children[record.id] = proc
+        if not self.store.set_pid(record.id, self.owner, proc.pid):
+            # Another instance gave up on this claim meanwhile: a lost claim must not train.
+            procs.signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            self._children.pop(record.id, None)
+            _log(f"job {record.id}: claim lost while starting; its trainer was stopped")
+        elif layout.cancel_request.exists():  # cancelled while we were spawning it
+            procs.signal_group(proc.pid, signal.SIGTERM)
+
+    def _fail(self, record: JobRecord, reason: str, state: JobState = JobState.FAILED) -> None:
+        if self.store.transition(record.id, (JobState.RUNNING,), state=state, reason=reason,
+                                 finished_at=time.time()) and state == JobState.FAILED:
+            try:
+                with open_private(JobLayout(record.job_dir).log, "a", encoding="utf-8") as log:
+                    log.write(f"fusetune: {reason}\n")
+            except OSError:
+                pass  # the reason is in the database, which is what the studio shows
+
+    def _env(self, record: JobRecord) -> dict[str, str]:
         # Progress bars are \r-animated lines: unreadable in a log file, so they are turned off.
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "FUSETUNE_JOB_ID": record.id,
-               "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
-        with open(layout.log, "ab") as log:
-            proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self._children[record.id] = proc
-        self.store.transition(record.id, (JobState.QUEUED,), state=JobState.RUNNING, pid=proc.pid, started_at=time.time())
+               "FUSETUNE_HOME": str(self.data_dir), "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+        paths.cache_env(self.data_dir, env)
+        return env
 
     def _alive(self, record: JobRecord) -> bool:
         child = self._children.get(record.id)
         if child is not None:
             return child.poll() is None
-        return _is_our_trainer(record.pid, record.job_dir)
+        return procs.is_trainer_of(record.pid, record.job_dir)
 
     def _finish(self, record: JobRecord) -> None:
         child = self._children.pop(record.id, None)
         code = child.returncode if child is not None else None
-        _signal_group(record.pid, signal.SIGKILL)  # sweep any grandchildren the job left behind
+        procs.signal_group(record.pid, signal.SIGKILL)  # sweep any grandchildren the job left behind
+        for partial in JobLayout(record.job_dir).partials():  # a trainer killed mid-save
+            shutil.rmtree(partial, ignore_errors=True)
         state, reason = _outcome(record, code)
         self.store.transition(record.id, (JobState.RUNNING,), state=state, reason=reason, finished_at=time.time())
 
-    def _kill_after_grace(self, record: JobRecord) -> None:
+    def _kill_after_grace(self, job_id: str) -> None:
         deadline = time.time() + CANCEL_GRACE_S
         while time.time() < deadline:
-            if not self._alive(record):
+            record = self.store.get(job_id)
+            if record is None or record.finished or (record.pid and not self._alive(record)):
                 break
             time.sleep(0.5)
         else:
-            _signal_group(record.pid, signal.SIGKILL)
-        self.reconcile()
+            record = self.store.get(job_id)
+            if record is not None and self._alive(record):
+                procs.signal_group(record.pid, signal.SIGKILL)
+        self._reconcile_quietly()
 
 
-def _job_name(spec: JobSpec) -> str:
-    if spec.name.strip():
-        return spec.name.strip()
-    return f"{short_name(spec.model)} · {short_name(spec.dataset)}"
+def default_name(spec: JobSpec) -> str:
+    """"model · dataset", plus " · bot name" for the identity dataset (whose rows differ by it)."""
+    name = f"{short_name(spec.model)} · {short_name(spec.dataset)}"
+    return f"{name} · {spec.bot_name.strip()}" if spec.dataset == BUILTIN_DATASET and spec.bot_name.strip() else name
+
+
+def _guarded(record: JobRecord, action) -> None:
+    try:
+        action(record)
+    except Exception as exc:
+        if not is_disk_error(exc):  # a full disk is one line; anything else gets its traceback
+            _log(f"job {record.id}: {action.__name__} failed:\n{traceback.format_exc()}")
+        else:
+            _log(f"job {record.id}: {action.__name__} failed: {as_storage_error(exc, record.job_dir)}")
+
+
+def _spawn_failure(argv: list[str], layout: JobLayout, exc: BaseException) -> str:
+    if is_disk_error(exc) and getattr(exc, "filename", None) == str(layout.log):
+        return str(as_storage_error(exc, layout.log))
+    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return (f"could not start the trainer ({argv[0]} -m jobs.train): {detail}; check that the studio's "
+            "Python is still installed there")
 
 
 def _outcome(record: JobRecord, code: int | None) -> tuple[JobState, str]:
@@ -176,30 +343,9 @@ def _outcome(record: JobRecord, code: int | None) -> tuple[JobState, str]:
         return JobState.CANCELLED, message or "cancelled by the user"
     if final and final["type"] == "error":
         return JobState.FAILED, final.get("message", "the job reported an error")
-    how = f"exit code {code}" if code is not None else "an unknown exit status"
-    if code is not None and code < 0:
-        how = f"signal {signal.Signals(-code).name}" if -code in signal.valid_signals() else how
-    return JobState.FAILED, f"the training process ended with {how} without reporting why; see train.log"
+    return JobState.FAILED, (f"the training process ended with {procs.describe_exit(code)} without "
+                             "reporting why; see train.log")
 
 
-def _signal_group(pid: int | None, sig: int) -> None:
-    if not pid:
-        return
-    try:
-        os.killpg(pid, sig)  # the job leads its own session, so its pgid is its pid
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _is_our_trainer(pid: int | None, job_dir: str) -> bool:
-    """True if `pid` is alive and is this job's trainer (not a recycled pid)."""
-    if not pid:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return any("jobs.train" in part for part in proc.cmdline()) and any(
-            str(job_dir) in part for part in proc.cmdline())
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+def _log(message: str) -> None:
+    print(f"[runner] {message}", file=sys.stderr, flush=True)

@@ -1,17 +1,21 @@
 """The SQLite job store: one row per job, the single source of truth for job state.
 
-Each call opens its own short connection (WAL mode), so the UI's threads, the runner's monitor
-and a restarted app can all read and write the same file safely."""
+Each call opens its own short connection (WAL mode), so the UI's threads, the runner's monitor,
+a restarted app and a second studio on the same data dir can all read and write the same file
+safely. Starting a job is a claim (`claim`): one write transaction moves a queued job
+to running and records which instance owns it, so two studios never start the same job."""
 from __future__ import annotations
 
 import enum
 import json
+import os
 import sqlite3
+import sys
 import time
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 class JobState(str, enum.Enum):
@@ -52,11 +56,15 @@ CREATE TABLE IF NOT EXISTS jobs (
     pid INTEGER,
     job_dir TEXT NOT NULL,
     reason TEXT NOT NULL DEFAULT '',
-    spec TEXT NOT NULL
+    spec TEXT NOT NULL,
+    owner TEXT NOT NULL DEFAULT ''
 )
 """
-_COLUMNS = ("id", "name", "state", "created_at", "started_at", "finished_at", "pid", "job_dir", "reason", "spec")
-_UPDATABLE = {"state", "started_at", "finished_at", "pid", "reason"}
+# Columns added after the first release, with their definitions: added to older databases on open.
+_MIGRATIONS = {"owner": "owner TEXT NOT NULL DEFAULT ''"}
+_COLUMNS = ("id", "name", "state", "created_at", "started_at", "finished_at", "pid", "job_dir", "reason",
+            "spec", "owner")
+_UPDATABLE = {"state", "started_at", "finished_at", "pid", "reason", "owner"}
 
 
 @dataclass
@@ -71,6 +79,7 @@ class JobRecord:
     finished_at: float | None = None
     pid: int | None = None
     reason: str = ""
+    owner: str = ""  # the runner instance that claimed it: "<host>:<pid>:<random>"
 
     def __post_init__(self) -> None:
         self.state = JobState(self.state)
@@ -87,13 +96,19 @@ class JobRecord:
 class JobStore:
     def __init__(self, db_path: str | Path):
         self.path = Path(db_path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not self.path.exists():  # private from the start; SQLite gives -wal/-shm the same mode
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         with closing(self._connect()) as conn, conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(_SCHEMA)
+            present = {row["name"] for row in conn.execute("PRAGMA table_info(jobs)")}
+            for column, definition in _MIGRATIONS.items():
+                if column not in present:
+                    _add_column(conn, definition)
 
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=30)
+    def _connect(self, autocommit: bool = False) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None if autocommit else "")
         conn.row_factory = sqlite3.Row
         return conn
 
@@ -132,6 +147,47 @@ class JobStore:
         with closing(self._connect()) as conn, conn:
             conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id))
 
+    def claim_next(self, owner: str, max_running: int) -> JobRecord | None:
+        """Move the oldest queued job to running for `owner`, if fewer than `max_running` jobs run."""
+        def oldest_if_room(running: list[JobRecord], queued: list[JobRecord]) -> str | None:
+            return queued[0].id if queued and len(running) < max_running else None
+        return self.claim(owner, oldest_if_room)
+
+    def claim(self, owner: str, choose: Callable[[list[JobRecord], list[JobRecord]], str | None]) -> JobRecord | None:
+        """Move the queued job that `choose(running, queued_oldest_first)` names (None: none) to
+        running for `owner`, and return it.
+
+        One IMMEDIATE transaction takes SQLite's write lock before `choose` sees the jobs, so two
+        instances cannot both see the same free slot (or GPU) or both take the same job; `choose`
+        should be quick and must not touch the store. The claimed job has no pid yet: its owner
+        spawns the trainer next and records the pid with `set_pid`."""
+        if not self.list(states=(JobState.QUEUED,)):
+            return None  # the common case, without taking the write lock
+        with closing(self._connect(autocommit=True)) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                rows = conn.execute("SELECT * FROM jobs WHERE state IN (?, ?) ORDER BY created_at, id",
+                                    (JobState.RUNNING.value, JobState.QUEUED.value)).fetchall()
+                records = [_record(r) for r in rows]
+                chosen = choose([r for r in records if r.state == JobState.RUNNING],
+                                [r for r in records if r.state == JobState.QUEUED])
+                if chosen is not None and conn.execute(
+                        "UPDATE jobs SET state = ?, owner = ?, started_at = ?, pid = NULL WHERE id = ? AND state = ?",
+                        (JobState.RUNNING.value, owner, time.time(), chosen, JobState.QUEUED.value)).rowcount != 1:
+                    chosen = None  # not a queued job: nothing claimed
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return self.get(chosen) if chosen is not None else None
+
+    def set_pid(self, job_id: str, owner: str, pid: int) -> bool:
+        """Record the trainer's pid, only while `owner` still holds the running job."""
+        with closing(self._connect()) as conn, conn:
+            cur = conn.execute("UPDATE jobs SET pid = ? WHERE id = ? AND owner = ? AND state = ?",
+                               (pid, job_id, owner, JobState.RUNNING.value))
+            return cur.rowcount == 1
+
     def delete(self, job_id: str, from_states: tuple[str, ...]) -> bool:
         """Remove the row only if the job is in one of `from_states` (compare-and-delete)."""
         marks = ", ".join("?" for _ in from_states)
@@ -163,7 +219,28 @@ def _storable(fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
+def _add_column(conn: sqlite3.Connection, definition: str) -> None:
+    try:
+        conn.execute(f"ALTER TABLE jobs ADD COLUMN {definition}")
+    except sqlite3.OperationalError as exc:
+        if "duplicate column" not in str(exc):  # another instance migrated it a moment ago
+            raise
+
+
 def _record(row: sqlite3.Row) -> JobRecord:
+    """A row as a JobRecord; a damaged row (hand-edited, half-migrated) becomes a readable failed
+    job instead of an exception that would break every page listing the jobs."""
     data = {k: row[k] for k in _COLUMNS}
-    data["spec"] = json.loads(data["spec"])
+    try:
+        data["spec"] = json.loads(data["spec"])
+        if not isinstance(data["spec"], dict):
+            raise ValueError("not a mapping")
+    except (TypeError, ValueError) as exc:
+        print(f"[runner] job {data['id']}: unreadable spec in the database ({exc})", file=sys.stderr)
+        data["spec"] = {}
+    if data["state"] not in {s.value for s in JobState}:
+        data["reason"] = f"unknown state {data['state']!r} in jobs.sqlite"
+        data["state"] = JobState.FAILED
+    data["owner"] = data["owner"] or ""
+    data["reason"] = data["reason"] or ""
     return JobRecord(**data)

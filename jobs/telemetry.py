@@ -84,3 +84,43 @@ def fused_kernels_available() -> tuple[bool, str]:
     if major < 7:
         return False, f"GPU compute capability {major}.{minor} is below 7.0, which Triton needs."
     return True, f"Triton kernels available on {torch.cuda.get_device_name(0)}."
+
+
+class Sampler:
+    """Reads the GPUs (NVML) and this process (psutil) on a background thread at most once a
+    second, so a step event reads the latest numbers instead of querying the driver in line.
+    Also keeps the mean GPU utilisation over its samples (the benchmark reports it)."""
+
+    def __init__(self, interval_s: float = 1.0):
+        import threading
+        self.interval_s = max(1.0, interval_s)   # NVML's utilisation window is up to 1 s anyway
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._latest: dict = self._read()
+        self._util_sum, self._util_n = 0.0, 0
+        self._thread = threading.Thread(target=self._run, name="fusetune-telemetry", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> dict:
+        return {"rss_gb": process_rss_gb(), "gpus": gpu_snapshot(), **system_memory()}
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            reading = self._read()
+            with self._lock:
+                self._latest = reading
+                if reading["gpus"]:
+                    self._util_sum += sum(g["util_pct"] for g in reading["gpus"]) / len(reading["gpus"])
+                    self._util_n += 1
+
+    def latest(self) -> dict:
+        with self._lock:
+            return dict(self._latest)
+
+    def mean_gpu_util(self) -> float | None:
+        with self._lock:
+            return round(self._util_sum / self._util_n, 1) if self._util_n else None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

@@ -1,8 +1,10 @@
-"""`python -m jobs.train CONFIG.yaml [--key value ...]`: run one training job headless.
+"""`python -m jobs.train CONFIG.yaml [--key value ...] [--data-dir DIR]`: run one training job headless.
 
 Exactly what the studio's Start button runs. Exit 0 on success; otherwise non-zero with a one-line
 reason on stderr, an `error` event (with a `kind`) in events.jsonl, and the log and last
-checkpoint left in the output dir. Any JobSpec field can be overridden on the command line."""
+checkpoint left in the output dir. Any JobSpec field can be overridden on the command line.
+`--data-dir` (default $FUSETUNE_HOME or ~/.fusetune) holds the model cache and the libraries'
+caches; the studio passes its own. The job's stdout and stderr also go to <output_dir>/train.log."""
 from __future__ import annotations
 
 import os
@@ -13,6 +15,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import signal
@@ -22,39 +25,61 @@ import traceback
 import warnings
 from pathlib import Path
 
+from jobs import paths
 from jobs.layout import JobLayout
+from jobs.logtee import tee_to_log
 from jobs.spec import JobSpec, SpecError, short_name
+from jobs.storage import (PRIVATE_UMASK, StorageError, as_storage_error, is_disk_error, make_private_dir,
+                          write_private_text)
 
-EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_CANCELLED = 2, 3, 1, 130
+EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_IO, EXIT_CANCELLED = 2, 3, 1, 5, 130  # 4: a lost distributed peer
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI, generated from JobSpec so it cannot drift from the UI form or the YAML."""
     parser = argparse.ArgumentParser(prog="python -m jobs.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", nargs="?", help="a YAML file with JobSpec keys (see README)")
+    parser.add_argument("--data-dir", dest="data_dir", default=None, metavar="DIR",
+                        help="Fusetune's data dir: model cache and library caches (default $FUSETUNE_HOME "
+                             "or ~/.fusetune); not a job key")
     for f in dataclasses.fields(JobSpec):
         parser.add_argument(f"--{f.name}", dest=f.name, default=None, metavar=f.type.upper(),
                             help=f.metadata.get("help", ""))
     return parser
 
 
-def load_spec(argv: list[str] | None) -> JobSpec:
+def parse(argv: list[str] | None) -> tuple[JobSpec, str | None]:
+    """The job's spec (config file plus command-line overrides) and the --data-dir given, if any."""
     args = vars(build_parser().parse_args(argv))
-    config = args.pop("config")
-    data = {}
-    if config:
-        import yaml
-        path = Path(config)
-        if not path.is_file():
-            raise SpecError(None, f"config file {path} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise SpecError(None, f"{path} is not valid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise SpecError(None, f"{path} must be one flat mapping of key: value pairs")
+    config, data_dir = args.pop("config"), args.pop("data_dir")
+    data = read_config(Path(config)) if config else {}
     data.update({k: v for k, v in args.items() if v is not None})
-    return JobSpec.from_dict(data)
+    return JobSpec.from_dict(data), data_dir
+
+
+def load_spec(argv: list[str] | None) -> JobSpec:
+    return parse(argv)[0]
+
+
+def read_config(path: Path) -> dict:
+    """The YAML mapping in `path`; every way it can be unreadable is a SpecError saying the fix."""
+    import yaml
+    if not path.is_file():
+        raise SpecError(None, f"config file {path} does not exist")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(None, f"{path} is not UTF-8 text (byte {exc.start} is 0x{exc.object[exc.start]:02x}): "
+                              "save it as UTF-8") from None
+    except OSError as exc:
+        raise SpecError(None, f"cannot read {path}: {exc.strerror}; check its permissions") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise SpecError(None, f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise SpecError(None, f"{path} must be one flat mapping of key: value pairs")
+    return data
 
 
 def _default_output_dir(spec: JobSpec) -> str:
@@ -77,28 +102,62 @@ def _classify(exc: BaseException) -> tuple[str, int]:
         return "oom", EXIT_FAILED
     if isinstance(exc, NonFiniteLoss):
         return "nan", EXIT_FAILED
+    if is_disk_error(exc):
+        return "io", EXIT_IO
     return "internal", EXIT_FAILED
 
 
-def _message(kind: str, exc: BaseException, step: int) -> str:
+def _message(kind: str, exc: BaseException, step: int, job_dir: Path) -> str:
+    if kind == "oom" and getattr(exc, "for_people", False):
+        return str(exc)   # the trainer's message: estimate, peak seen, what to change
     if kind == "oom":
         return (f"out of GPU memory at step {step}: lower batch_size or max_seq_length, turn on "
                 "gradient_checkpointing, or use load_in_4bit")
+    if kind == "io":
+        return str(as_storage_error(exc, job_dir, action="write" if isinstance(exc, StorageError) else "use"))
     if kind == "internal":
         return f"{type(exc).__name__}: {exc} (a bug: the traceback is in train.log)"
     return str(exc)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _prepare(spec: JobSpec, data_dir: str | None) -> Path:
+    """Create the data dir and output dir (private) and point library caches into the data dir.
+    Raises StorageError (one line: path, free space, fix) when either cannot be written."""
     try:
-        spec = load_spec(argv)
+        root = paths.data_dir(data_dir)
+        paths.check_writable(root)
+        paths.use_data_dir_caches(root)
+        job_dir = make_private_dir(spec.output_dir)
+        paths.check_writable(job_dir)
+    except OSError as exc:
+        raise as_storage_error(exc, spec.output_dir) from None
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.umask(PRIVATE_UMASK)  # everything the job writes is the user's alone
+    try:
+        spec, data_dir = parse(argv)
     except SpecError as exc:
         print(f"fusetune: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     spec.output_dir = spec.output_dir or _default_output_dir(spec)
-    job_dir = Path(spec.output_dir)
-    spec.write_yaml(JobLayout(job_dir).config)
+    try:
+        root = _prepare(spec, data_dir)
+    except StorageError as exc:
+        print(f"fusetune: {exc}", file=sys.stderr)
+        return EXIT_IO
+    layout = JobLayout(spec.output_dir)
+    with tee_to_log(layout.log):
+        return _run(spec, layout, root)
 
+
+def _run(spec: JobSpec, layout: JobLayout, data_dir: Path) -> int:
+    try:
+        write_private_text(layout.config, spec.to_yaml())
+    except OSError as exc:
+        print(f"fusetune: {as_storage_error(exc, layout.config)}", file=sys.stderr)
+        return EXIT_IO
     # bitsandbytes warns on AVX512-BF16 CPUs that an optional hub kernel is missing; it has a
     # built-in CPU path, and the warning (naming a `kernels` package) only confuses users.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
@@ -106,37 +165,38 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("once")
     from jobs.events import EventWriter
     from jobs.trainer import Trainer
-    events = EventWriter(job_dir)
-    trainer = Trainer(spec, job_dir, events, log=lambda line: print(line, flush=True))
+    events = EventWriter(layout.root)
+    trainer = Trainer(spec, layout.root, events, data_dir=data_dir, log=lambda line: print(line, flush=True))
 
     def request_stop(signum, _frame):
         print(f"received {signal.Signals(signum).name}: stopping after this step", flush=True)
         trainer.stop_requested = True
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
 
-    print(f"fusetune: job config {JobLayout(job_dir).config}", flush=True)
+    print(f"fusetune: job config {layout.config}", flush=True)
     try:
         trainer.run()
         return 0
     except Exception as exc:  # every failure is reported as an event, never lost
-        kind, code = _classify(exc)
-        message = _message(kind, exc, trainer.step)
-        if kind == "internal":
-            traceback.print_exc(file=sys.stdout)
-        events.emit("error", kind=kind, message=message, step=trainer.step)
-        print(message, flush=True)
-        if not _same_file(sys.stdout, sys.stderr):  # the studio sends both to train.log: say it once
-            print(f"fusetune: {message}", file=sys.stderr, flush=True)
-        return code
+        return _report_failure(exc, trainer, events, layout.root)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
-def _same_file(first, second) -> bool:
+def _report_failure(exc: Exception, trainer, events, job_dir: Path) -> int:
+    """The error event, and one line on stderr (which train.log also gets), for a failed run."""
+    kind, code = _classify(exc)
+    message = _message(kind, exc, trainer.step, job_dir)
+    if kind == "internal":
+        traceback.print_exc(file=sys.stdout)
     try:
-        a, b = os.fstat(first.fileno()), os.fstat(second.fileno())
-    except (OSError, ValueError, AttributeError):  # a stream without a file (captured in tests)
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+        events.emit("error", kind=kind, message=message, step=trainer.step)
+    except OSError as write_error:  # the disk that failed the job may refuse the event too
+        message += f" (and the error event could not be recorded: {as_storage_error(write_error, events.path)})"
+    with contextlib.suppress(OSError):  # stderr may be a log file on that full disk
+        print(f"fusetune: {message}", file=sys.stderr, flush=True)
+    return code
 
 
 if __name__ == "__main__":

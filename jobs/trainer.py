@@ -1,10 +1,16 @@
 """The training loop a job runs: LoRA (or QLoRA) on answer tokens, AdamW with cosine warm-up,
-gradient clipping, checkpoints, and an event for every step.
+gradient clipping, evaluation, checkpoints, and an event for every step.
 
 The loss of one optimizer step is normalised over the label tokens of the whole accumulated
 batch (sum / count), as transformers' `num_items_in_batch` does, so gradient accumulation gives
 the same update as one large batch (the fix described in Unsloth's and HF's 2024 write-ups on the
-gradient accumulation bug)."""
+gradient accumulation bug).
+
+Lean on the GPU (docs/training.md): batches are built ahead on a thread and copied from pinned
+memory without blocking (jobs/loader.py); the loss is summed on the device and the step's loss and
+gradient norm reach the host once, one step late (`_Pending`), so the CPU queues step N+1 while the
+GPU still runs step N and the step event never stalls the GPU; NVML/psutil are read by a 1 Hz
+background sampler (jobs/telemetry.py). tokens_per_s counts real (non-pad) tokens."""
 from __future__ import annotations
 
 import math
@@ -14,10 +20,12 @@ from pathlib import Path
 
 import torch
 
-from jobs import checkpoints, encode, models, telemetry
+from jobs import checkpoints, encode, evaluate, models, telemetry
 from jobs.data import load_rows, to_conversations
 from jobs.events import EventWriter
 from jobs.export import model_card
+from jobs.loader import Prefetcher
+from jobs.packing import BatchPlan, resolve_packing
 from jobs.spec import JobSpec
 
 
@@ -29,11 +37,25 @@ class Cancelled(RuntimeError):
     pass
 
 
+class OutOfMemory(torch.OutOfMemoryError):
+    """A CUDA OOM with a message for people (estimate, peak seen, what to change)."""
+    for_people = True
+
+
 @dataclass
-class StepResult:
-    loss: float
-    grad_norm: float
+class _Pending:
+    """A step whose numbers are still on the GPU: [loss, grad_norm] copied into pinned memory."""
+    values: torch.Tensor
+    done: object            # a CUDA event recorded after the copy (None on CPU)
     tokens: int
+    epoch: float
+    lr: float
+
+    def read(self) -> tuple[float, float]:
+        if self.done is not None:
+            self.done.synchronize()
+        loss, grad_norm = self.values.tolist()
+        return loss, grad_norm
 
 
 def cosine_with_warmup(warmup: int, total: int):
@@ -53,7 +75,10 @@ class Trainer:
         self.data_dir = data_dir
         self.stop_requested = False
         self.step = 0
+        self.micro_index = 0
         self.last_loss: float | None = None
+        self.best_eval: tuple[float, int] | None = None   # (eval loss, step) of the best adapter
+        self.fit_estimate = None
 
     # ---- setup -------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -66,8 +91,7 @@ class Trainer:
         self.tokenizer = models.load_tokenizer(self.source)
         if encode.ensure_chat_template(self.tokenizer):
             self.log("note: the tokenizer has no chat template; using ChatML")
-        conversations = to_conversations(load_rows(spec), spec.dataset_format)
-        self.examples = encode.encode_all(self.tokenizer, conversations, spec.max_seq_length, log=self.log)
+        self._load_examples()
         self.dtype = models.pick_dtype(spec, self.device)
         self.log(f"loading {self.source} on {self.device} as {self.dtype}"
                  + (" with 4-bit NF4 base weights" if spec.load_in_4bit else ""))
@@ -75,15 +99,27 @@ class Trainer:
         base.config.use_cache = False
         self.model = models.add_lora(base, spec)
         self.patch_report = self._accelerate()
+        self._plan_batches()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=spec.learning_rate, weight_decay=spec.weight_decay)
         self.max_steps = self._total_steps()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, cosine_with_warmup(spec.warmup_steps, self.max_steps))
         self.trainable = sum(p.numel() for p in self.params)
-        self.micro_index = 0
+        self._estimate_fit()
         if spec.resume_from:
             self._resume(Path(spec.resume_from))
+
+    def _load_examples(self) -> None:
+        spec = self.spec
+        conversations = to_conversations(load_rows(spec), spec.dataset_format)
+        examples = encode.encode_all(self.tokenizer, conversations, spec.max_seq_length, log=self.log)
+        self.examples, self.eval_examples = evaluate.split_holdout(examples, spec.eval_fraction, spec.seed)
+        if spec.eval_dataset:
+            self.eval_examples = evaluate.load_eval_examples(spec, self.tokenizer, log=self.log)
+        if self.eval_examples:
+            self.log(f"evaluation: {len(self.eval_examples)} examples held out"
+                     + (f" ({spec.eval_fraction:g} of the data)" if spec.eval_fraction else f" from {spec.eval_dataset}"))
 
     def _accelerate(self) -> list[str]:
         """Fused kernels and activation checkpointing, with what happened written to the log."""
@@ -97,6 +133,7 @@ class Trainer:
         else:
             lines.append("fused kernels: off (PyTorch path)")
             lines.append("  checkpointing: " + self._torch_checkpointing())
+        self.checkpointing_line = lines[-1].strip()
         for line in lines:
             self.log(line)
         return lines
@@ -111,102 +148,206 @@ class Trainer:
         note = " (offload needs fused_kernels; using plain recompute)" if mode == "offload" else ""
         return "on: every decoder layer recomputed in backward" + note
 
+    def _plan_batches(self) -> None:
+        """Packing decision (logged), the packed-attention seam, and the train/eval batch plans."""
+        spec, config = self.spec, self.model.config
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        lengths = [len(e.input_ids) for e in self.examples]
+        self.packed, line = resolve_packing(spec.packing, self.device.type, lengths, spec.max_seq_length,
+                                            getattr(text, "attn_logit_softcapping", None), spec.seed)
+        self.log(line)
+        if self.packed:
+            from kernels.packed_attention import use_packed_attention
+            self.log("  " + use_packed_attention(self.model))
+        pad_id = self.tokenizer.pad_token_id
+        self.plan = BatchPlan(self.examples, spec.batch_size, spec.max_seq_length, self.packed, spec.seed, pad_id,
+                              accumulation=spec.gradient_accumulation_steps)
+        self.eval_plan = (BatchPlan(self.eval_examples, spec.batch_size, spec.max_seq_length, self.packed,
+                                    spec.seed, pad_id, shuffle=False) if self.eval_examples else None)
+        if self.packed:
+            self.log(f"  {len(self.examples)} examples packed into {len(self.plan.rows)} rows of "
+                     f"{spec.max_seq_length} tokens ({sum(lengths) / (len(self.plan.rows) * spec.max_seq_length):.0%} full)")
+
+    def _estimate_fit(self) -> None:
+        """The predicted peak, kept for the OOM message (jobs/fit.py)."""
+        from jobs import fit
+        try:
+            self.fit_estimate = fit.estimate_peak(self.spec, self.model.config, packed=self.packed,
+                                                  trainable=self.trainable, model=self.model)
+        except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: no estimate, no failure
+            self.log(f"note: no memory estimate for this model ({exc})")
+            return
+        if self.device.type == "cuda":
+            self.log(f"memory estimate: {self.fit_estimate.summary()}")
+
     def _total_steps(self) -> int:
         if self.spec.max_steps > 0:
             return self.spec.max_steps
-        per_epoch = math.ceil(len(self.examples) / (self.spec.batch_size * self.spec.gradient_accumulation_steps))
+        per_epoch = math.ceil(self.plan.per_epoch / self.spec.gradient_accumulation_steps)
         return max(1, math.ceil(per_epoch * self.spec.num_epochs))
 
     def _resume(self, folder: Path) -> None:
         state = checkpoints.load_checkpoint(folder, self.model, self.optimizer, self.scheduler)
         self.step, self.micro_index = state["step"], state["micro_index"]
+        if state.get("best_eval_loss") is not None:
+            self.best_eval = (state["best_eval_loss"], state["best_step"])
         self.log(f"resumed from {folder} at step {self.step}")
 
     # ---- the loop ----------------------------------------------------------------------
-    def micro_batches(self):
-        """Endless micro-batches, epoch after epoch, in a seeded order that a resume can replay."""
-        size = self.spec.batch_size
-        per_epoch = math.ceil(len(self.examples) / size)
-        order_epoch, order = -1, []
-        while True:
-            epoch, index = divmod(self.micro_index, per_epoch)
-            if epoch != order_epoch:  # shuffle once per epoch, not once per micro-batch
-                order_epoch, order = epoch, list(encode.batches(self.examples, size, self.spec.seed, epoch))
-            batch = order[index]
-            self.micro_index += 1
-            yield epoch + (index + 1) / per_epoch, encode.collate(batch, self.tokenizer.pad_token_id)
-
-    def train_step(self, stream) -> tuple[StepResult, float]:
+    def train_step(self, stream) -> _Pending:
+        """One optimizer step, queued on the device; nothing here waits for the GPU."""
         group = [next(stream) for _ in range(self.spec.gradient_accumulation_steps)]
-        count = max(1, sum(encode.label_count(b) for _, b in group))
-        total, tokens = 0.0, 0
+        self.micro_index += len(group)
+        count = torch.tensor(float(max(1, sum(b.label_tokens for _, b in group))))
+        count = (count.pin_memory() if self.device.type == "cuda" else count).to(self.device, non_blocking=True)
+        total = torch.zeros((), dtype=torch.float32, device=self.device)
         self.model.train()
         for _, batch in group:
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            out = self.model(**batch, num_items_in_batch=count)
+            out = self.model(**batch.to(self.device), num_items_in_batch=count)
             out.loss.backward()
-            total += float(out.loss.detach())
-            tokens += int(batch["attention_mask"].sum())
-        if not math.isfinite(total):
-            raise NonFiniteLoss(f"the loss became {total} at step {self.step + 1}; lower learning_rate "
-                                "(now {:g}) or use dtype fp32/bf16".format(self.spec.learning_rate))
+            total += out.loss.detach().float()
         clip = self.spec.max_grad_norm if self.spec.max_grad_norm > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
+        lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepResult(total, grad_norm, tokens), group[-1][0]
+        values = torch.stack([total, grad_norm.float().to(total.device)])
+        done = None
+        if self.device.type == "cuda":
+            host = torch.empty(2, dtype=torch.float32, pin_memory=True)
+            host.copy_(values, non_blocking=True)
+            values, done = host, torch.cuda.Event()
+            done.record()
+        return _Pending(values, done, sum(b.real_tokens for _, b in group), group[-1][0], lr)
 
     def run(self) -> Path:
         self.prepare()
         self.events.emit("start", model=self.spec.model, source=self.source, device=str(self.device),
                          dtype=str(self.dtype).removeprefix("torch."), max_steps=self.max_steps,
-                         examples=len(self.examples), trainable_params=self.trainable,
-                         patch_report=self.patch_report, resumed_at=self.step)
-        stream = self.micro_batches()
-        began, first_step = time.time(), self.step
+                         examples=len(self.examples), eval_examples=len(self.eval_examples),
+                         packing=self.packed, trainable_params=self.trainable,
+                         patch_report=self.patch_report, resumed_at=self.step,
+                         memory_estimate=self.fit_estimate.as_dict() if self.fit_estimate else None)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
+        self.sampler = telemetry.Sampler()
+        stream = Prefetcher(self.plan, self.micro_index, pin=self.device.type == "cuda")
+        try:
+            self._loop(stream)
+        except torch.OutOfMemoryError as exc:
+            raise self._oom(exc) from exc
+        finally:
+            stream.close()
+            self.sampler.close()
+        return self._finish()
+
+    def _loop(self, stream) -> None:
+        self.began, self.first_step, pending = time.time(), self.step, None
+        self.last_done = self.began
         while self.step < self.max_steps:
             if self.stop_requested:
+                self._flush(pending)
                 raise Cancelled(self._save_on_stop())
-            tick = time.time()
-            result, epoch = self.train_step(stream)
+            queued = self.train_step(stream)
             self.step += 1
-            self.last_loss = result.loss
-            self._emit_step(result, epoch, time.time() - tick, began, first_step)
-            if self.spec.save_steps and self.step % self.spec.save_steps == 0 and self.step < self.max_steps:
-                self.save_checkpoint()
-        adapter = self._save_adapter("finished")
-        self.events.emit("done", step=self.step, final_loss=self.last_loss, adapter_dir=str(adapter),
-                         elapsed_s=round(time.time() - began, 2))
-        self.log(f"done: {self.step} steps, final loss {self.last_loss:.4f}, adapter in {adapter}")
-        return adapter
+            self._flush(pending, step=self.step - 1)   # the previous step, while this one runs
+            pending = queued
+            if self._boundary() or self.device.type != "cuda":   # on CPU nothing runs ahead anyway
+                self._flush(pending)
+                pending = None
+                self._after_step()
+                self.last_done = time.time()   # evaluation and saving are not step time
+        self._flush(pending)
 
-    def _emit_step(self, result: StepResult, epoch: float, step_s: float, began: float, first: int) -> None:
-        elapsed = time.time() - began
-        per_step = elapsed / max(1, self.step - first)
-        event = dict(step=self.step, max_steps=self.max_steps, epoch=round(epoch, 4), loss=result.loss,
-                     lr=self.scheduler.get_last_lr()[0], grad_norm=result.grad_norm,
-                     tokens_per_s=round(result.tokens / max(step_s, 1e-9), 1), elapsed_s=round(elapsed, 2),
-                     eta_s=round(per_step * (self.max_steps - self.step), 1),
-                     rss_gb=telemetry.process_rss_gb(), gpus=telemetry.gpu_snapshot(),
-                     **telemetry.system_memory())
+    def _boundary(self) -> bool:
+        """Whether this step ends in a checkpoint or an evaluation (they need its numbers first)."""
+        spec = self.spec
+        saving = spec.save_steps and self.step % spec.save_steps == 0 and self.step < self.max_steps
+        evaluating = self.eval_plan is not None and spec.eval_steps and self.step % spec.eval_steps == 0
+        return bool(saving or evaluating or self.step == self.max_steps)
+
+    def _after_step(self) -> None:
+        spec = self.spec
+        if self.eval_plan is not None and (spec.eval_steps and self.step % spec.eval_steps == 0
+                                           or self.step == self.max_steps):
+            self._evaluate()
+        if spec.save_steps and self.step % spec.save_steps == 0 and self.step < self.max_steps:
+            self.save_checkpoint()
+
+    def _flush(self, pending: _Pending | None, step: int | None = None) -> None:
+        """Read a finished step's numbers (waits for that step only) and report it."""
+        if pending is None:
+            return
+        step = self.step if step is None else step
+        loss, grad_norm = pending.read()
+        now = time.time()
+        step_s, self.last_done = now - self.last_done, now
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"the loss became {loss} at step {step}; lower learning_rate "
+                                "(now {:g}) or use dtype fp32/bf16".format(self.spec.learning_rate))
+        self.last_loss = loss
+        self._emit_step(step, loss, grad_norm, pending, step_s)
+
+    def _emit_step(self, step: int, loss: float, grad_norm: float, pending: _Pending, step_s: float) -> None:
+        elapsed = time.time() - self.began
+        per_step = elapsed / max(1, step - self.first_step)
+        event = dict(step=step, max_steps=self.max_steps, epoch=round(pending.epoch, 4), loss=loss,
+                     lr=pending.lr, grad_norm=grad_norm,
+                     tokens_per_s=round(pending.tokens / max(step_s, 1e-9), 1), tokens=pending.tokens,
+                     elapsed_s=round(elapsed, 2), eta_s=round(per_step * (self.max_steps - step), 1),
+                     **self.sampler.latest())
         if self.device.type == "cuda":
             event["peak_gb"] = round(torch.cuda.max_memory_allocated() / 1024 ** 3, 3)
         self.events.emit("step", **event)
-        self.log(f"step {self.step}/{self.max_steps} loss {result.loss:.4f} lr {event['lr']:.2e} "
-                 f"grad_norm {result.grad_norm:.3f} {event['tokens_per_s']:.0f} tok/s eta {event['eta_s']:.0f}s")
+        self.log(f"step {step}/{self.max_steps} loss {loss:.4f} lr {event['lr']:.2e} "
+                 f"grad_norm {grad_norm:.3f} {event['tokens_per_s']:.0f} tok/s eta {event['eta_s']:.0f}s")
+
+    def _evaluate(self) -> None:
+        loss, tokens = evaluate.eval_loss(self.model, self.eval_plan, self.device)
+        best = self.best_eval is None or loss < self.best_eval[0]
+        self.events.emit("eval", step=self.step, eval_loss=loss, eval_tokens=tokens, best=best)
+        self.log(f"eval at step {self.step}: loss {loss:.4f} over {tokens} answer tokens" + (" (best)" if best else ""))
+        if best and math.isfinite(loss):
+            self.best_eval = (loss, self.step)
+            if self.spec.keep_best:
+                self._save_adapter(f"best eval loss {loss:.4f} at step {self.step}", best=True)
+
+    def _finish(self) -> Path:
+        if self.spec.keep_best and self.best_eval is not None:
+            self.save_checkpoint()   # the last step's weights stay available (and resumable)
+            adapter = checkpoints.promote_best_adapter(self.job_dir)
+            self.log(f"keep_best: adapter/ holds the best eval loss {self.best_eval[0]:.4f} from step "
+                     f"{self.best_eval[1]}; the last step's weights are in checkpoints/step-{self.step}")
+        else:
+            adapter = self._save_adapter("finished")
+        self.events.emit("done", step=self.step, final_loss=self.last_loss, adapter_dir=str(adapter),
+                         best_eval_loss=self.best_eval[0] if self.best_eval else None,
+                         best_step=self.best_eval[1] if self.best_eval else None,
+                         mean_gpu_util=self.sampler.mean_gpu_util(),
+                         elapsed_s=round(time.time() - self.began, 2))
+        self.log(f"done: {self.step} steps, final loss {self.last_loss:.4f}, adapter in {adapter}")
+        return adapter
+
+    def _oom(self, exc: torch.OutOfMemoryError) -> OutOfMemory:
+        from jobs import fit
+        peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
+        return OutOfMemory(fit.oom_message(self.spec, self.fit_estimate, peak, self.step + 1,
+                                           self.checkpointing_line, str(exc)))
+
+    def _state(self) -> dict:
+        best_loss, best_step = self.best_eval if self.best_eval else (None, None)
+        return {"micro_index": self.micro_index, "best_eval_loss": best_loss, "best_step": best_step}
 
     def save_checkpoint(self) -> Path:
         folder = checkpoints.save_checkpoint(self.job_dir, self.step, self.model, self.optimizer,
-                                             self.scheduler, {"micro_index": self.micro_index})
+                                             self.scheduler, self._state())
         self.events.emit("checkpoint", step=self.step, path=str(folder))
         return folder
 
-    def _save_adapter(self, status: str) -> Path:
+    def _save_adapter(self, status: str, best: bool = False) -> Path:
         card = model_card(self.spec, self.source, self.last_loss, self.step, status)
-        return checkpoints.save_adapter(self.job_dir, self.model, self.tokenizer, card)
+        return checkpoints.save_adapter(self.job_dir, self.model, self.tokenizer, card, best=best)
 
     def _save_on_stop(self) -> str:
         self.save_checkpoint()

@@ -3,14 +3,15 @@
 Every action names the job it acts on (the one the user picked; nothing here picks a job by
 itself) and is confirmed in the page first (studio.jobs_tab). Messages are in the page language.
 
-Runner calls (jobs.runner.Runner): ``cancel(job_id)`` stops a queued or running job;
-``delete(job_id)`` removes a finished job's row and folder and raises ValueError, with a message,
-for an active one.
+Runner calls (jobs.runner.Runner, docs/contracts.md "Runner API"): ``cancel(job_id)`` stops a
+running job; ``delete(job_id)`` removes a finished or queued job's row and folder, returns False
+for an unknown job and raises RunnerError for a running one.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from jobs.runner import RunnerError
 from jobs.store import JobState
 from studio.i18n import t
 
@@ -45,28 +46,15 @@ def perform(runner: Any, action: str, job_id: str, lang: str) -> tuple[str, str]
     if record is None:
         return "warn", t("action.gone", lang, job=job_id)
     if action not in actions_for(record):
-        return "warn", t("action.state_changed", lang, job=job_id, state=t(f"state.{JobState(record.state).value}", lang))
+        state = t(f"state.{JobState(record.state).value}", lang)
+        return "warn", t("action.state_changed", lang, job=job_id, state=state)
     if action == CANCEL:
         runner.cancel(job_id)
         return "ok", t("action.cancelling", lang, job=job_id)
-    if action == REMOVE:
-        return _remove_queued(runner, job_id, lang)
     try:
-        runner.delete(job_id)
-    except ValueError as exc:
+        removed = runner.delete(job_id)  # a queued job is cancelled first, so it cannot start meanwhile
+    except RunnerError as exc:  # it started (or changed) at the last moment
         return "error", t("action.delete_refused", lang, job=job_id, error=str(exc))
-    return "ok", t("action.deleted", lang, job=job_id)
-
-
-def _remove_queued(runner: Any, job_id: str, lang: str) -> tuple[str, str]:
-    """Cancel a queued job (it never starts), then delete its row and folder. If it started in
-    the meantime, cancelling stops it instead, and the message says so."""
-    runner.cancel(job_id)
-    record = runner.get(job_id)
-    if record is not None and record.active:
-        return "warn", t("action.started_meanwhile", lang, job=job_id)
-    try:
-        runner.delete(job_id)
-    except ValueError as exc:
-        return "error", t("action.delete_refused", lang, job=job_id, error=str(exc))
-    return "ok", t("action.removed", lang, job=job_id)
+    if not removed:
+        return "warn", t("action.gone", lang, job=job_id)
+    return "ok", t("action.removed" if action == REMOVE else "action.deleted", lang, job=job_id)

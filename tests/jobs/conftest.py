@@ -1,3 +1,6 @@
+import os
+import tempfile
+
 import pytest
 
 from tests.tiny import make_tiny_model
@@ -6,3 +9,16 @@ from tests.tiny import make_tiny_model
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+@pytest.fixture
+def in_process_cli():
+    """jobs.train.main in this process changes the umask, the environment and the temp dir: undo."""
+    umask, tempdir = os.umask(0o022), tempfile.tempdir
+    os.umask(umask)
+    environ = dict(os.environ)
+    yield
+    os.umask(umask)
+    tempfile.tempdir = tempdir
+    os.environ.clear()
+    os.environ.update(environ)

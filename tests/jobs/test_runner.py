@@ -6,8 +6,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from jobs import paths
 from jobs.events import summarize
-from jobs.runner import Runner
+from jobs.runner import Runner, default_name
 from jobs.spec import JobSpec, SpecError
 
 
@@ -34,17 +35,37 @@ def test_bad_spec_starts_nothing(tmp_path, tiny_model):
     assert runner.list_jobs() == [] and not list(tmp_path.glob("jobs/*"))
 
 
-def test_job_runs_to_done_in_its_own_process_group(tmp_path, tiny_model):
-    runner = Runner(tmp_path)
+def test_job_runs_to_done_in_its_own_process_group_writing_only_inside_the_data_dir(
+        tmp_path, tiny_model, monkeypatch):
+    home, tmp, data = tmp_path / "home", tmp_path / "tmp", tmp_path / "data"
+    home.mkdir()
+    tmp.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # anything cached "in ~" or in $TMPDIR would land here
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    for name in (*paths.CACHE_VARS, "HF_HUB_CACHE", "FUSETUNE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    runner = Runner(data)
     record = runner.submit(_spec(tiny_model))
     assert record.state == "running" and record.pid
     assert os.getpgid(record.pid) == record.pid  # its own group, so cancel reaches every child
-    assert psutil.Process(record.pid).cmdline()[1:3] == ["-m", "jobs.train"]
+    assert psutil.Process(record.pid).cmdline()[1:] == ["-m", "jobs.train", f"{record.job_dir}/config.yaml",
+                                                        "--data-dir", str(data)]
     done = wait_for(lambda: (r := runner.get(record.id)).finished and r)
     assert done.state == "done", done.reason
     log = (Path(done.job_dir) / "train.log").read_text()
-    assert "step 6/6" in log and "done:" in log
+    assert log.count("step 6/6") == 1 and log.count("done:") == 1  # the runner's redirect, not also a tee
     assert (Path(done.job_dir) / "adapter" / "adapter_model.safetensors").is_file()
+    assert list(home.rglob("*")) == [] and list(tmp.rglob("*")) == []
+    loose = [p for p in data.rglob("*") if p.stat().st_mode & 0o077]
+    assert loose == [], loose  # files 0600, folders 0700
+
+
+def test_default_names_say_model_dataset_and_bot(tmp_path, tiny_model):
+    assert default_name(JobSpec(bot_name="Ada")) == "smollm2-135m-instruct · identity · Ada"
+    assert default_name(JobSpec(model=str(tiny_model), dataset="org/chat-set")) == "tiny-llama · chat-set"
+    runner = Runner(tmp_path, python=str(tmp_path / "absent"))
+    assert runner.submit(JobSpec(name="  My run ")).name == "My run"
+    assert runner.submit(JobSpec(bot_name="Ada")).spec["name"] == "smollm2-135m-instruct · identity · Ada"
 
 
 def test_second_job_queues_until_the_first_finishes(tmp_path, tiny_model):

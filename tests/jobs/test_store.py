@@ -36,3 +36,58 @@ def test_bad_updates_are_refused(tmp_path):
 def test_state_survives_a_new_store_on_the_same_file(tmp_path):
     JobStore(tmp_path / "jobs.sqlite").add("a", "n", tmp_path, {"x": 1})
     assert JobStore(tmp_path / "jobs.sqlite").get("a").spec == {"x": 1}
+
+
+def test_an_old_database_gains_the_owner_column(tmp_path):
+    import sqlite3
+    path = tmp_path / "jobs.sqlite"
+    with sqlite3.connect(path) as db:  # the schema before owners were recorded
+        db.execute("CREATE TABLE jobs (id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL, "
+                   "created_at REAL NOT NULL, started_at REAL, finished_at REAL, pid INTEGER, "
+                   "job_dir TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', spec TEXT NOT NULL)")
+        db.execute("INSERT INTO jobs (id, name, state, created_at, job_dir, spec) VALUES "
+                   "('old', 'n', 'queued', 1.0, '/x', '{}')")
+    store = JobStore(path)
+    assert store.get("old").owner == ""
+    assert store.claim_next("me", max_running=1).owner == "me"
+    JobStore(path)  # opening a migrated database again changes nothing
+
+
+def test_claims_take_the_oldest_queued_job_within_the_running_limit(tmp_path):
+    store = JobStore(tmp_path / "jobs.sqlite")
+    for job_id in ("a", "b", "c"):
+        store.add(job_id, job_id, tmp_path / job_id, {})
+    first = store.claim_next("one", max_running=2)
+    assert (first.id, first.state, first.owner, first.pid) == ("a", "running", "one", None)
+    assert store.claim_next("two", max_running=2).id == "b"
+    assert store.claim_next("two", max_running=2) is None  # two running: no room
+    assert not store.set_pid("a", "two", 99)  # only the owner records its trainer
+    assert store.set_pid("a", "one", 99) and store.get("a").pid == 99
+    assert store.transition("a", ("running",), state="done")
+    assert store.claim_next("two", max_running=2).id == "c"
+
+
+def test_delete_is_compare_and_delete(tmp_path):
+    store = JobStore(tmp_path / "jobs.sqlite")
+    store.add("a", "n", tmp_path, {})
+    assert not store.delete("a", ("done", "failed", "cancelled"))
+    assert store.transition("a", ("queued",), state="cancelled")
+    assert store.delete("a", ("done", "failed", "cancelled")) and store.get("a") is None
+
+
+def test_the_database_file_is_private(tmp_path):
+    JobStore(tmp_path / "jobs.sqlite").add("a", "n", tmp_path, {})
+    assert all(p.stat().st_mode & 0o077 == 0 for p in tmp_path.glob("jobs.sqlite*"))
+
+
+def test_a_claim_can_choose_which_queued_job_starts(tmp_path):
+    store = JobStore(tmp_path / "jobs.sqlite")
+    for job_id, gpus in (("a", "0"), ("b", "1"), ("c", "0")):
+        store.add(job_id, job_id, tmp_path / job_id, {"gpus": gpus})
+
+    def free_gpu(running, queued):  # e.g. a GPU-aware queue: the oldest job whose GPU is free
+        busy = {r.spec["gpus"] for r in running}
+        return next((q.id for q in queued if q.spec["gpus"] not in busy), None)
+    assert [store.claim("me", free_gpu).id for _ in range(2)] == ["a", "b"]
+    assert store.claim("me", free_gpu) is None and store.get("c").state == "queued"
+    assert store.claim("me", lambda running, queued: "a") is None  # "a" is not queued: nothing claimed

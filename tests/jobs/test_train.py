@@ -1,4 +1,5 @@
 """`python -m jobs.train` end to end on a tiny random-init Llama (seconds on CPU)."""
+import os
 import subprocess
 import sys
 
@@ -16,9 +17,20 @@ def run_job(tmp_path, name, model, **overrides):
               "batch_size": 4, "max_seq_length": 96, "save_steps": 10, "seed": 1, **overrides}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path), "--data-dir", str(tmp_path / "data")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     return proc, out
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jobs.train", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def one_line(stderr: str) -> str:
+    """The whole of stderr, which must be one line and no traceback."""
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    return stderr.strip()
 
 
 def test_training_run_learns_and_writes_a_loadable_adapter(tmp_path, tiny_model):
@@ -36,6 +48,9 @@ def test_training_run_learns_and_writes_a_loadable_adapter(tmp_path, tiny_model)
     assert [c["step"] for c in summary.checkpoints] == [10, 20]
     assert (out / "checkpoints" / "step-20" / "optim.pt").is_file()
     assert "fused kernels: off" in "\n".join(summary.start["patch_report"])
+    log = (out / "train.log").read_text()  # a CLI run writes train.log too, each line once
+    assert log.count("step 30/30") == 1 and log.count("done: 30 steps") == 1
+    assert "step 30/30" in proc.stdout
 
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -121,3 +136,58 @@ def test_qlora_job_trains_with_4bit_base_weights(tmp_path, tiny_model):
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, losses
     from peft import PeftConfig
     assert PeftConfig.from_pretrained(out / "adapter").r == 16
+
+
+def test_a_config_that_is_not_utf8_is_refused_in_one_line(tmp_path):
+    config = tmp_path / "latin1.yaml"
+    config.write_bytes("model: caf\xe9\n".encode("latin-1"))
+    proc = run_cli(str(config))
+    assert proc.returncode == 2
+    assert one_line(proc.stderr) == (f"fusetune: config error: {config} is not UTF-8 text (byte 10 is 0xe9): "
+                                     "save it as UTF-8")
+
+
+def test_an_unwritable_output_dir_is_one_line_naming_the_path_and_the_fix(tmp_path, tiny_model):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    proc = run_cli("--model", str(tiny_model), "--output_dir", str(blocker / "out"), "--data-dir", str(tmp_path))
+    assert proc.returncode == 5
+    line = one_line(proc.stderr)
+    assert line.startswith(f"fusetune: cannot write {blocker / 'out'}: Not a directory (") and "output_dir" in line
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_output_dir_is_one_line(tmp_path, tiny_model):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    proc = run_cli("--model", str(tiny_model), "--output_dir", str(locked), "--data-dir", str(tmp_path / "d"))
+    assert proc.returncode == 5
+    assert one_line(proc.stderr).startswith(f"fusetune: cannot write {locked}") and "Permission denied" in proc.stderr
+
+
+def test_an_unusable_data_dir_is_one_line(tmp_path, tiny_model):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    proc = run_cli("--model", str(tiny_model), "--output_dir", str(tmp_path / "out"),
+                   "--data-dir", str(blocker / "data"))
+    assert proc.returncode == 5
+    assert one_line(proc.stderr).startswith(f"fusetune: cannot write {blocker / 'data'}: Not a directory")
+
+
+def test_the_data_dir_reaches_the_trainer(tmp_path, tiny_model, monkeypatch, in_process_cli):
+    from jobs import train, trainer
+    seen = {}
+
+    class RecordingTrainer:
+        def __init__(self, spec, job_dir, events, data_dir=None, log=print):
+            seen.update(data_dir=data_dir, job_dir=job_dir)
+            self.step, self.stop_requested = 0, False
+
+        def run(self):
+            return None
+    monkeypatch.setattr(trainer, "Trainer", RecordingTrainer)
+    data = tmp_path / "data"
+    assert train.main(["--model", str(tiny_model), "--output_dir", str(tmp_path / "out"), "--data-dir", str(data)]) == 0
+    assert seen == {"data_dir": data, "job_dir": tmp_path / "out"}
+    assert os.environ["HF_HOME"] == str(data / "cache" / "huggingface")  # library caches follow it
+    assert (tmp_path / "out" / "config.yaml").stat().st_mode & 0o777 == 0o600

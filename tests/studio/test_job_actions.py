@@ -2,7 +2,7 @@
 the folder with it and refuses an active job."""
 import pytest
 
-from jobs.runner import Runner
+from jobs.runner import Runner, RunnerError
 from jobs.spec import JobSpec
 from jobs.store import JobState
 from studio import job_actions
@@ -56,16 +56,18 @@ def test_delete_removes_row_and_folder(runner):
     assert level == "warn" and "no longer exists" in message
 
 
-def test_runner_delete_refuses_an_active_job(runner):
-    job_dir = add_job(runner, "r", JobState.RUNNING)
-    with pytest.raises(ValueError, match="cancel it first"):
-        runner.delete("r")
-    with pytest.raises(ValueError, match="no job"):
-        runner.delete("nope")
-    assert job_dir.exists() and runner.store.get("r") is not None
+def test_a_refused_delete_is_reported_not_raised(runner):
+    add_job(runner, "d", JobState.DONE)
+
+    def refuse(job_id):
+        raise RunnerError(f"job {job_id!r} is running: cancel it first, then delete it")
+
+    runner.delete = refuse
+    level, message = job_actions.perform(runner, "delete", "d", "en")
+    assert level == "error" and "was not deleted" in message and "cancel it first" in message
 
 
-def test_remove_a_queued_job_cancels_then_deletes(runner):
+def test_remove_a_queued_job_deletes_it_before_it_starts(runner):
     job_dir = add_job(runner, "q", JobState.QUEUED)
     assert job_actions.perform(runner, "remove", "q", "en")[0] == "ok"
     assert runner.store.get("q") is None and not job_dir.exists()

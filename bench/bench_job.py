@@ -1,0 +1,211 @@
+"""A real job, end to end: the same chat data, LoRA config and tokens per step through
+(a) `python -m jobs.train` with the fused engine and packing auto,
+(b) `python -m jobs.train` with fused kernels off and packing off (length-grouped batches, gradient
+    accumulation to the same tokens per step),
+(c) Unsloth + TRL SFTTrainer with packing (bench/bench_job_unsloth.py, its own process).
+
+Data, tokenizer and models: bench/job_data.py. LoRA r 16, alpha 16, dropout 0 on q,k,v,o,gate,up,
+down; AdamW lr 1e-4; max length 4096; `--rows` packed rows of 4096 tokens a step. Measured over the
+steps after `--warmup` (compilation, autotuning and the allocator's first growth excluded): real
+(non-pad) tokens/s, mean GPU utilisation (NVML, sampled at 10 Hz by this process, over the same
+window), peak GiB (max_memory_allocated), final loss. One JSON line a run in --out.
+
+    python bench/bench_job.py prepare --shape llama-3.2-1b --dir /tmp/bj
+    python bench/bench_job.py run --stack fusetune --shape llama-3.2-1b --dir /tmp/bj --rows 4
+    python bench/bench_job.py smoke        # CPU: the whole path on a tiny model (no GPU needed)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_lora import SHAPES, _version  # noqa: E402
+from bench.job_data import build_model, token_stats, write_dataset  # noqa: E402
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+MAX_LEN = 4096
+
+
+class UtilSampler:
+    """NVML GPU utilisation of device 0 at `hz`, with timestamps, on a background thread."""
+
+    def __init__(self, hz: float = 10.0):
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self._handle, self._nvml = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml
+        except Exception:  # no driver: no samples (CPU smoke runs)
+            self._nvml = None
+        self._thread = threading.Thread(target=self._run, args=(1.0 / hz,), daemon=True)
+        self._thread.start()
+
+    def _run(self, period: float) -> None:
+        while self._nvml is not None and not self._stop.wait(period):
+            util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
+            self.samples.append((time.time(), float(util)))
+
+    def mean(self, start: float, end: float) -> float | None:
+        window = [u for t, u in self.samples if start <= t <= end]
+        return round(sum(window) / len(window), 1) if window else None
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+
+def window_stats(steps: list[dict], warmup: int) -> dict:
+    """Throughput over the steps after `warmup` from step records {time, tokens, loss, peak_gib}."""
+    if len(steps) <= warmup + 1:
+        warmup = 0
+    window = steps[warmup + 1:]
+    start, end = steps[warmup]["time"], steps[-1]["time"]
+    tokens = sum(s["tokens"] for s in window)
+    times = [b["time"] - a["time"] for a, b in zip(steps[warmup:], steps[warmup + 1:])]
+    return {"real_tokens_per_s": round(tokens / max(end - start, 1e-9), 1), "window_start": start,
+            "window_end": end, "measured_steps": len(window), "tokens_per_step_mean": round(tokens / len(window)),
+            "step_s_median": round(sorted(times)[len(times) // 2], 4), "final_loss": steps[-1]["loss"],
+            "peak_gib": max((s.get("peak_gib") or 0) for s in steps) or None}
+
+
+def job_config(stack: str, args, model_dir: Path, data: Path, out: Path) -> dict:
+    common = dict(model=str(model_dir), dataset=str(data), dataset_format="messages", output_dir=str(out),
+                  lora_r=16, lora_alpha=16, lora_dropout=0.0, target_modules=TARGETS, learning_rate=1e-4,
+                  warmup_steps=0, max_steps=args.steps, save_steps=0, max_seq_length=args.max_len, seed=0,
+                  dtype="bf16" if args.device == "cuda" else "fp32")
+    if stack == "fusetune":
+        return {**common, "fused_kernels": True, "packing": "auto" if args.device == "cuda" else "on",
+                "batch_size": args.rows, "gradient_checkpointing": args.checkpointing}
+    stats = json.loads((args.dir / "dataset_stats.json").read_text())
+    per_step = max(1, round(args.rows * args.max_len * 0.97 / stats["mean"]))   # packed rows are ~97% full
+    micro = min(args.micro_batch, per_step)
+    return {**common, "fused_kernels": False, "packing": "off", "batch_size": micro,
+            "gradient_accumulation_steps": max(1, round(per_step / micro)), "gradient_checkpointing": "on"}
+
+
+def run_job(stack: str, args) -> dict:
+    import yaml
+    model_dir, data = args.dir / args.shape, args.dir / "data.jsonl"
+    name = f"{args.shape}-{stack}-{args.checkpointing}" if stack == "fusetune" else f"{args.shape}-{stack}"
+    out = args.dir / f"job-{name}"
+    shutil.rmtree(out, ignore_errors=True)   # events.jsonl appends: a rerun must not read the last run's steps
+    config = job_config(stack, args, model_dir, data, out)
+    path = args.dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    sampler = UtilSampler()
+    began = time.time()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired as exc:   # the job is killed; what it logged still counts
+        proc = subprocess.CompletedProcess(exc.cmd, -9, _text(exc.stdout), _text(exc.stderr) + "\n(timed out)")
+    sampler.stop()
+    log = out / "events.jsonl"
+    events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
+    steps = [{"time": e["time"], "tokens": e["tokens"], "loss": e["loss"], "peak_gib": e.get("peak_gb")}
+             for e in events if e["type"] == "step"]
+    result = {"stack": "fusetune (a)" if stack == "fusetune" else "pytorch (b)", "returncode": proc.returncode,
+              "wall_s": round(time.time() - began, 1), "config": config}
+    if proc.returncode or not steps:
+        result["error"] = (proc.stderr or proc.stdout)[-1500:]
+        return result
+    start = next(e for e in events if e["type"] == "start")
+    result.update(window_stats(steps, args.warmup), packing=start.get("packing"),
+                  memory_estimate=start.get("memory_estimate"), patch_report=start.get("patch_report"))
+    result["gpu_util_mean"] = sampler.mean(result["window_start"], result["window_end"])
+    log = proc.stdout.splitlines()
+    result["log_head"] = [line for line in log if "packing" in line or "checkpointing" in line
+                          or "packed" in line or "memory estimate" in line][:8]
+    return result
+
+
+def _text(output) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
+
+
+def versions() -> dict:
+    import torch
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    return {"gpu": gpu, "torch": torch.__version__, "triton": _version("triton"), "transformers": _version("transformers"),
+            "peft": _version("peft"), "trl": _version("trl"), "unsloth": _version("unsloth"),
+            "python": platform.python_version(), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def prepare(args) -> None:
+    from transformers import AutoTokenizer
+    args.dir.mkdir(parents=True, exist_ok=True)
+    data = write_dataset(args.dir / "data.jsonl", args.examples, seed=0)
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    stats = token_stats(AutoTokenizer.from_pretrained(args.tokenizer), rows)
+    (args.dir / "dataset_stats.json").write_text(json.dumps(stats))
+    print(json.dumps({"dataset": stats}), flush=True)
+    shape = SHAPES[args.shape] if args.shape in SHAPES else json.loads(args.shape_json)
+    build_model(shape, Path(args.tokenizer), args.dir / args.shape, device=args.device)
+
+
+def write(result: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "a") as fh:
+        fh.write(json.dumps(result) + "\n")
+    keys = ("shape", "stack", "real_tokens_per_s", "gpu_util_mean", "peak_gib", "final_loss", "step_s_median",
+            "tokens_per_step_mean", "packing", "returncode", "error")
+    print(json.dumps({k: result[k] for k in keys if k in result})[:1500], flush=True)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["prepare", "run", "smoke"])
+    parser.add_argument("--shape", default="llama-3.2-1b")
+    parser.add_argument("--shape-json", default=None, help="a shape dict for shapes not in bench_lora")
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/bench_job"))
+    parser.add_argument("--tokenizer", default=str(ROOT / ".carry" / "tok"))
+    parser.add_argument("--stack", choices=["fusetune", "torch"], default="fusetune")
+    parser.add_argument("--rows", type=int, default=4, help="packed rows of --max-len tokens a step")
+    parser.add_argument("--micro-batch", type=int, default=4, help="(b): examples a micro-batch")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--max-len", type=int, default=MAX_LEN)
+    parser.add_argument("--examples", type=int, default=3000)
+    parser.add_argument("--checkpointing", default="auto")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--timeout", type=int, default=int(os.environ.get("BENCH_STEP_LIMIT", 500)) - 20,
+                        help="seconds for the job (device_job.sh sets BENCH_STEP_LIMIT to its step's limit)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "job.jsonl")
+    args = parser.parse_args(argv)
+    if args.what == "smoke":
+        return smoke(args)
+    if args.what == "prepare":
+        return prepare(args)
+    result = {**versions(), "shape": args.shape, "rows": args.rows, "max_len": args.max_len, "steps": args.steps,
+              "warmup": args.warmup, "dataset": json.loads((args.dir / "dataset_stats.json").read_text()),
+              **run_job(args.stack, args)}
+    write(result, args.out)
+
+
+def smoke(args) -> None:
+    """CPU: prepare a tiny model and run (a) and (b) for a few steps through the same code."""
+    tiny = json.dumps(dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, vocab_size=49152,
+                           tie_word_embeddings=True, max_position_embeddings=4096))
+    base = ["--dir", str(args.dir), "--device", "cpu", "--tokenizer", args.tokenizer, "--shape", "tiny",
+            "--shape-json", tiny]
+    main(["prepare", *base, "--examples", "60"])
+    for stack in ("fusetune", "torch"):
+        main(["run", *base, "--stack", stack, "--rows", "1", "--steps", "4", "--warmup", "1",
+              "--max-len", "512", "--micro-batch", "2", "--out", str(args.out)])
+
+
+if __name__ == "__main__":
+    main()

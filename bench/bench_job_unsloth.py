@@ -1,0 +1,115 @@
+"""(c) of bench/bench_job.py: Unsloth + TRL SFTTrainer with packing (their fastest documented
+setting: best-fit-decreasing packing, padding-free batches), on the same model folder, data, LoRA
+config, max length, rows per step and step count. Its own process: Unsloth must be imported
+before transformers/peft/trl.
+
+    python bench/bench_job_unsloth.py --shape llama-3.2-1b --dir /tmp/bj --rows 4 --steps 30
+
+The chats become TRL prompt-completion rows (prompt = system/user turns, completion = the
+assistant turn), so TRL trains the completion only, as Fusetune trains the answer only. Real
+tokens per step are counted in the data collator (non-pad tokens of each batch)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import unsloth  # noqa: F401  (first: it patches transformers, peft and trl on import)
+from unsloth import FastLanguageModel
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_job import TARGETS, UtilSampler, versions, window_stats, write  # noqa: E402
+
+
+class CountingCollator:
+    """Wraps TRL's collator and records the real tokens of every batch, in order."""
+
+    def __init__(self, inner):
+        self.inner, self.counts = inner, []
+
+    def __call__(self, features):
+        batch = self.inner(features)
+        mask = batch.get("attention_mask")
+        self.counts.append(int(mask.sum()) if mask is not None else int(batch["input_ids"].numel()))
+        return batch
+
+
+def dataset(path: Path):
+    from datasets import Dataset
+    rows = []
+    for line in path.read_text().splitlines():
+        messages = json.loads(line)["messages"]
+        rows.append({"prompt": messages[:-1], "completion": messages[-1:]})
+    return Dataset.from_list(rows)
+
+
+def train(args) -> dict:
+    import torch
+    from transformers import TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    model, tokenizer = FastLanguageModel.from_pretrained(model_name=str(args.dir / args.shape),
+                                                         max_seq_length=args.max_len, dtype=torch.bfloat16,
+                                                         load_in_4bit=False)
+    model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, lora_dropout=0, bias="none",
+                                             target_modules=TARGETS, use_gradient_checkpointing="unsloth",
+                                             random_state=0)
+    config = SFTConfig(output_dir=str(args.dir / f"unsloth-{args.shape}"), max_length=args.max_len, packing=True,
+                       per_device_train_batch_size=args.rows, gradient_accumulation_steps=1,
+                       max_steps=args.steps, learning_rate=1e-4, warmup_steps=0, lr_scheduler_type="cosine",
+                       logging_steps=1, save_strategy="no", report_to="none", bf16=True, optim="adamw_torch",
+                       dataset_num_proc=4, seed=0)
+    trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=dataset(args.dir / "data.jsonl"),
+                         args=config)
+    counter = CountingCollator(trainer.data_collator)
+    trainer.data_collator = counter
+    ends: list[float] = []
+
+    class StepTimes(TrainerCallback):
+        def on_step_end(self, *_, **__):
+            ends.append(time.time())
+
+    trainer.add_callback(StepTimes())
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    sampler = UtilSampler()
+    began = time.time()
+    trainer.train()
+    sampler.stop()
+    peak = torch.cuda.max_memory_allocated() / 2 ** 30
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    steps = [{"time": t, "tokens": counter.counts[i] if i < len(counter.counts) else 0,
+              "loss": losses[min(i, len(losses) - 1)] if losses else None, "peak_gib": peak}
+             for i, t in enumerate(ends)]
+    result = {"stack": "unsloth+trl (c)", "wall_s": round(time.time() - began, 1), **window_stats(steps, args.warmup),
+              "config": {"packing": True, "packing_strategy": config.packing_strategy, "rows": args.rows,
+                         "max_length": args.max_len, "gradient_checkpointing": "unsloth", "optim": "adamw_torch"}}
+    result["gpu_util_mean"] = sampler.mean(result["window_start"], result["window_end"])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", default="llama-3.2-1b")
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/bench_job"))
+    parser.add_argument("--rows", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--max-len", type=int, default=4096)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "job.jsonl")
+    args = parser.parse_args()
+    result = {**versions(), "shape": args.shape, "rows": args.rows, "max_len": args.max_len, "steps": args.steps,
+              "warmup": args.warmup, "dataset": json.loads((args.dir / "dataset_stats.json").read_text())}
+    try:
+        result.update(train(args))
+    except Exception as exc:  # recorded as a result line: the other rows of the run still count
+        result.update(stack="unsloth+trl (c)", error=f"{type(exc).__name__}: {exc}"[:1500])
+    write(result, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Where a real job's step goes: the Trainer of `python -m jobs.train` built in process from a job
+YAML, `--warmup` steps run, then `--steps` steps under torch.profiler. Writes a JSON summary: wall
+time, GPU busy time (union of kernel intervals) and idle share, the largest idle gaps, CUDA time
+by kernel (top 30) and the CPU-side ops that took longest.
+
+    python bench/profile_job.py CONFIG.yaml --out /tmp/profile_job.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _busy_and_gaps(prof) -> tuple[float, list[float], float, float]:
+    """(busy ms, top-10 idle gaps ms, first kernel start, last kernel end) of the GPU timeline."""
+    intervals = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                       if e.device_type.name == "CUDA" and e.time_range.end > e.time_range.start)
+    busy, gaps, end = 0.0, [], None
+    for start, stop in intervals:
+        if end is None or start > end:
+            if end is not None:
+                gaps.append((start - end) / 1000)
+            busy += stop - start
+            end = stop
+        elif stop > end:
+            busy += stop - end
+            end = stop
+    first = intervals[0][0] if intervals else 0
+    return busy / 1000, sorted(gaps, reverse=True)[:10], first, end or 0
+
+
+def profile(config: Path, warmup: int, steps: int) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from jobs.events import EventWriter
+    from jobs.loader import Prefetcher
+    from jobs.spec import JobSpec
+    from jobs.trainer import Trainer
+
+    spec = JobSpec.from_yaml(config)
+    spec.output_dir = tempfile.mkdtemp(prefix="profile-job-")
+    trainer = Trainer(spec, Path(spec.output_dir), EventWriter(spec.output_dir), log=lambda line: None)
+    trainer.prepare()
+    cuda = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    stream = Prefetcher(trainer.plan, 0, pin=cuda)
+    for _ in range(warmup):
+        trainer.train_step(stream).read()
+    sync()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch_profile(activities=activities) as prof:
+        began = time.perf_counter()
+        pending = [trainer.train_step(stream) for _ in range(steps)]
+        losses = [p.read()[0] for p in pending]
+        sync()
+        wall_ms = (time.perf_counter() - began) * 1000
+    stream.close()
+    busy_ms, gaps, first, last = _busy_and_gaps(prof)
+    table = prof.key_averages()
+    kernels = sorted((e for e in table if e.device_time_total > 0), key=lambda e: -e.device_time_total)
+    cpu = sorted(table, key=lambda e: -e.self_cpu_time_total)
+    return {"config": str(config), "steps": steps, "wall_ms_per_step": round(wall_ms / steps, 2),
+            "gpu_busy_ms_per_step": round(busy_ms / steps, 2),
+            "gpu_idle_share": round(1 - busy_ms / max((last - first) / 1000, 1e-9), 4),
+            "largest_idle_gaps_ms": [round(g, 3) for g in gaps], "losses": losses,
+            "packing": trainer.packed, "real_tokens_per_step": pending[-1].tokens,
+            "cuda_ms_per_step_by_kernel": [(e.key[:90], round(e.device_time_total / 1000 / steps, 3), e.count // steps)
+                                           for e in kernels[:30]],
+            "cpu_self_ms_per_step_top": [(e.key[:60], round(e.self_cpu_time_total / 1000 / steps, 3))
+                                         for e in cpu[:15]]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("config", type=Path)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    summary = profile(args.config, args.warmup, args.steps)
+    args.out.write_text(json.dumps(summary, indent=1))
+    print(json.dumps({k: summary[k] for k in ("wall_ms_per_step", "gpu_busy_ms_per_step", "gpu_idle_share",
+                                              "largest_idle_gaps_ms")}))
+    for name, ms, count in summary["cuda_ms_per_step_by_kernel"][:12]:
+        print(f"{ms:9.3f} ms  x{count:<5} {name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Causal attention over packed documents: every token attends only to earlier tokens of its own
+document (block-diagonal causal), given the documents' cumulative lengths `cu_seqlens`.
+
+Kernel: not ours. On CUDA (fp16/bf16, head_dim <= 256) it is FlashAttention-2's varlen kernel as
+PyTorch ships it, `torch.nn.attention.varlen.varlen_attn` (torch >= 2.9; forward and backward,
+GQA with fewer key/value heads handled inside the kernel), or `flash_attn.flash_attn_varlen_func`
+where that package is installed. No [T, T] mask is ever built: the kernel skips the blocks
+between documents, so attention costs sum(len_i^2) instead of T^2 (the cu_seqlens convention of
+FlashAttention and of transformers' `DataCollatorWithFlattening`).
+
+Reference (CPU, fp32, Gemma-2's logit soft-cap, attention dropout, or no varlen kernel): each
+document on its own, plain math (q k^T * scale, optional soft-cap, causal and sliding-window mask,
+fp32 softmax, @ v). It is exact, so packed training on CPU gives the same loss and gradients as
+the examples run one by one; it loops over documents in Python, so it is slow on a GPU.
+
+Layout: q [T, Hq, D], k/v [T, Hk, D] (T = all tokens of the batch, rows flattened), cu_seqlens
+int32 [docs + 1] with cu_seqlens[-1] == T; output [T, Hq, D]. Sliding window W (Mistral, Qwen2,
+Gemma 2/3 local layers): a query sees at most the W most recent keys including itself
+(transformers' `sliding_window_overlay`: q - kv < W), i.e. FlashAttention's window (W - 1, 0).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+
+MAX_FLASH_HEAD_DIM = 256
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_varlen():
+    """torch's varlen_attn and whether it takes window_size (2.10+) or is_causal (2.9)."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None, None
+    params = inspect.signature(varlen_attn).parameters
+    return varlen_attn, ("window_size" if "window_size" in params else "is_causal")
+
+
+@functools.lru_cache(maxsize=1)
+def _flash_attn_varlen():
+    try:
+        from flash_attn import flash_attn_varlen_func
+    except ImportError:
+        return None
+    return flash_attn_varlen_func
+
+
+def kernel_unavailable_reason(q: torch.Tensor, softcap: float | None = None, dropout: float = 0.0) -> str | None:
+    """Why the varlen kernel cannot run these inputs (None when it can)."""
+    if not q.is_cuda:
+        return "tensors are not on CUDA"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"FlashAttention needs fp16/bf16, got {q.dtype}"
+    if q.shape[-1] > MAX_FLASH_HEAD_DIM:
+        return f"head_dim {q.shape[-1]} > {MAX_FLASH_HEAD_DIM}"
+    if softcap:
+        return "attention logit soft-capping is not supported by torch's varlen kernel"
+    if dropout:
+        return "attention dropout is not supported by torch's varlen kernel"
+    if _torch_varlen()[0] is None and _flash_attn_varlen() is None:
+        return "neither torch.nn.attention.varlen (torch >= 2.9) nor flash_attn is available"
+    return None
+
+
+def _window(sliding_window: int | None, length: int) -> int | None:
+    """The sliding window when it actually restricts a document of `length` tokens."""
+    return sliding_window if sliding_window and sliding_window < length else None
+
+
+_expand_kv_heads: list[bool] = [False]   # set once if a kernel build refuses fewer kv heads than q heads
+
+
+def _kernel(q, k, v, cu_seqlens, max_len: int, scale: float, sliding_window: int | None):
+    """The varlen kernel; GQA inputs go in as they are (FlashAttention-2 reads shared kv heads),
+    unless this build refused them once: then k/v are expanded to the query heads first."""
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1 and _expand_kv_heads[0]:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    try:
+        return _launch(q, k, v, cu_seqlens, max_len, scale, sliding_window)
+    except RuntimeError:
+        if groups == 1 or _expand_kv_heads[0]:
+            raise
+        _expand_kv_heads[0] = True
+        return _kernel(q, k, v, cu_seqlens, max_len, scale, sliding_window)
+
+
+def _launch(q, k, v, cu_seqlens, max_len: int, scale: float, sliding_window: int | None):
+    varlen_attn, style = _torch_varlen()
+    left = sliding_window - 1 if sliding_window else -1
+    if varlen_attn is not None:
+        if style == "window_size":
+            return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=scale,
+                               window_size=(left, 0))
+        if sliding_window is None:  # torch 2.9: causal only, no window or scale arguments
+            if abs(scale - q.shape[-1] ** -0.5) < 1e-12:
+                return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, is_causal=True)
+    flash = _flash_attn_varlen()
+    if flash is None:
+        return varlen_attention_reference(q, k, v, cu_seqlens, scale, sliding_window)
+    return flash(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, softmax_scale=scale, causal=True,
+                 window_size=(left, 0))
+
+
+def _document_attention(q, k, v, scale: float, window: int | None, softcap: float | None, dropout: float):
+    """One document: q [n, Hq, D], k/v [n, Hk, D] -> [n, Hq, D], in fp32 math."""
+    n, heads = q.shape[0], q.shape[1]
+    groups = heads // k.shape[1]
+    k = k.repeat_interleave(groups, dim=1)
+    v = v.repeat_interleave(groups, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k.float()) * scale
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    position = torch.arange(n, device=q.device)
+    distance = position[:, None] - position[None, :]
+    allowed = distance >= 0
+    if window:
+        allowed &= distance < window
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    if dropout:
+        probs = torch.nn.functional.dropout(probs, p=dropout)
+    return torch.einsum("hqk,khd->qhd", probs, v.float()).to(q.dtype)
+
+
+def varlen_attention_reference(q, k, v, cu_seqlens, scale: float, sliding_window: int | None = None,
+                               softcap: float | None = None, dropout: float = 0.0) -> torch.Tensor:
+    """Each document separately (exact; see the module doc)."""
+    bounds = cu_seqlens.tolist()
+    pieces = []
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        if end > start:
+            window = _window(sliding_window, end - start)
+            pieces.append(_document_attention(q[start:end], k[start:end], v[start:end], scale, window,
+                                              softcap, dropout))
+    return torch.cat(pieces, dim=0)
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                     max_seqlen: int, scale: float | None = None, sliding_window: int | None = None,
+                     softcap: float | None = None, dropout: float = 0.0) -> torch.Tensor:
+    """Block-diagonal causal attention of packed documents (module doc). `max_seqlen` is the
+    longest document (a host int, so no device sync is needed to launch the kernel)."""
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"varlen_attention: {q.shape[1]} query heads are not a multiple of {k.shape[1]} kv heads")
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    window = _window(sliding_window, max_seqlen)
+    if kernel_unavailable_reason(q, softcap, dropout) is None:
+        return _kernel(q, k, v, cu_seqlens.to(torch.int32), int(max_seqlen), scale, window)
+    return varlen_attention_reference(q, k, v, cu_seqlens, scale, window, softcap, dropout)

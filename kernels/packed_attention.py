@@ -1,0 +1,145 @@
+"""Packed batches through transformers' own attention seam, without cross-talk and without a mask.
+
+A packed row holds several examples back to back; its `position_ids` restart at 0 for each one (so
+RoPE sees every example from position 0) and the batch carries FlashAttention's varlen arguments,
+`cu_seq_lens_q/k` (int32 cumulative lengths over all rows flattened) and `max_length_q/k` (host
+ints), the names transformers' `FlashAttentionKwargs` and `DataCollatorWithFlattening` use. Every
+model in the patch table forwards those kwargs from `model(...)` down to the attention interface
+(transformers 5.17 and 5.24), and so does our patched attention (`kernels/patch.py`).
+
+`use_packed_attention(model)` registers one attention function under the name "fusetune_packed" in
+transformers' `AttentionInterface` and switches the model's config to it. It registers NO mask
+function, on purpose: for an implementation without one, transformers' `create_causal_mask`
+returns None at once. Registered under sdpa's mask (or any other), it would first look for packed
+`position_ids` (`find_packed_sequence_indices`, which ends in a host-side `.all()`: one device
+sync per forward) and then build a dense [batch, 1, T, T] block-diagonal mask. So while this
+implementation is on, the model takes packed or unpadded batches only: a 2-D padding mask is not
+seen (a 4-D mask passed by the caller is still honoured). The trainer turns it on only for
+packed jobs, where every batch (training and evaluation) is packed, and turns it off afterwards.
+
+The attention function: a caller's 4-D mask, or a KV-cache step (keys longer than queries), goes
+to transformers' sdpa (eager for Gemma-2's soft-cap); everything else to
+`kernels.ops.varlen_attention` over the documents given by `cu_seq_lens_q` (when absent, the
+documents are read from packed `position_ids` as transformers does, once per forward, at the cost
+of one host sync; unpacked rows are one document each).
+"""
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from kernels.ops.varlen_attention import kernel_unavailable_reason, varlen_attention
+from kernels.patch import base_model
+
+NAME = "fusetune_packed"
+PREVIOUS_ATTR = "_fusetune_previous_attn_implementation"
+
+
+def _registered() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, packed_attention_forward)
+
+
+def _masked_attention(module, query, key, value, attention_mask, dropout, scaling, sliding_window,
+                      softcap, **kwargs):
+    """transformers' own attention for a caller's 4-D mask and for cached decoding."""
+    if softcap:
+        if attention_mask is not None and attention_mask.dtype == torch.bool:
+            attention_mask = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device) \
+                .masked_fill(~attention_mask, torch.finfo(query.dtype).min)
+        eager = importlib.import_module(type(module).__module__).eager_attention_forward
+        return eager(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                     sliding_window=sliding_window, softcap=softcap, **kwargs)
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                  scaling=scaling, **kwargs)
+
+
+_last_derived: list = [None, None]   # (position_ids tensor, its documents): every layer gets the same tensor
+
+
+def _from_position_ids(position_ids: torch.Tensor, batch: int, length: int):
+    if _last_derived[0] is position_ids:
+        return _last_derived[1]
+    from transformers.masking_utils import find_packed_sequence_indices
+
+    ids = position_ids.expand(batch, -1)
+    packed = find_packed_sequence_indices(ids)
+    derived = None
+    if packed is not None:
+        starts = torch.ones_like(ids, dtype=torch.bool)
+        starts[:, 1:] = packed[:, 1:] != packed[:, :-1]
+        begin = torch.nonzero(starts.reshape(-1)).flatten()
+        cu = torch.cat([begin, begin.new_tensor([batch * length])]).to(torch.int32)
+        derived = (cu, int((cu[1:] - cu[:-1]).max()))
+    _last_derived[:] = [position_ids, derived]
+    return derived
+
+
+def documents(batch: int, length: int, device, cu_seqlens=None, max_length=None, position_ids=None):
+    """(cu_seqlens int32 over the flattened rows, longest document) for this call."""
+    if cu_seqlens is not None:
+        return cu_seqlens, int(max_length) if max_length is not None else length
+    derived = _from_position_ids(position_ids, batch, length) if position_ids is not None else None
+    if derived is not None:
+        return derived
+    return torch.arange(0, (batch + 1) * length, length, dtype=torch.int32, device=device), length
+
+
+def packed_attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0,
+                             scaling: float | None = None, sliding_window: int | None = None,
+                             softcap: float | None = None, **kwargs):
+    """transformers attention-interface function; query [B, Hq, L, D], key/value [B, Hk, L, D];
+    returns ([B, L, Hq, D], None)."""
+    batch, heads, length, dim = query.shape
+    if attention_mask is not None or key.shape[2] != length:
+        return _masked_attention(module, query, key, value, attention_mask, dropout, scaling, sliding_window,
+                                 softcap, **kwargs)
+    cu, longest = documents(batch, length, query.device, kwargs.get("cu_seq_lens_q"),
+                            kwargs.get("max_length_q"), kwargs.get("position_ids"))
+    q = query.transpose(1, 2).reshape(batch * length, heads, dim)
+    k = key.transpose(1, 2).reshape(batch * length, key.shape[1], dim)
+    v = value.transpose(1, 2).reshape(batch * length, value.shape[1], dim)
+    out = varlen_attention(q, k, v, cu, longest, scale=scaling, sliding_window=sliding_window,
+                           softcap=softcap, dropout=dropout)
+    return out.view(batch, length, heads, dim), None
+
+
+def packing_kernel_note(model) -> str:
+    """One line for the log: which kernel packed batches will use on this model."""
+    param = next(model.parameters())
+    config = base_model(model).config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    probe = torch.empty(1, 1, head_dim, dtype=param.dtype, device=param.device) if param.is_cuda else \
+        torch.empty(1, 1, head_dim, dtype=param.dtype)
+    reason = kernel_unavailable_reason(probe, getattr(text, "attn_logit_softcapping", None),
+                                       getattr(text, "attention_dropout", 0.0) or 0.0)
+    if reason is None:
+        return "packed attention: FlashAttention varlen kernel (no mask, documents never attend to each other)"
+    return f"packed attention: exact per-document attention ({reason})"
+
+
+def use_packed_attention(model) -> str:
+    """Route `model`'s attention through "fusetune_packed" (module doc); returns a log line."""
+    _registered()
+    config = base_model(model).config
+    configs = [config] + [getattr(config, name) for name in ("text_config",) if hasattr(config, name)]
+    for item in configs:
+        if getattr(item, "_attn_implementation", None) != NAME:
+            setattr(item, PREVIOUS_ATTR, getattr(item, "_attn_implementation", None))
+            item._attn_implementation = NAME
+    return packing_kernel_note(model)
+
+
+def restore_attention(model) -> None:
+    """Undo `use_packed_attention` (back to the implementation the config had before)."""
+    config = base_model(model).config
+    for item in [config] + [getattr(config, name) for name in ("text_config",) if hasattr(config, name)]:
+        previous = getattr(item, PREVIOUS_ATTR, None)
+        if previous is not None:
+            item._attn_implementation = previous
+            delattr(item, PREVIOUS_ATTR)

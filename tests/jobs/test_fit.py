@@ -1,0 +1,134 @@
+"""The fit check: predicted peak GPU memory against the peaks measured on the H200 bench rows
+(bench/results/lora.jsonl, max_memory_allocated), and the out-of-memory message."""
+import json
+
+import pytest
+from transformers import AutoConfig
+
+from jobs import fit
+from jobs.spec import JobSpec
+from tests.conftest import ROOT
+
+SHAPES = {  # bench/bench_lora.py's shapes (BASELINES.md)
+    "llama-3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False),
+    "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True),
+}
+ROWS = [  # (shape, batch, seq, checkpointing, qlora)
+    ("llama-3.2-1b", 4, 2048, "on", False),
+    ("llama-3.2-1b", 4, 2048, "offload", False),
+    ("llama-3.1-8b", 2, 2048, "on", False),
+    ("llama-3.1-8b", 2, 2048, "offload", False),
+    ("llama-3.1-8b", 2, 2048, "off", False),
+    ("llama-3.1-8b", 2, 2048, "offload", True),
+]
+H200_BYTES = 143_771 * 1024 ** 2
+
+
+def config(shape):
+    return AutoConfig.for_model("llama", **SHAPES[shape])
+
+
+def spec(batch, seq, checkpointing="on", qlora=False, **extra):
+    values = {**dict(batch_size=batch, max_seq_length=seq, gradient_checkpointing=checkpointing,
+                     load_in_4bit=qlora, fused_kernels=True, lora_r=16, lora_alpha=16), **extra}
+    return JobSpec.from_dict(values)
+
+
+def measured_peak_gib(shape, batch, seq, checkpointing, qlora):
+    peaks = []
+    for line in (ROOT / "bench" / "results" / "lora.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if (row.get("stack") == "fusetune" and row.get("shape") == shape and row.get("bs") == batch
+                and row.get("seq") == seq and row.get("checkpointing") == checkpointing
+                and bool(row.get("qlora")) == qlora and row.get("lora_dtype", "fp32") == "fp32"
+                and not row.get("oom") and row.get("peak_gib")):
+            peaks.append(row["peak_gib"])
+    assert peaks, f"no measured row for {shape} {batch}x{seq} {checkpointing} qlora={qlora}"
+    return max(peaks)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r[0]}-{r[3]}{'-qlora' if r[4] else ''}")
+def test_prediction_is_within_15_percent_of_the_measured_peak(row):
+    shape, batch, seq, checkpointing, qlora = row
+    estimate = fit.estimate_peak(spec(batch, seq, checkpointing, qlora), config(shape))
+    measured = measured_peak_gib(*row)
+    assert abs(estimate.allocated_gb - measured) <= 0.15 * measured, (estimate.breakdown(), measured)
+    assert estimate.total_gb > estimate.allocated_gb   # context and slack come on top
+
+
+def test_auto_checkpointing_follows_the_free_memory():
+    big = fit.estimate_peak(spec(2, 2048, "auto"), config("llama-3.1-8b"), free_bytes=H200_BYTES,
+                            total_bytes=H200_BYTES)
+    small = fit.estimate_peak(spec(2, 2048, "auto"), config("llama-3.1-8b"), free_bytes=24 * 1024 ** 3,
+                              total_bytes=24 * 1024 ** 3)
+    assert "no recompute" in big.checkpointing
+    assert "recomputed" in small.checkpointing or "offloaded" in small.checkpointing
+    assert small.allocated_gb < big.allocated_gb
+    assert abs(big.allocated_gb - measured_peak_gib("llama-3.1-8b", 2, 2048, "auto", False)) < 0.15 * 29.4
+
+
+def test_levers_lower_the_prediction():
+    base = fit.estimate_peak(spec(8, 4096, "off"), config("llama-3.2-1b"))
+    assert fit.estimate_peak(spec(4, 4096, "off"), config("llama-3.2-1b")).total_gb < base.total_gb
+    assert fit.estimate_peak(spec(8, 4096, "on"), config("llama-3.2-1b")).total_gb < base.total_gb
+    assert fit.estimate_peak(spec(8, 4096, "off", qlora=True), config("llama-3.2-1b")).total_gb < base.total_gb
+    unfused = fit.estimate_peak(spec(8, 4096, "off", fused_kernels=False), config("llama-3.2-1b"))
+    assert unfused.total_gb > base.total_gb
+    targets = fit.estimate_peak(spec(8, 4096, "off", target_modules=["q_proj", "v_proj"]), config("llama-3.2-1b"))
+    assert targets.parts["LoRA + AdamW (fp32)"] < base.parts["LoRA + AdamW (fp32)"]
+
+
+def test_estimate_reports_its_parts():
+    estimate = fit.estimate_peak(spec(2, 2048, "on"), config("llama-3.1-8b"))
+    parts = estimate.breakdown()
+    assert list(parts)[0] == "base weights" and parts["base weights"] == pytest.approx(14.96, abs=0.02)
+    assert estimate.as_dict()["checkpointing"] == "on"
+    assert "GiB peak" in estimate.summary()
+    assert estimate.fits(estimate.total_gb + 0.1) and not estimate.fits(estimate.total_gb - 0.1)
+
+
+def test_oom_message_names_estimate_peak_and_fixes():
+    job = spec(8, 4096, "off")
+    estimate = fit.estimate_peak(job, config("llama-3.1-8b"))
+    message = fit.oom_message(job, estimate, int(120.5 * 1024 ** 3), 3, "checkpointing off",
+                              "CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert f"predicted peak {estimate.total_gb:.1f} GiB" in message
+    assert "120.5 GiB" in message and "step 3" in message
+    for fix in ("batch_size 8 -> 4", "max_seq_length 4096 -> 2048", "gradient_checkpointing", "load_in_4bit"):
+        assert fix in message
+    assert "last checkpoint is intact" in message
+
+
+def test_free_gpu_memory_is_none_without_a_gpu():
+    assert fit.free_gpu_memory(0) is None or fit.free_gpu_memory(0) > 0
+
+
+def test_an_oom_ends_the_job_with_kind_oom_advice_and_an_intact_checkpoint(tmp_path, tiny_model, monkeypatch):
+    import torch
+    import yaml
+
+    from jobs import train, trainer
+    from jobs.events import read_events
+    real_step, calls = trainer.Trainer.train_step, []
+
+    def step_then_oom(self, stream):
+        calls.append(1)
+        if len(calls) == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real_step(self, stream)
+
+    monkeypatch.setattr(trainer.Trainer, "train_step", step_then_oom)
+    out = tmp_path / "oom"
+    config = tmp_path / "oom.yaml"
+    config.write_text(yaml.safe_dump({"model": str(tiny_model), "output_dir": str(out), "max_steps": 6,
+                                      "save_steps": 2, "batch_size": 2, "max_seq_length": 64}))
+    assert train.main([str(config)]) == train.EXIT_FAILED
+    (error,) = [e for e in read_events(out) if e["type"] == "error"]
+    assert error["kind"] == "oom" and error["step"] == 2
+    for part in ("out of GPU memory at step 3", "predicted peak", "peak allocated", "batch_size 2 -> 1",
+                 "load_in_4bit", "last checkpoint is intact", "Tried to allocate 20.00 GiB"):
+        assert part in error["message"], part
+    state = json.loads((out / "checkpoints" / "step-2" / "trainer_state.json").read_text())
+    assert state["step"] == 2 and (out / "checkpoints" / "step-2" / "adapter" / "adapter_model.safetensors").is_file()

@@ -1,0 +1,137 @@
+"""Packed rows train exactly like the same examples run one by one: summed loss and every LoRA
+gradient agree (relative 1e-5, fp32) for every architecture of the patch table, with the Triton
+engine (CPU interpreter) and without it; and the varlen op matches per-document attention."""
+import copy
+
+import pytest
+import torch
+
+from jobs.encode import Example
+from jobs.packing import collate_packed
+from kernels import patch_model
+from kernels.arch import ARCHITECTURES
+from kernels.ops.varlen_attention import varlen_attention, varlen_attention_reference
+from kernels.packed_attention import NAME, documents, restore_attention, use_packed_attention
+from tests.kernels.test_patch import tiny_model, with_lora
+
+REL = 1e-5
+# (length, prompt tokens with label -100); 13 > the sliding window 8 of mistral/gemma2/gemma3
+SHAPES = [(5, 2), (13, 4), (9, 0), (7, 3)]
+
+
+def examples(seed: int = 3) -> list[Example]:
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for length, prompt in SHAPES:
+        ids = torch.randint(3, 128, (length,), generator=generator).tolist()
+        out.append(Example(ids, [-100] * prompt + ids[prompt:]))
+    return out
+
+
+def label_total(items) -> int:
+    return sum(1 for e in items for label in e.labels[1:] if label != -100)
+
+
+def lora_grads(model) -> dict:
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None and "lora_" in n}
+
+
+def one_by_one(model, items):
+    total, loss = label_total(items), 0.0
+    for e in items:
+        out = model(input_ids=torch.tensor([e.input_ids]), labels=torch.tensor([e.labels]), num_items_in_batch=total)
+        out.loss.backward()
+        loss += out.loss.detach()
+    return loss, lora_grads(model)
+
+
+def packed(model, items, row_length=20):
+    batch = collate_packed([[items[0], items[1]], [items[2], items[3]]], row_length, pad_id=0)
+    assert batch.label_tokens == label_total(items)
+    out = model(**batch.to(torch.device("cpu")), num_items_in_batch=batch.label_tokens)
+    out.loss.backward()
+    return out.loss.detach(), lora_grads(model)
+
+
+def assert_rel(actual, expected, what):
+    err = (actual - expected).abs().max().item()
+    scale = expected.abs().max().item() or 1.0
+    assert err <= REL * scale, f"{what}: {err:.3g} > {REL} x {scale:.3g}"
+
+
+@pytest.mark.parametrize("engine", ["triton", "torch"])
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
+def test_packed_batch_equals_examples_one_by_one(model_type, engine):
+    reference = with_lora(tiny_model(model_type))
+    model = copy.deepcopy(reference)
+    report = patch_model(model, backend=engine)
+    assert report.backend == engine
+    use_packed_attention(model)
+    assert model.config._attn_implementation == NAME
+    items = examples()
+    loss_ref, grads_ref = one_by_one(reference, items)
+    loss, grads = packed(model, items)
+    assert_rel(loss, loss_ref, "summed loss")
+    assert grads.keys() == grads_ref.keys() and grads
+    for name, grad in grads.items():
+        assert_rel(grad, grads_ref[name], name)
+
+
+def test_without_the_seam_a_plain_sdpa_row_would_mix_examples():
+    """The test above can fail: the same packed row under plain sdpa (no document boundaries,
+    no cu_seq_lens) gives a different loss."""
+    reference = with_lora(tiny_model("llama"))
+    items = examples()
+    loss_ref, _ = one_by_one(reference, items)
+    batch = collate_packed([[items[0], items[1]], [items[2], items[3]]], 20, pad_id=0)
+    inputs = batch.to(torch.device("cpu"))
+    mixed = {k: v for k, v in inputs.items() if k not in ("cu_seq_lens_q", "cu_seq_lens_k", "position_ids")}
+    loss = reference(**mixed, num_items_in_batch=batch.label_tokens).loss.detach()
+    assert abs(loss - loss_ref) > 10 * REL * abs(loss_ref)   # far outside the tolerance above
+
+
+def test_restore_attention_gives_the_previous_implementation_back():
+    model = with_lora(tiny_model("qwen2"))
+    before = model.config._attn_implementation
+    use_packed_attention(model)
+    restore_attention(model)
+    assert model.config._attn_implementation == before
+
+
+def test_documents_are_read_from_packed_position_ids_when_cu_seqlens_are_missing():
+    positions = torch.tensor([[0, 1, 2, 0, 1, 0], [0, 1, 2, 3, 0, 1]])
+    cu, longest = documents(2, 6, torch.device("cpu"), position_ids=positions)
+    assert cu.tolist() == [0, 3, 5, 6, 10, 12] and longest == 4
+    cu, longest = documents(2, 6, torch.device("cpu"), position_ids=torch.arange(6)[None])
+    assert cu.tolist() == [0, 6, 12] and longest == 6
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_varlen_op_matches_sdpa_per_document(window):
+    torch.manual_seed(0)
+    lengths = [4, 9, 1, 6]
+    cu = torch.tensor([0, 4, 13, 14, 20], dtype=torch.int32)
+    q, k, v = torch.randn(20, 4, 8), torch.randn(20, 2, 8), torch.randn(20, 2, 8)
+    out = varlen_attention(q, k, v, cu, max(lengths), sliding_window=window)
+    start = 0
+    for n in lengths:
+        sl = slice(start, start + n)
+        qd, kd, vd = (t[sl].transpose(0, 1) for t in (q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)))
+        pos = torch.arange(n)
+        allowed = (pos[:, None] >= pos[None, :]) & ((pos[:, None] - pos[None, :] < window) if window else True)
+        expected = torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, attn_mask=allowed)
+        torch.testing.assert_close(out[sl], expected.transpose(0, 1), atol=1e-5, rtol=1e-5)
+        start += n
+
+
+def test_varlen_reference_applies_the_soft_cap():
+    torch.manual_seed(1)
+    q, k, v = torch.randn(6, 2, 4) * 5, torch.randn(6, 2, 4) * 5, torch.randn(6, 2, 4)
+    cu = torch.tensor([0, 6], dtype=torch.int32)
+    capped = varlen_attention_reference(q, k, v, cu, scale=1.0, softcap=2.0)
+    plain = varlen_attention_reference(q, k, v, cu, scale=1.0)
+    assert not torch.allclose(capped, plain, atol=1e-3)
+    scores = torch.tanh(torch.einsum("qhd,khd->hqk", q, k) / 2.0) * 2.0
+    scores = scores.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
+    expected = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+    torch.testing.assert_close(capped, expected, atol=1e-5, rtol=1e-5)
