@@ -30,10 +30,12 @@ NOT_IN_FORM = ("output_dir",)
 GROUPS: dict[str, tuple[str, ...]] = {
     "data": ("name", "model", "dataset", "dataset_format", "bot_name", "bot_author"),
     "lora": ("lora_r", "lora_alpha", "lora_dropout", "target_modules"),
-    "engine": ("load_in_4bit", "fused_kernels", "gradient_checkpointing", "dtype"),
+    "engine": ("load_in_4bit", "fused_kernels", "base_precision", "gradient_checkpointing", "packing", "dtype",
+               "gpus"),
     "training": ("learning_rate", "max_steps", "num_epochs", "batch_size",
                  "gradient_accumulation_steps", "max_seq_length", "seed"),
-    "more": ("warmup_steps", "weight_decay", "max_grad_norm", "save_steps", "resume_from"),
+    "eval": ("eval_fraction", "eval_dataset", "eval_steps", "keep_best"),
+    "more": ("warmup_steps", "weight_decay", "max_grad_norm", "save_steps", "processes", "resume_from"),
 }
 NUMBER_KINDS = ("int", "float")
 THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?$")

@@ -142,7 +142,11 @@ def _build_fields(ctx: StudioContext, fused: tuple[bool, str]) -> tuple[dict[str
         with gr.Column():
             place("training")
     with ctx.page.bind(gr.Accordion(open=False), label="group.more_settings"):
-        place("more")
+        with gr.Row(equal_height=False):
+            with gr.Column():
+                place("eval")
+            with gr.Column():
+                place("more")
     return made, extras["upload"], extras["upload_info"]
 
 
