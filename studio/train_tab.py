@@ -47,7 +47,7 @@ def store_upload(data_dir: Path, uploaded: str) -> Path:
     """Copy an uploaded file (Gradio's temp path) into <data_dir>/datasets/ and return the copy."""
     source = Path(uploaded)
     if source.suffix.lower() not in DATASET_SUFFIXES:
-        raise SpecError("dataset", f"{source.name} is not a {', '.join(DATASET_SUFFIXES)} file")
+        raise form.FieldError("dataset", "upload_type", name=source.name, types=", ".join(DATASET_SUFFIXES))
     target = paths.datasets_dir(data_dir) / safe_upload_name(source.name)
     shutil.copyfile(source, target)
     return target
@@ -200,8 +200,10 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
             return gr.skip(), gr.skip()
         try:
             stored = store_upload(ctx.data_dir, file)
-        except (SpecError, OSError) as exc:
-            raise gr.Error(str(exc)) from None
+        except SpecError as exc:
+            raise gr.Error(form.error_text(exc, language)) from None
+        except OSError as exc:
+            raise gr.Error(t("train.upload_failed", language, error=str(exc))) from None
         return (gr.update(choices=[(c, c) for c in known_datasets(ctx.data_dir)], value=str(stored)),
                 upload_notice(stored, language))
 

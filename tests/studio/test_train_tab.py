@@ -45,7 +45,8 @@ def test_store_upload_copies_into_data_dir(tmp_path):
     bad.write_text("x")
     with pytest.raises(SpecError) as info:
         store_upload(tmp_path / "data", str(bad))
-    assert info.value.key == "dataset"
+    assert info.value.key == "dataset" and "notes.txt is not a .json" in str(info.value)
+    assert "notes.txt 不是 .json" in form.error_text(info.value, "zh-CN")
 
 
 def test_command_box_shows_yaml_and_command(tmp_path):
