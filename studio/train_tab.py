@@ -181,11 +181,13 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
           upload_info: gr.HTML, preview_btn: gr.Button, preview: gr.HTML) -> None:
     names, inputs, lang = tab.names, tab.inputs, ctx.lang
 
-    def on_change(language: str, *values: Any) -> str:
-        return command_text(ctx.runner, ctx.data_dir, names, list(values), language)
+    def on_change(language: str, *values: Any) -> tuple[str, str]:
+        # the last Start's refusal no longer applies once the form changed: the command box says
+        # what is wrong now
+        return command_text(ctx.runner, ctx.data_dir, names, list(values), language), ""
 
     for component in [lang, *inputs]:
-        component.change(on_change, [lang, *inputs], tab.command, show_progress="hidden",
+        component.change(on_change, [lang, *inputs], [tab.command, tab.status], show_progress="hidden",
                          trigger_mode="always_last")
 
     def on_dataset(value: str) -> tuple[Any, Any]:

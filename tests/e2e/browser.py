@@ -41,7 +41,9 @@ def chromium_browser():
 
 
 def new_context(browser, locale: str = "en-US"):
-    return browser.new_context(accept_downloads=True, viewport=VIEWPORT, locale=locale)
+    context = browser.new_context(accept_downloads=True, viewport=VIEWPORT, locale=locale)
+    context.set_default_timeout(90_000)  # a shared 2-core CI box can take that long to answer a click
+    return context
 
 
 def combine_screenshots(first: Path, second: Path, target: Path) -> None:

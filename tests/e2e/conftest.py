@@ -1,6 +1,8 @@
 """One studio (the real app on a fresh data dir) and one browser for all browser tests."""
 import pytest
 
+from jobs.runner import Runner
+from jobs.store import JobState
 from tests.e2e.browser import CHROMIUM, chromium_browser, new_context
 from tests.e2e.studio_page import running_app
 from tests.tiny import make_tiny_model
@@ -38,3 +40,20 @@ def browser_context(browser):
 @pytest.fixture(scope="session")
 def shots(tmp_path_factory):
     return tmp_path_factory.mktemp("shots")
+
+
+class CancelOnlyRunner(Runner):
+    """The runner's cancel on the studio's data dir, without reconcile: it never claims or starts
+    a job from the test process (the studio's own runner finishes the cancelled ones)."""
+
+    def reconcile(self):
+        pass
+
+
+@pytest.fixture(autouse=True)
+def no_job_left_running(studio):
+    """A test that fails half-way leaves no long job to block the next test's queue."""
+    yield
+    runner = CancelOnlyRunner(studio[2])
+    for record in runner.store.list(states=(JobState.QUEUED, JobState.RUNNING)):
+        runner.cancel(record.id)

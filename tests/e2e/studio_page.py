@@ -71,13 +71,16 @@ def set_text(page, elem_id: str, value: str) -> None:
     box.press("Tab")
 
 
-def pick_option(page, elem_id: str, text: str, timeout_s: float = 30) -> None:
+def pick_option(page, elem_id: str, text: str, timeout_s: float = 60) -> None:
     """Open a dropdown and click the option containing `text`; the choices arrive from the server
-    after a tab switch or a poll, so reopen it until they are there."""
+    after a tab switch or a poll, so reopen it until they are there. Only this dropdown's own list
+    counts: other dropdowns (on other tabs) may keep theirs in the page."""
     deadline = time.time() + timeout_s
+    box = page.locator(f"#{elem_id} input")
     while True:
-        page.locator(f"#{elem_id} input").click()
-        option = page.locator("ul[role=listbox] li", has_text=text).first
+        box.click()
+        options = page.locator(f"[id='{box.get_attribute('aria-controls')}'] li")
+        option = options.filter(has_text=text).first
         try:
             option.wait_for(timeout=2_000)
             option.click()
@@ -85,9 +88,9 @@ def pick_option(page, elem_id: str, text: str, timeout_s: float = 30) -> None:
             return
         except PlaywrightTimeout:
             if time.time() > deadline:
-                shown = page.locator("ul[role=listbox] li").all_inner_texts()
-                typed = page.locator(f"#{elem_id} input").input_value()
-                raise AssertionError(f"no option {text!r} in #{elem_id} (typed {typed!r}, shown {shown!r})") from None
+                shown = options.all_inner_texts()
+                raise AssertionError(f"no option {text!r} in #{elem_id} (typed {box.input_value()!r}, "
+                                     f"shown {shown!r})") from None
             page.keyboard.press("Escape")
             page.locator("#ft-header").click()
 
@@ -148,5 +151,5 @@ def pick_job(page, job_id: str) -> None:
     """Open a job from the list, as a user does, and wait for its details."""
     pick_option(page, "ft-job-select", job_id)
     page.wait_for_function("(id) => document.querySelector('#ft-job-select input').value.startsWith(id)",
-                           arg=job_id, timeout=30_000)
-    page.wait_for_selector("#ft-progress", timeout=30_000)
+                           arg=job_id, timeout=60_000)
+    page.wait_for_selector("#ft-progress", timeout=90_000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import closing
 
 from tests.e2e.browser import new_context
-from tests.e2e.studio_page import command_has, open_studio, set_text
+from tests.e2e.studio_page import command_has, open_studio, pick_option, set_text
 
 TABS_ZH = ["训练", "任务", "对比", "导出", "对话"]
 TABS_EN = ["Train", "Jobs", "Compare", "Export", "Chat"]
@@ -16,8 +16,7 @@ def tab_names(page) -> list[str]:
 
 
 def switch_language(page, name: str, start_text: str) -> None:
-    page.locator("#ft-lang input").click()
-    page.locator("ul[role=listbox] li", has_text=name).first.click()
+    pick_option(page, "ft-lang", name)
     page.wait_for_function("(w) => document.querySelector('#ft-start').innerText.includes(w)",
                            arg=start_text, timeout=60_000)
 

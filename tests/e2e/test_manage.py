@@ -10,11 +10,11 @@ from tests.e2e.studio_page import (fill_job_form, open_studio, pick_job, pick_op
 def confirm(page, button: str, job_id: str, answer: str) -> str:
     """Click an action; the question names the job; answer it. Returns the question."""
     page.locator(f"#ft-{button}").click()
-    page.wait_for_selector("#ft-confirm-yes", state="visible", timeout=15_000)
+    page.wait_for_selector("#ft-confirm-yes", state="visible", timeout=60_000)
     question = page.locator("#ft-confirm-text").inner_text()
     assert job_id in question, question
     page.locator(f"#ft-confirm-{answer}").click()
-    page.wait_for_selector("#ft-confirm-yes", state="hidden", timeout=15_000)
+    page.wait_for_selector("#ft-confirm-yes", state="hidden", timeout=60_000)
     return question
 
 
