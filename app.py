@@ -98,7 +98,6 @@ def main(argv: list[str] | None = None) -> None:
     # The studio imports transformers; do it before the warm-up thread does, not concurrently.
     from studio.app import build_studio
     runner.start_monitor()
-    threading.Thread(target=warm_builtin_model, args=(data_dir,), daemon=True).start()
     demo = build_studio(data_dir, runner)
     print(f"[studio] data dir {data_dir}", flush=True)
     # Gradio hands out only files in its cache, the working directory, the temp dir (now inside the
@@ -106,7 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     # contents the UI shows anyway; uploads, the model cache and everything else stay refused.
     demo.queue(default_concurrency_limit=4).launch(
         server_name=args.host, server_port=args.port, auth=auth, show_error=True,
-        allowed_paths=[str(paths.jobs_dir(data_dir))])
+        allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True)
+    # After launch: Gradio's one-shot 3 s check that the page answers fails the launch when the
+    # GGUF conversion is busy in the same process on a loaded machine.
+    threading.Thread(target=warm_builtin_model, args=(data_dir,), daemon=True).start()
+    demo.block_thread()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 from jobs import paths
@@ -189,6 +190,8 @@ def _run(spec: JobSpec, layout: JobLayout, data_dir: Path) -> int:
     # bitsandbytes warns on AVX512-BF16 CPUs that an optional hub kernel is missing; it has a
     # built-in CPU path, and the warning (naming a `kernels` package) only confuses users.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    # A library warning called from many places would print once per place; once is enough.
+    warnings.simplefilter("once")
     from jobs.events import EventWriter
     from jobs.trainer import Trainer
     events = EventWriter(layout.root)
