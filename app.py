@@ -14,6 +14,7 @@ import threading
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from jobs import paths  # noqa: E402
+from jobs.access import use_allowed_dirs  # noqa: E402
 from jobs.runner import Runner  # noqa: E402
 from jobs.storage import PRIVATE_UMASK, StorageError  # noqa: E402
 
@@ -25,6 +26,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=int(os.environ.get("FUSETUNE_PORT", "7860")))
     parser.add_argument("--data-dir", default=None,
                         help="where jobs, uploads and the model cache live (default $FUSETUNE_HOME or ~/.fusetune)")
+    parser.add_argument("--allow-dir", action="append", default=None, metavar="DIR",
+                        help="a folder whose datasets and models the studio may read, besides its data dir "
+                             "(repeatable; or FUSETUNE_ALLOW_DIRS=DIR1:DIR2)")
     parser.add_argument("--auth", default=None,
                         help="USER:PASS required to use the studio. Prefer the FUSETUNE_AUTH environment "
                              "variable: a command-line argument is visible to every user in `ps`")
@@ -80,6 +84,7 @@ def warm_builtin_model(data_dir) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    use_allowed_dirs(args.allow_dir)  # the studio's read policy (jobs/access.py) picks them up
     os.umask(PRIVATE_UMASK)  # uploads, jobs and caches are the user's alone (0600 files, 0700 folders)
     # Same as in jobs/train.py: an optional bitsandbytes hub kernel, whose absence is harmless.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
@@ -93,7 +98,6 @@ def main(argv: list[str] | None = None) -> None:
     # The studio imports transformers; do it before the warm-up thread does, not concurrently.
     from studio.app import build_studio
     runner.start_monitor()
-    threading.Thread(target=warm_builtin_model, args=(data_dir,), daemon=True).start()
     demo = build_studio(data_dir, runner)
     print(f"[studio] data dir {data_dir}", flush=True)
     # Gradio hands out only files in its cache, the working directory, the temp dir (now inside the
@@ -101,7 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     # contents the UI shows anyway; uploads, the model cache and everything else stay refused.
     demo.queue(default_concurrency_limit=4).launch(
         server_name=args.host, server_port=args.port, auth=auth, show_error=True,
-        allowed_paths=[str(paths.jobs_dir(data_dir))])
+        allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True)
+    # After launch: Gradio's one-shot 3 s check that the page answers fails the launch when the
+    # GGUF conversion is busy in the same process on a loaded machine.
+    threading.Thread(target=warm_builtin_model, args=(data_dir,), daemon=True).start()
+    demo.block_thread()
 
 
 if __name__ == "__main__":

@@ -237,6 +237,8 @@ def main() -> None:
                                 ("lora_act_backward", lora_act_backward_case)]
     cases += [(f"model[{m}]", lambda m=m: model_parity(m))
               for m in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")]
+    from bench.fp8_check import fp8_cases   # FP8 base weights (issue 11): `--only fp8`
+    cases += list(fp8_cases(DEV, SMALL, rel, ms))
     if args.only:
         cases = [(n, c) for n, c in cases if any(part in n for part in args.only.split(","))]
     with open(args.out, "a") as fh:
@@ -250,7 +252,8 @@ def main() -> None:
             row.update(gpu=torch.cuda.get_device_name(0) if DEV == "cuda" else DEV, torch=torch.__version__,
                        triton=__import__("triton").__version__)
             fh.write(json.dumps(row) + "\n")
-            shown = {k: row[k] for k in ("errors", "ms_ours", "ms_torch_bf16", "ms_bitsandbytes", "failed")
+            shown = {k: row[k] for k in ("errors", "ms_ours", "ms_torch_bf16", "ms_torch", "ms_bf16_base",
+                                         "ms_bitsandbytes", "failed")
                      if k in row}
             print(name, json.dumps(shown)[:400], flush=True)
             torch.cuda.empty_cache()

@@ -60,13 +60,18 @@ def load_checkpoint(folder: Path, model, optimizer, scheduler) -> dict:
     return json.loads((folder / TRAINER_STATE).read_text())
 
 
-def save_adapter(job_dir: Path, model, tokenizer, card: str, best: bool = False) -> Path:
+def save_adapter(job_dir: Path, model, tokenizer, card: str, best: bool = False,
+                 base_model: str | None = None) -> Path:
     """The deliverable: adapter_model.safetensors + adapter_config.json + tokenizer + model card
-    (in `adapter-best/` instead with best=True: the adapter of the lowest eval loss so far)."""
+    (in `adapter-best/` instead with best=True: the adapter of the lowest eval loss so far).
+    `base_model` (the job's `model` as given) makes adapter_config.json name a loadable base."""
     layout = JobLayout(job_dir)
     out = layout.best_adapter if best else layout.adapter
     with staged_dir(out, out.with_name(f".{out.name}.partial")) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
+        if base_model:
+            from jobs.export.card import make_adapter_config_portable
+            make_adapter_config_portable(tmp, base_model)
         tokenizer.save_pretrained(tmp)
         (tmp / MODEL_CARD).write_text(card, encoding="utf-8")
     return out

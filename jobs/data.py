@@ -2,81 +2,161 @@
 row into a list of chat messages. Errors name the file, the row and the field, and say the fix."""
 from __future__ import annotations
 
+import bisect
 import json
 from pathlib import Path
 from typing import Any
 
-from jobs.spec import BUILTIN_DATASET, DATASET_FORMATS, JobSpec
+from jobs.access import hub_id_problem, is_local_reference
+from jobs.conversation import DataError, Message
+from jobs.readers import Problem, iter_rows, max_row_bytes, too_large
+from jobs.spec import BUILTIN_DATASET, DATASET_FORMATS, DATASET_SUFFIXES, JobSpec
 
-Message = dict[str, str]
+__all__ = ["DataError", "Message", "Rows", "load_rows", "scan_rows", "detect_format", "to_conversations",
+           "load_conversations", "preview_rows"]
+
 ROLE_ALIASES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                 "model": "assistant", "bot": "assistant", "system": "system"}
 
 
-class DataError(ValueError):
-    """Bad training data; the message says where and how to fix it."""
+MAX_SHOWN = 10  # bad rows listed in a message; the total is always given
 
 
-def load_rows(spec: JobSpec) -> list[dict[str, Any]]:
-    if spec.dataset == BUILTIN_DATASET:
-        from jobs.builtin.identity import identity_rows
-        return identity_rows(spec.bot_name, spec.bot_author)
-    path = Path(spec.dataset).expanduser()
-    rows = _read_file(path) if path.suffix else _read_hub(spec.dataset)
-    if not rows:
-        raise DataError(f"{spec.dataset} has no rows: add at least one example")
-    for number, row in enumerate(rows, start=1):
-        if not isinstance(row, dict):
-            raise DataError(f"{path.name} row {number} is {type(row).__name__}, not an object with fields")
+class Rows(list):
+    """A dataset's rows, with each one's number and place in its file ("row 3 (line 5)") and the
+    file's name, so that later checks name the row as the user finds it in the file."""
+
+    def __init__(self, rows=(), numbers=None, name: str = "the dataset", wheres=None):
+        super().__init__(rows)
+        self.numbers = list(numbers) if numbers is not None else list(range(1, len(self) + 1))
+        self.wheres = list(wheres) if wheres is not None else [f"row {n}" for n in self.numbers]
+        self.name = name
+
+    def head(self, n: int) -> "Rows":
+        return Rows(self[:n], self.numbers[:n], self.name, self.wheres[:n])
+
+    def with_rows(self, rows: list) -> "Rows":
+        """Other rows (one for one) in the same places."""
+        return Rows(rows, self.numbers, self.name, self.wheres)
+
+
+class Problems:
+    """Bad rows as they are found: how many, and the messages of the first MAX_SHOWN by number."""
+
+    def __init__(self) -> None:
+        self._first: list[tuple[int, str]] = []
+        self.count = 0
+
+    def add(self, message: str, number: int = 0) -> None:
+        self.count += 1
+        bisect.insort(self._first, (number, message))
+        del self._first[MAX_SHOWN:]
+
+    @property
+    def shown(self) -> list[str]:
+        return [message for _number, message in self._first]
+
+    def error(self, name: str) -> DataError | None:
+        if not self.count:
+            return None
+        rows = "bad row" if self.count == 1 else "bad rows"
+        more = f" (the first {len(self._first)} shown)" if self.count > len(self._first) else ""
+        return DataError(f"{name} has {self.count:,} {rows}{more}: " + "; ".join(self.shown))
+
+
+def source_name(reference: str) -> str:
+    return Path(reference).name if is_local_reference(reference, DATASET_SUFFIXES) else reference
+
+
+def scan_rows(reference: str, limit: int | None = None, first: int | None = None) -> tuple[Rows, Problems]:
+    """Read a dataset file or hub dataset (all of it, or its `first` rows and problems), keeping
+    its good rows and collecting what is wrong with the others. Memory: one row at a time beyond
+    what is kept, each bounded by the row size limit (jobs/readers.py)."""
+    rows = Rows(name=source_name(reference))
+    problems = Problems()
+    for item in _source_items(reference, limit):
+        if isinstance(item, Problem):
+            problems.add(item.message, item.number)
+            continue
+        number, value, where = item
+        if isinstance(value, dict):
+            rows.append(value)
+            rows.numbers.append(number)
+            rows.wheres.append(where)
+        else:
+            problems.add(f"{where} is {_kind(value)}, not an object with fields", number)
+        if first is not None and len(rows) + problems.count >= first:
+            break
+    return rows, problems
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", str: "a string", type(None): "null", bool: "true/false"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def _source_items(reference: str, limit: int | None):
+    if is_local_reference(reference, DATASET_SUFFIXES):
+        path = Path(reference).expanduser()
+        if not path.is_file():
+            raise DataError(f"{reference}: no such data file")
+        return iter_rows(path, limit)
+    return _hub_items(reference, max_row_bytes(limit))
+
+
+def load_rows(spec: JobSpec, data_dir=None, *, general: bool = False, key: str = "dataset",
+              limit: int | None = None, log=print) -> Rows:
+    """Every row of spec.dataset (or spec.eval_dataset with key="eval_dataset"), or a DataError
+    naming the bad rows (the first 10, and how many). The built-in identity dataset includes the
+    base model's general answers only with general=True (they may need generating: slow once)."""
+    rows, problems = _read(spec, key, data_dir, general, limit, log)
+    _raise_for(rows, problems)
     return rows
 
 
-def _read_file(path: Path) -> list[Any]:
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        rows = []
-        with open(path, encoding="utf-8") as fh:
-            for number, line in enumerate(fh, start=1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise DataError(f"{path.name} line {number} is not valid JSON: {exc.msg}") from None
-        return rows
-    if suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path.name} is not valid JSON (line {exc.lineno}): {exc.msg}") from None
-        if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), list):
-            data = next(iter(data.values()))  # {"train": [...]} style
-        if not isinstance(data, list):
-            raise DataError(f"{path.name} must hold a list of rows ([{{...}}, {{...}}])")
-        return data
-    import pandas as pd
-    frame = pd.read_csv(path, keep_default_na=False, dtype=str) if suffix == ".csv" else pd.read_parquet(path)
-    return [_plain(r) for r in frame.to_dict(orient="records")]
+def _read(spec: JobSpec, key: str, data_dir, general: bool, limit: int | None, log) -> tuple[Rows, Problems]:
+    reference = getattr(spec, key)
+    if reference == BUILTIN_DATASET:
+        return Rows(_identity_rows(spec, data_dir, general, log), name="the identity dataset"), Problems()
+    return scan_rows(reference, limit)
 
 
-def _plain(value: Any) -> Any:
-    """numpy arrays / scalars from parquet into plain lists and values."""
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
+def _raise_for(rows: Rows, problems: Problems) -> None:
+    error = problems.error(rows.name)
+    if error:
+        raise error
+    if not rows:
+        raise DataError(f"{rows.name} has no rows: add at least one example")
 
 
-def _read_hub(name: str) -> list[dict[str, Any]]:
+def _identity_rows(spec: JobSpec, data_dir, general: bool, log) -> list[dict[str, Any]]:
+    from jobs.builtin import identity
+    if not general:
+        return identity.identity_rows(spec.bot_name, spec.bot_author)
+    from jobs import models, paths
+    from jobs.builtin.general import base_answers
+    source = models.resolve_model(spec.model, data_dir, log=log)
+    answers = base_answers(paths.model_cache_dir(paths.data_dir(data_dir)), source, log=log,
+                           load_in_4bit=spec.load_in_4bit)
+    return identity.identity_dataset(spec.bot_name, spec.bot_author, answers)
+
+
+def _hub_items(name: str, limit: int):
+    """Rows of a hub dataset, streamed. The id is checked first: owner/name, never a local path
+    (datasets.load_dataset would read a local folder of that name)."""
+    problem = hub_id_problem(name)
+    if problem:
+        raise DataError(problem)
     try:
         import datasets
-        loaded = datasets.load_dataset(name, split="train")
+        loaded = datasets.load_dataset(name, split="train", streaming=True)
+        for number, row in enumerate(loaded, start=1):
+            size = len(json.dumps(row, default=str, ensure_ascii=False).encode())
+            where = f"row {number}"
+            yield (number, dict(row), where) if size <= limit else Problem(number, too_large(where, size, limit))
     except Exception as exc:  # datasets raises many unrelated types for "not reachable"
         raise DataError(f"could not load the hub dataset {name!r}: {exc}. Offline? Upload the file "
                         "instead (.json/.jsonl/.csv/.parquet).") from None
-    return [dict(r) for r in loaded]
 
 
 def detect_format(rows: list[dict[str, Any]]) -> str:
@@ -96,19 +176,28 @@ def detect_format(rows: list[dict[str, Any]]) -> str:
         "or set dataset_format explicitly")
 
 
-def to_conversations(rows: list[dict[str, Any]], fmt: str) -> list[list[Message] | str]:
-    """Each row as messages (chat formats) or as a plain string (text format)."""
+def to_conversations(rows: list[dict[str, Any]], fmt: str, problems: Problems | None = None
+                     ) -> list[list[Message] | str]:
+    """Each row as messages (chat formats) or as a plain string (text format). Every bad row is
+    found: without `problems` a DataError names the first 10 by number (and how many there are);
+    with it, they are added there and the good rows are returned."""
     if fmt not in DATASET_FORMATS:
         raise DataError(f"unknown dataset_format {fmt!r}")
     if fmt == "auto":
         fmt = detect_format(rows)
     convert = {"alpaca": _alpaca, "sharegpt": _sharegpt, "messages": _messages, "text": _text}[fmt]
-    out = []
-    for number, row in enumerate(rows, start=1):
+    if not isinstance(rows, Rows):
+        rows = Rows(rows)
+    out, found = [], problems if problems is not None else Problems()
+    for number, where, row in zip(rows.numbers, rows.wheres, rows):
         try:
             out.append(convert(row))
         except DataError as exc:
-            raise DataError(f"row {number} ({fmt}): {exc}") from None
+            label = f"{where[:-1]}, {fmt})" if where.endswith(")") else f"{where} ({fmt})"  # row 3 (line 5, alpaca)
+            found.add(f"{label}: {exc}", number)
+    error = found.error(getattr(rows, "name", "the dataset"))
+    if error and problems is None:
+        raise error
     return out
 
 
@@ -169,12 +258,56 @@ def _checked(messages: list[Message]) -> list[Message]:
     return messages
 
 
-def preview_rows(spec: JobSpec, n: int = 3, data_dir=None) -> list[dict]:
+def load_conversations(spec: JobSpec, tokenizer, data_dir=None, key: str = "dataset", log=print
+                       ) -> list[list[Message] | str]:
+    """What the trainer trains on: every row of spec.dataset (or eval_dataset) as a conversation,
+    or one DataError naming every kind of bad row at once (unreadable and wrong fields alike). For
+    the built-in identity dataset, also makes the tokenizer's chat template default to the
+    identity's system line (the tokenizer is saved with the adapter, so Chat with the tuned model
+    uses it too)."""
+    rows, problems = _read(spec, key, data_dir, True, None, log)
+    if getattr(spec, key) == BUILTIN_DATASET:
+        rows = identity_for_template(spec, rows, tokenizer, log)
+    conversations = to_conversations(rows, spec.dataset_format, problems) if rows else []
+    _raise_for(rows, problems)
+    return conversations
+
+
+def identity_for_template(spec: JobSpec, rows: Rows, tokenizer, log=print) -> Rows:
+    """The identity rows as this tokenizer can take them: with their system line, made the chat
+    template's default (so Chat with the tuned model starts from it), or, for a template that
+    refuses system messages (Mistral's raises), without one."""
+    from jobs import encode
+    from jobs.builtin.identity import system_line
+    if not encode.accepts_system(tokenizer):
+        log("note: this model's chat template takes no system message; the identity rows go without one")
+        return rows.with_rows([{k: v for k, v in row.items() if k != "system"} for row in rows])
+    line = system_line(spec.bot_name, spec.bot_author)
+    if encode.set_default_system(tokenizer, line):
+        log(f"chat template: conversations without a system message now start with {line!r}")
+    return rows
+
+
+def preview_rows(spec: JobSpec, n: int = 3, data_dir=None, access=None) -> list[dict]:
     """The first n rows exactly as training will see them: each a dict with `segments`, a list of
-    (text, trained) pieces of the chat-templated text, plus `tokens` and `trained_tokens`."""
+    (text, trained) pieces of the chat-templated text, plus `tokens` and `trained_tokens`.
+
+    Reads only those rows (a huge file or a huge row later in it costs nothing). With `access` (a
+    jobs.access.DataAccess: the studio's), the dataset and model must be ones the studio may read."""
     from jobs import encode, models
+    if access is not None:
+        spec = access.check_spec(JobSpec.from_dict(spec.to_dict()))
     source = models.resolve_model(spec.model, data_dir, log=lambda _line: None)
     tokenizer = models.load_tokenizer(source)
     encode.ensure_chat_template(tokenizer)
-    conversations = to_conversations(load_rows(spec), spec.dataset_format)
-    return encode.preview(tokenizer, conversations, spec.max_seq_length, n)
+    if spec.dataset == BUILTIN_DATASET:
+        rows = identity_for_template(spec, load_rows(spec, data_dir), tokenizer, log=lambda _line: None)
+    else:
+        rows, problems = scan_rows(spec.dataset, first=n)
+        error = problems.error(rows.name)
+        if error:
+            raise error
+        if not rows:
+            raise DataError(f"{rows.name} has no rows: add at least one example")
+    first = rows.head(n)
+    return encode.preview(tokenizer, to_conversations(first, spec.dataset_format), spec.max_seq_length, n)

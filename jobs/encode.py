@@ -6,11 +6,12 @@ assistant-only loss and LLaMA-Factory's supervised processor), so it works with 
 renders earlier turns the same way whatever follows them."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import torch
 
-from jobs.data import DataError, Message
+from jobs.conversation import DataError, Message
 
 IGNORE_INDEX = -100
 # Used only when a tokenizer has no chat template of its own (base models).
@@ -35,6 +36,45 @@ def ensure_chat_template(tokenizer) -> bool:
     if getattr(tokenizer, "chat_template", None):
         return False
     tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
+    return True
+
+
+SYSTEM_PRELUDE_START, SYSTEM_PRELUDE_END = "{#- fusetune:default-system -#}", "{#- /fusetune:default-system -#}"
+
+
+def set_default_system(tokenizer, system: str) -> bool:
+    """Make `system` the system message of every conversation that has none, by putting a short
+    Jinja prelude in front of the tokenizer's own chat template (replacing an earlier one).
+
+    Why a prelude and not string surgery: it works with any template that renders a leading
+    system message, and it overrides defaults a template inserts itself (SmolLM2's inserts "You
+    are a helpful AI assistant named SmolLM, trained by Hugging Face" when there is none). The
+    tokenizer is saved with the adapter, so everything that chats with the tuned model through
+    its tokenizer starts from this line. Returns False when the template cannot be changed
+    (a dict of named templates)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str):
+        return False
+    if template.startswith(SYSTEM_PRELUDE_START):
+        template = template[template.index(SYSTEM_PRELUDE_END) + len(SYSTEM_PRELUDE_END):]
+    # A JSON string is a valid Jinja string literal; braces and % are escaped so that no name the
+    # user typed can end the tag.
+    literal = json.dumps(system).replace("{", "\\u007b").replace("}", "\\u007d").replace("%", "\\u0025")
+    prelude = ("{%- if messages and messages[0]['role'] != 'system' %}"
+               f"{{%- set messages = [{{'role': 'system', 'content': {literal}}}] + messages %}}"
+               "{%- endif %}")
+    tokenizer.chat_template = SYSTEM_PRELUDE_START + prelude + SYSTEM_PRELUDE_END + template
+    return True
+
+
+def accepts_system(tokenizer) -> bool:
+    """Whether the chat template renders a system message (some, like Mistral's, raise on one)."""
+    from jinja2.exceptions import TemplateError
+    try:
+        tokenizer.apply_chat_template([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+                                      tokenize=False)
+    except TemplateError:
+        return False
     return True
 
 
@@ -112,15 +152,31 @@ def label_count(batch: dict[str, torch.Tensor]) -> int:
 
 
 def preview(tokenizer, conversations, max_length: int, n: int = 3) -> list[dict]:
-    """The first n rows as the model sees them: rendered pieces marked trained or not."""
+    """The first n rows as the model sees them: rendered pieces marked trained or not, cut at
+    max_length tokens like training cuts them (so a preview answer stays small, whatever the row)."""
     out = []
     for conversation in conversations[:n]:
         example = encode(tokenizer, conversation, max_length)
         if isinstance(conversation, str):
             pieces = [(tokenizer.decode(example.input_ids), True)]
         else:
-            pieces = segments(tokenizer, conversation)
+            pieces = _clip(tokenizer, segments(tokenizer, conversation), max_length)
         out.append({"segments": pieces, "tokens": len(example.input_ids),
                     "trained_tokens": example.trained_tokens,
                     "truncated": len(example.input_ids) >= max_length})
     return out
+
+
+def _clip(tokenizer, pieces: list[tuple[str, bool]], max_length: int) -> list[tuple[str, bool]]:
+    """The pieces up to max_length tokens; the piece that crosses it is cut there."""
+    kept, used = [], 0
+    for text, trained in pieces:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if used + len(ids) <= max_length:
+            kept.append((text, trained))
+            used += len(ids)
+            continue
+        if max_length > used:
+            kept.append((tokenizer.decode(ids[:max_length - used]), trained))
+        break
+    return kept

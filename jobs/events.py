@@ -110,8 +110,13 @@ def _step(event: dict[str, Any]) -> int:
 
 
 def summarize(job_dir: str | Path) -> JobSummary:
+    return summarize_events(read_events(job_dir))
+
+
+def summarize_events(events: list[dict[str, Any]]) -> JobSummary:
+    """The events of one job sorted by type (for readers that already hold the list)."""
     summary = JobSummary()
-    for event in read_events(job_dir):
+    for event in events:
         kind = event.get("type")
         if kind == "start":
             _supersede(summary, event)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from jobs import paths
+from jobs import hub, paths
 from jobs.builtin import smollm2
 from jobs.spec import BUILTIN_MODEL, JobSpec
 
@@ -36,7 +36,49 @@ def resolve_model(model: str, data_dir: Path | None = None, log=print) -> str:
         if not (path / "config.json").is_file():
             raise ModelError(f"{path} has no config.json: it is not a Hugging Face model folder")
         return str(path)
-    return model  # a hub id
+    if model.startswith(("/", "./", "../", "~")):
+        raise ModelError(f"{model} is not a model folder (it does not exist)")
+    return hub.resolve_hub_model(model)  # refuses at once what cannot load (offline, no such repo)
+
+
+def load_config(source: str):
+    """The model's transformers config (no weights)."""
+    from transformers import AutoConfig
+    try:
+        return AutoConfig.from_pretrained(source)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelError(f"could not read the config of {source!r}: {exc}") from None
+
+
+def max_positions(config) -> int | None:
+    """The longest sequence the model was built for (max_position_embeddings or its aliases)."""
+    config = getattr(config, "text_config", None) or config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def linear_module_names(config) -> list[str]:
+    """Dotted names of every nn.Linear in the model, built on the meta device (no weights
+    loaded, no memory used), for checking target_modules before a job starts."""
+    from transformers import AutoModelForCausalLM
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelError(f"cannot build this model's architecture to check target_modules: {exc}") from None
+    return [name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
+
+
+def missing_targets(targets, linear_names: list[str], all_names: list[str] | None = None) -> list[str]:
+    """The entries of target_modules that match no module, by PEFT's rule: a target matches a
+    module whose dotted name equals it or ends with '.' + it."""
+    if targets == "all-linear":
+        return []
+    names = all_names if all_names is not None else linear_names
+    return [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
 
 
 def pick_dtype(spec: JobSpec, device: torch.device) -> torch.dtype:

@@ -172,6 +172,7 @@ class JobSpec:
                 raise SpecError("eval_dataset", "must be a data file; leave it empty to hold out eval_fraction")
             if self.eval_fraction > 0:
                 raise SpecError("eval_fraction", "set either eval_fraction or eval_dataset, not both")
+        _check_base_precision(self)
         if self.keep_best and not (self.eval_fraction > 0 or self.eval_dataset):
             raise SpecError("keep_best", "needs eval data: set eval_fraction or eval_dataset")
         self.gpus = _normalise_gpus(self.gpus)
@@ -222,6 +223,17 @@ def _coerce(key: str, value: Any) -> Any:
     except (TypeError, ValueError):
         raise SpecError(key, f"{value!r} is not a valid {kind}") from None
     return value
+
+
+def _check_base_precision(spec: "JobSpec") -> None:
+    if spec.base_precision != "fp8":
+        return
+    if spec.load_in_4bit:
+        raise SpecError("base_precision", "fp8 cannot be combined with load_in_4bit: QLoRA keeps its base "
+                        "weights in 4-bit NF4; set base_precision: bf16 for QLoRA, or load_in_4bit: false for FP8")
+    if not spec.fused_kernels:
+        raise SpecError("base_precision", "fp8 runs on the fused engine: set fused_kernels: true "
+                        "(or base_precision: bf16)")
 
 
 def _check_bounds(f: dataclasses.Field, value: Any) -> None:

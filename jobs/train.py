@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 from jobs import paths
@@ -44,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", dest="data_dir", default=None, metavar="DIR",
                         help="Fusetune's data dir: model cache and library caches (default $FUSETUNE_HOME "
                              "or ~/.fusetune); not a job key")
+    parser.add_argument("--dry-run", dest="dry_run", action="store_true", default=None,
+                        help="check the job as the studio's Start does (model, tokenizer, target modules, "
+                             "the whole dataset, limits), print a summary and exit without training")
     for f in dataclasses.fields(JobSpec):
         parser.add_argument(f"--{f.name}", dest=f.name, default=None, metavar=f.type.upper(),
                             help=f.metadata.get("help", ""))
@@ -153,6 +157,29 @@ def _relaunch(argv: list[str], spec: JobSpec, processes: int):
     os.execv(sys.executable, command)
 
 
+def dry_run(argv: list[str]) -> int:
+    """--dry-run: the preflight the studio's Start runs (jobs/preflight.py); 0 when the job would
+    start, otherwise the exit code of its first problem, with the problems on stderr."""
+    try:
+        spec, data_dir = parse(argv)
+    except SpecError as exc:
+        print(f"fusetune: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        root = paths.data_dir(data_dir)
+        paths.use_data_dir_caches(root)
+    except OSError as exc:
+        print(f"fusetune: {as_storage_error(exc, data_dir or root)}", file=sys.stderr)
+        return EXIT_IO
+    from jobs.preflight import run_preflight
+    report = run_preflight(spec, data_dir=root, log=lambda line: print(line, flush=True))
+    print(report.summary(), flush=True)
+    if report.ok:
+        return 0
+    print(f"fusetune: {report.error()}", file=sys.stderr)
+    return EXIT_DATA if report.problems[0].key in ("dataset", "eval_dataset") else EXIT_CONFIG
+
+
 def _prepare(spec: JobSpec, data_dir: str | None) -> Path:
     """Create the data dir and output dir (private) and point library caches into the data dir.
     Raises StorageError (one line: path, free space, fix) when either cannot be written."""
@@ -168,8 +195,10 @@ def _prepare(spec: JobSpec, data_dir: str | None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--dry-run" in argv:
+        return dry_run([arg for arg in argv if arg != "--dry-run"])
     os.umask(PRIVATE_UMASK)  # everything the job writes is the user's alone
-    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         spec, data_dir = parse(argv)
         processes = _processes(spec)
@@ -207,6 +236,8 @@ def _run(spec: JobSpec, layout: JobLayout, data_dir: Path) -> int:
     # bitsandbytes warns on AVX512-BF16 CPUs that an optional hub kernel is missing; it has a
     # built-in CPU path, and the warning (naming a `kernels` package) only confuses users.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    # A library warning called from many places would print once per place; once is enough.
+    warnings.simplefilter("once")
     from jobs import distributed
     from jobs.events import EventWriter
     from jobs.trainer import Trainer

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from jobs import checkpoints, encode, evaluate, models, telemetry
+from jobs.data import load_conversations
 from jobs.distributed import Distributed, rescale_micro_index
-from jobs.data import load_rows, to_conversations
 from jobs.events import EventWriter
 from jobs.export import model_card
 from jobs.loader import Prefetcher
@@ -117,7 +117,7 @@ class Trainer:
 
     def _load_examples(self) -> None:
         spec = self.spec
-        conversations = to_conversations(load_rows(spec), spec.dataset_format)
+        conversations = load_conversations(spec, self.tokenizer, self.data_dir, log=self.log)
         examples = encode.encode_all(self.tokenizer, conversations, spec.max_seq_length, log=self.log)
         self.examples, self.eval_examples = evaluate.split_holdout(examples, spec.eval_fraction, spec.seed)
         if spec.eval_dataset:
@@ -131,7 +131,7 @@ class Trainer:
         lines: list[str] = []
         if self.spec.fused_kernels:
             from kernels import apply_checkpointing, patch_model
-            report = patch_model(self.model, backend="auto")
+            report = patch_model(self.model, backend="auto", base_precision=self.spec.base_precision)
             tokens = self.spec.batch_size * self.spec.max_seq_length
             policy = apply_checkpointing(self.model, self.spec.gradient_checkpointing, batch_tokens=tokens)
             lines = report.lines() + ["  checkpointing: " + policy]
@@ -386,7 +386,8 @@ class Trainer:
         if not self.dist.is_main:
             return self.job_dir / ("adapter-best" if best else "adapter")
         card = model_card(self.spec, self.source, self.last_loss, self.step, status)
-        return checkpoints.save_adapter(self.job_dir, self.model, self.tokenizer, card, best=best)
+        return checkpoints.save_adapter(self.job_dir, self.model, self.tokenizer, card, best=best,
+                                        base_model=self.spec.model)
 
     def _save_on_stop(self) -> str:
         self.save_checkpoint()

@@ -38,6 +38,7 @@ import torch
 
 from kernels.ops._launch import triton_runs_on
 from kernels.ops._lora_common import LoraProjection
+from kernels.ops.fp8_linear import Fp8Linear
 from kernels.ops.lora_mlp import lora_mlp
 from kernels.ops.lora_o import lora_o
 from kernels.ops.lora_qkv import lora_qkv
@@ -62,6 +63,8 @@ def _is_lora_layer(module) -> bool:
 def _base_reason(base, name: str) -> str | None:
     """Why a base layer (under LoRA or on its own) cannot be a fused projection, or None."""
     cls = type(base).__name__
+    if isinstance(base, Fp8Linear):   # kernels.fp8_patch: frozen FP8 codes, always fusable
+        return None
     if cls == "Linear4bit" or hasattr(base.weight, "quant_state"):
         qtype = getattr(getattr(base.weight, "quant_state", None), "quant_type", None)
         if qtype != "nf4":
@@ -105,8 +108,17 @@ def projection_reason(module, name: str) -> str | None:
     return f"{name}: {type(module).__name__}"
 
 
+def _base(module):
+    return module.base_layer if _is_lora_layer(module) else module
+
+
 def _weight(module):
-    return (module.base_layer if _is_lora_layer(module) else module).weight
+    return _base(module).weight
+
+
+def _base_weight(base):
+    """What the fused ops take as W: FP8 codes + scales, or the weight tensor itself."""
+    return base.fp8_weight if isinstance(base, Fp8Linear) else base.weight
 
 
 def compute_dtype(modules, x: torch.Tensor) -> torch.dtype:
@@ -126,16 +138,17 @@ def _runtime_ok(modules, adapters, x: torch.Tensor, dtype: torch.dtype) -> bool:
                                     or module.active_adapters != [adapter]):
             return False
         weight = _weight(module)
-        if getattr(weight, "quant_state", None) is None and weight.dtype != dtype:
+        quantized = getattr(weight, "quant_state", None) is not None or isinstance(_base(module), Fp8Linear)
+        if not quantized and weight.dtype != dtype:
             return False
     return x.is_floating_point() and triton_runs_on(x)
 
 
 def projection(module, adapter: str | None) -> LoraProjection:
     if adapter is None:
-        return LoraProjection(module.weight, None, None, 1.0, module.bias)
+        return LoraProjection(_base_weight(module), None, None, 1.0, module.bias)
     base = module.base_layer
-    return LoraProjection(base.weight, module.lora_A[adapter].weight, module.lora_B[adapter].weight,
+    return LoraProjection(_base_weight(base), module.lora_A[adapter].weight, module.lora_B[adapter].weight,
                           float(module.scaling[adapter]), base.bias)
 
 

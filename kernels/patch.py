@@ -6,7 +6,9 @@ What it replaces (per module instance, by binding a new `forward`; library sourc
 - every `<Arch>Attention` -> the same projections and transformers' own attention interface, with
   `rope` rotating Q and K in place in one launch instead of `apply_rotary_pos_emb`
 then hands over to helper modules for LoRA fusion (`kernels.lora_patch`) and the fused
-linear + cross-entropy loss (`kernels.loss_patch`). Anything it cannot do keeps the PyTorch
+linear + cross-entropy loss (`kernels.loss_patch`). With `base_precision="fp8"` the frozen decoder
+linears are first swapped for FP8 ones (`kernels.fp8_patch`), which the LoRA fusion then runs as
+scaled FP8 GEMMs. Anything it cannot do keeps the PyTorch
 module and the returned `PatchReport` says which and why. Calling it again first undoes its own
 earlier patches, so it never stacks wrappers.
 """
@@ -232,11 +234,24 @@ def _run_helpers(model, report: PatchReport, use_triton: bool) -> None:
         getattr(helper, function_name)(model, report, use_triton=use_triton)
 
 
-def patch_model(model: torch.nn.Module, backend: str = "auto") -> PatchReport:
+def _quantize_base(model, base_precision: str, report: PatchReport, use_triton: bool) -> None:
+    from kernels.fp8_patch import PRECISIONS, quantize_base_fp8
+
+    if base_precision not in PRECISIONS:
+        raise ValueError(f"patch_model: base_precision must be one of {PRECISIONS}, got {base_precision!r}")
+    if base_precision == "fp8":
+        quantize_base_fp8(model, report, use_triton=use_triton)
+    elif any(type(m).__name__ == "Fp8Linear" for m in model.modules()):
+        report.note("base weights were made FP8 by an earlier patch_model call and stay FP8")
+
+
+def patch_model(model: torch.nn.Module, backend: str = "auto", base_precision: str = "bf16") -> PatchReport:
     """Patch `model` (a transformers causal LM, plain or PEFT-wrapped) in place; return the report.
 
     backend: "auto" (Triton when the parameters are on CUDA, else torch), "triton" (also on CPU
     under TRITON_INTERPRET=1, for tests) or "torch" (leave every module as transformers wrote it).
+    base_precision: "bf16" (weights as loaded) or "fp8" (frozen decoder linears stored and multiplied
+    in FP8 where the GPU can, see kernels/fp8_patch.py; the report says which layers).
     """
     resolved, reason = _resolve_backend(model, backend)
     base = base_model(model)
@@ -248,6 +263,8 @@ def patch_model(model: torch.nn.Module, backend: str = "auto") -> PatchReport:
                f"{', '.join(sorted(ARCHITECTURES))}")
         for op in ("rms_norm", "rope", "mlp_activation", "lora", "fused_linear_cross_entropy"):
             report.fallback(op, 0, why)
+        if base_precision == "fp8":
+            report.fallback("fp8_linear", 0, why + "; base weights stay bf16")
         return report
     if resolved == "torch":
         for op in ("rms_norm", "rope", "mlp_activation"):
@@ -258,5 +275,6 @@ def patch_model(model: torch.nn.Module, backend: str = "auto") -> PatchReport:
         _patch_norms(base, spec, report)
         _patch_mlps(base, base.config, spec, report)
         _patch_attention(base, spec, report)
+    _quantize_base(model, base_precision, report, use_triton=resolved == "triton")
     _run_helpers(model, report, use_triton=resolved == "triton")
     return report

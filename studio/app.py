@@ -1,53 +1,107 @@
 """build_studio(): the whole Gradio app. It builds the UI and wires the tabs together; it does not
-launch, start threads or load models (app.py launches; models load on first chat/preview)."""
+launch, start threads or load models (app.py launches; models load on first chat/preview).
+
+The page's language: a selector in the header, set on page load from the language this browser
+picked before, else the browser's own (studio.i18n.DETECT_LANG_JS); every bound component's
+text follows it, and every handler that writes text takes it as an input."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from studio.chat_tab import build_chat_tab
+from studio.compare_tab import build_compare_tab
 from studio.context import StudioContext
 from studio.export_tab import build_export_tab
+from studio.i18n import DEFAULT_LANG, DETECT_LANG_JS, LANGUAGES, SAVE_LANG_JS, language_choices, normalize, t
 from studio.jobs_tab import build_jobs_tab, refresh
 from studio.train_tab import build_train_tab
 
 TITLE = "Fusetune Studio"
 
 
+def header_text(fused: tuple[bool, str], lang: str) -> str:
+    """The title, and which engine trains on this machine (and why not the other one)."""
+    available, reason = fused
+    engine = t("header.engine_fused" if available else "header.engine_torch", lang, reason=reason)
+    return f"# {TITLE}\n{t('header.tagline', lang)}\n\n{engine}"
+
+
+def tab_labels_js() -> str:
+    """Browser code that writes the tab names of the page's language into the tab bar.
+
+    Gradio applies a label update to a tab only once the tab's content is mounted (a tab not yet
+    opened keeps the name it was built with), so the names are also written here, by tab id."""
+    names = {lang: {"train": t("tab.train", lang), "jobs": t("tab.jobs", lang), "compare": t("tab.compare", lang),
+                    "export": t("tab.export", lang), "chat": t("tab.chat", lang)} for lang in LANGUAGES}
+    return f"""(lang) => {{
+  const names = {json.dumps(names, ensure_ascii=False)}[lang] || {{}};
+  document.querySelectorAll('#ft-tabs [data-tab-id]').forEach((button) => {{
+    const name = names[button.dataset.tabId];
+    if (name && button.textContent !== name) button.textContent = name;
+  }});
+  return lang;
+}}"""
+
+
 def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = None) -> gr.Blocks:
     """The studio for `data_dir`, submitting jobs through `runner` (a jobs.runner.Runner)."""
     ctx = context or StudioContext(data_dir=Path(data_dir), runner=runner)
+    fused = ctx.fused_kernels()
+    bind = ctx.page.bind
     # analytics off: no version-check thread, and nothing outside is reachable anyway
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
-        gr.Markdown(f"# {TITLE}\nLoRA / QLoRA fine-tuning on Fusetune's Triton-fused engine.",
-                    elem_id="ft-header")
+        with gr.Row(equal_height=False):
+            bind(gr.Markdown(elem_id="ft-header"), value=lambda lang: header_text(fused, lang))
+            ctx.lang = bind(gr.Dropdown(choices=language_choices(), value=DEFAULT_LANG, elem_id="ft-lang",
+                                        scale=0, min_width=160, container=True), label="header.language")
         with gr.Tabs(elem_id="ft-tabs") as tabs:
-            with gr.Tab("Train", id="train", elem_id="ft-tab-train"):
+            with bind(gr.Tab(id="train", elem_id="ft-tab-train"), label="tab.train"):
                 train = build_train_tab(ctx)
-            with gr.Tab("Jobs", id="jobs", elem_id="ft-tab-jobs") as jobs_tab_item:
+            with bind(gr.Tab(id="jobs", elem_id="ft-tab-jobs"), label="tab.jobs") as jobs_item:
                 jobs = build_jobs_tab(ctx)
-            with gr.Tab("Export", id="export", elem_id="ft-tab-export") as export_tab_item:
+            with bind(gr.Tab(id="compare", elem_id="ft-tab-compare"), label="tab.compare") as compare_item:
+                compare = build_compare_tab(ctx)
+            with bind(gr.Tab(id="export", elem_id="ft-tab-export"), label="tab.export") as export_item:
                 export = build_export_tab(ctx)
-            with gr.Tab("Chat", id="chat", elem_id="ft-tab-chat") as chat_tab_item:
+            with bind(gr.Tab(id="chat", elem_id="ft-tab-chat"), label="tab.chat") as chat_item:
                 chat = build_chat_tab(ctx)
+        lang = ctx.lang
 
-        def after_start(job_id: str) -> list[Any]:
+        def after_start(job_id: str, language: str) -> list[Any]:
             if not job_id:
                 return [gr.skip()] * (1 + len(jobs.refresh_outputs))
-            return [gr.Tabs(selected="jobs"), *refresh(ctx, job_id, None, None)]
+            return [gr.Tabs(selected="jobs"), *refresh(ctx, job_id, None, None, language, pick=True)]
 
-        train.started_job.change(after_start, train.started_job, [tabs, *jobs.refresh_outputs])
-        jobs_tab_item.select(lambda job_id: refresh(ctx, job_id, None, None), jobs.select,
-                             jobs.refresh_outputs, show_progress="hidden")
-        export_tab_item.select(lambda: export.refresh(ctx), None, export.select)
-        chat_tab_item.select(lambda: chat.refresh(ctx), None, [chat.adapter, chat.model])
+        train.started_job.change(after_start, [train.started_job, lang], [tabs, *jobs.refresh_outputs],
+                                 show_progress="hidden")
+        jobs_item.select(lambda job_id, language: refresh(ctx, job_id, None, None, language),
+                         [jobs.select, lang], jobs.refresh_outputs, show_progress="hidden")
+        compare_item.select(lambda picked, only, language: compare.refresh(ctx, picked, only, language),
+                            [compare.select, compare.only_diff, lang], compare.outputs, show_progress="hidden")
+        export_item.select(lambda picked, language: export.refresh(ctx, picked, language),
+                           [export.select, lang], export.select, show_progress="hidden")
+        chat_item.select(lambda language: chat.refresh(ctx, language), [lang], [chat.adapter, chat.model],
+                         show_progress="hidden")
 
-        def on_load() -> list[Any]:
-            return [*refresh(ctx, None, None, None), export.refresh(ctx), *chat.refresh(ctx),
-                    *train.refresh_choices(ctx)]
+        def on_language(language: str | None) -> list[Any]:
+            language = normalize(language)
+            return [gr.update(value=language), *ctx.page.updates(language)]
 
-        demo.load(on_load, None, [*jobs.refresh_outputs, export.select, chat.adapter, chat.model,
-                                  train.model, train.dataset])
+        def on_load(language: str) -> list[Any]:
+            return [*refresh(ctx, None, None, None, language), export.refresh(ctx, None, language),
+                    *chat.refresh(ctx, language), *train.refresh_choices(ctx)]
+
+        page_outputs = [lang, *ctx.page.components()]
+        tab_names = tab_labels_js()
+        # language first, so everything the load then writes is already in it
+        quiet = {"show_progress": "hidden"}  # a spinner over every field would block the form
+        loaded = demo.load(on_language, lang, page_outputs, js=DETECT_LANG_JS, **quiet)
+        loaded.then(None, lang, None, js=tab_names)
+        loaded.then(on_load, lang, [*jobs.refresh_outputs, export.select, chat.adapter, chat.model,
+                                    train.model, train.dataset], **quiet)
+        lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS, **quiet).then(None, lang, None, js=tab_names)
     return demo

@@ -1,16 +1,19 @@
 """The chat engine behind the Chat tab: load a base model (+ a job's LoRA adapter), stream replies.
 
 Models come from jobs.models.load_for_chat and stay in a small LRU cache (loading is the slow
-part; one model by default, since a training job may be sharing the GPU). With an adapter the model is a PeftModel; the base model's answer is generated from the
-same weights inside ``model.disable_adapter()`` (PEFT's documented way to run the base), so a
-comparison never holds two copies of the base. Generation runs in a worker thread feeding a
-transformers TextIteratorStreamer (the pattern from the transformers streaming docs); one lock
-serialises generations because disable_adapter and the global seed are model/process state.
+part; one model by default, since a training job may be sharing the GPU). With an adapter the model
+is a PeftModel, and the base and tuned answers come from ONE batched generate: PEFT's mixed
+adapter batches (``adapter_names``, where ``"__base__"`` runs a row without any adapter; PEFT docs,
+"Inference with different LoRA adapters in the same batch") give each row its own adapter, so both
+answers stream at the same time from one copy of the weights. `BatchStreamer` splits the batch's
+tokens into one growing text per row (transformers' TextIteratorStreamer handles one row only).
+One lock serialises generations: PEFT's per-call forward hooks and the global seed are
+model/process state.
 """
 from __future__ import annotations
 
-import contextlib
 import gc
+import queue
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -22,7 +25,7 @@ import torch
 # transformers in another thread at the same moment, and the lazy attribute lookup is not safe
 # against that (seen as "cannot import name 'StoppingCriteria' from 'transformers'").
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
-from transformers.generation.streamers import TextIteratorStreamer
+from transformers.generation.streamers import BaseStreamer
 
 from jobs.encode import ensure_chat_template
 
@@ -128,45 +131,110 @@ class ChatEngine:
 
     def stream(self, model_id: str, adapter_dir: str | None, messages: list[dict[str, str]],
                sampling: Sampling, use_adapter: bool = True) -> Iterator[str]:
-        """Yield the reply so far (cumulative text) as tokens arrive.
+        """Yield one reply so far (cumulative text) as tokens arrive; use_adapter=False with an
+        adapter_dir answers as the base model, from the same loaded PeftModel."""
+        for texts in self.stream_batch(model_id, adapter_dir, [messages], sampling, [use_adapter]):
+            yield texts[0]
 
-        use_adapter=False with an adapter_dir gives the base model's answer from the same
-        loaded PeftModel, adapter switched off for this one generation.
+    def stream_batch(self, model_id: str, adapter_dir: str | None, conversations: list[list[dict[str, str]]],
+                     sampling: Sampling, use_adapter: list[bool]) -> Iterator[list[str]]:
+        """Yield every reply so far (one cumulative text per conversation) as tokens arrive.
+
+        All conversations run in one generate call, row i with the job's adapter when
+        use_adapter[i] (and there is one), else as the base model.
         """
         model, tokenizer = self.load(model_id, adapter_dir)
-        prompt = render_prompt(tokenizer, messages)
-        inputs = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(model.device)
-        streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+        prompts = [render_prompt(tokenizer, messages) for messages in conversations]
+        inputs = _batch_inputs(tokenizer, prompts).to(model.device)
+        extra = {}
+        if hasattr(model, "disable_adapter"):  # a PeftModel: pick each row's adapter
+            active = model.active_adapter
+            extra["adapter_names"] = [active if use else "__base__" for use in use_adapter]
+        streamer = BatchStreamer(tokenizer, len(prompts), _eos_ids(model, tokenizer))
         stop, failure = threading.Event(), []
-        worker = threading.Thread(
-            target=self._generate, daemon=True,
-            args=(model, tokenizer, inputs, streamer, sampling, use_adapter, stop, failure))
+        worker = threading.Thread(target=self._generate, daemon=True,
+                                  args=(model, tokenizer, inputs, streamer, sampling, extra, stop, failure))
         worker.start()
-        text = ""
         try:
-            for piece in streamer:
-                text += piece
-                yield text
+            yield from streamer
         finally:
             stop.set()  # a closed generator (client gone) stops generate at the next token
         worker.join()
         if failure:
             raise RuntimeError(f"generation failed: {failure[0]}") from failure[0]
 
-    def _generate(self, model: Any, tokenizer: Any, inputs: Any, streamer: TextIteratorStreamer,
-                  sampling: Sampling, use_adapter: bool, stop: threading.Event,
+    def _generate(self, model: Any, tokenizer: Any, inputs: Any, streamer: "BatchStreamer",
+                  sampling: Sampling, extra: dict[str, Any], stop: threading.Event,
                   failure: list[BaseException]) -> None:
-        base_only = not use_adapter and hasattr(model, "disable_adapter")
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         try:
             with self._generate_lock:
                 torch.manual_seed(int(sampling.seed))
-                switch = model.disable_adapter() if base_only else contextlib.nullcontext()
-                with switch, torch.inference_mode():
+                with torch.inference_mode():
                     model.generate(**inputs, streamer=streamer, pad_token_id=pad_id,
                                    stopping_criteria=StoppingCriteriaList([_StopWhenSet(stop)]),
-                                   **sampling.generate_kwargs())
-        except Exception as exc:  # reported by stream() in the caller's thread
+                                   **extra, **sampling.generate_kwargs())
+        except Exception as exc:  # reported by stream_batch() in the caller's thread
             failure.append(exc)
         finally:
             streamer.end()
+
+
+def _batch_inputs(tokenizer: Any, prompts: list[str]) -> Any:
+    """Token ids for the prompts, padded on the left so every row's answer starts at the end."""
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer(prompts, return_tensors="pt", add_special_tokens=False, padding=True,
+                     padding_side="left")
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    ids = set(configured if isinstance(configured, (list, tuple)) else [configured])
+    ids.add(tokenizer.eos_token_id)
+    return {i for i in ids if i is not None}
+
+
+class BatchStreamer(BaseStreamer):
+    """generate()'s tokens for a batch, as one growing text per row.
+
+    generate calls put() first with the prompt ids (skipped), then once per step with one new
+    token per row; a row ends at its first end-of-sequence token (later ones are padding).
+    Iterating yields the list of texts after every step, until end().
+    """
+
+    def __init__(self, tokenizer: Any, rows: int, eos_ids: set[int]):
+        self.tokenizer, self.eos_ids = tokenizer, eos_ids
+        self.tokens: list[list[int]] = [[] for _ in range(rows)]
+        self.finished = [False] * rows
+        self._prompt_seen = False
+        self._queue: queue.Queue = queue.Queue()
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        step = value.reshape(len(self.tokens), -1)[:, -1].tolist()
+        for row, token in enumerate(step):
+            if self.finished[row]:
+                continue
+            if token in self.eos_ids:
+                self.finished[row] = True
+            else:
+                self.tokens[row].append(int(token))
+        self._queue.put(self.texts())
+
+    def texts(self) -> list[str]:
+        # a character split across tokens decodes as U+FFFD until its last byte arrives
+        return [self.tokenizer.decode(ids, skip_special_tokens=True).removesuffix("\ufffd")
+                for ids in self.tokens]
+
+    def end(self) -> None:
+        self._queue.put(None)
+
+    def __iter__(self) -> Iterator[list[str]]:
+        while True:
+            texts = self._queue.get()
+            if texts is None:
+                return
+            yield texts

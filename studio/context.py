@@ -1,4 +1,6 @@
-"""What every tab shares: the data dir, the runner, the event cache and the chat engine."""
+"""What every tab shares: the data dir, the runner, the event cache, the chat engine, and the
+page's language (the selector component every handler that writes text takes as an input, and
+the registry of components whose text follows it)."""
 from __future__ import annotations
 
 import functools
@@ -10,6 +12,7 @@ from jobs.events import read_events
 from jobs.layout import JobLayout
 from jobs.spec import BUILTIN_MODEL
 from studio.chat import ChatEngine
+from studio.i18n import PageText
 from studio.jobs_view import EventCache
 
 
@@ -19,6 +22,8 @@ class StudioContext:
     runner: Any  # jobs.runner.Runner (duck-typed so tests can pass a fake)
     events: EventCache = field(default_factory=lambda: EventCache(read_events))
     chat: ChatEngine | None = None
+    page: PageText = field(default_factory=PageText)
+    lang: Any = None  # the page's language selector (a gr.Dropdown), set by build_studio
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

@@ -1,69 +1,228 @@
-"""The Export tab: a finished job's adapter as a zip download, and its model card."""
+"""The Export tab: a finished job's adapter zip at once, and on request a merged model or a GGUF
+(llama.cpp / Ollama), with a progress bar and the size of every file written.
+
+An export runs `python -m jobs.export` in a subprocess (exactly the CLI, as Start runs the train
+CLI): its memory is given back when it ends, and its `[ 42%] message` lines drive the progress bar."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import html
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import gradio as gr
+import yaml
 
-from jobs.export import ExportError, export_adapter_zip
+from jobs.export import ExportError, estimate_sizes, export_adapter_zip
+from jobs.export.files import human_size
+from jobs.export.protocol import ERROR_PREFIX, NOTE_PREFIX, PROGRESS_LINE, RESULT_PREFIX
 from jobs.layout import JobLayout
 from studio import jobs_view as view
 from studio import render
 from studio.context import StudioContext
+from studio.i18n import t
+
+ROOT = Path(__file__).resolve().parents[1]
+FORMATS = ("adapter", "merged", "gguf")
+QUANTS = ("f16", "bf16", "q8_0")
+RESULT_LINE = re.compile(r"^(.*) \(([^()]*)\)$")
 
 
 @dataclass
 class ExportTab:
     select: gr.Dropdown
 
-    def refresh(self, ctx: StudioContext) -> Any:
-        """The update for `select`: the current list of exportable jobs."""
-        return gr.update(choices=export_choices(ctx))
+    def refresh(self, ctx: StudioContext, picked: str | None, lang: str) -> Any:
+        """The update for `select`: the exportable jobs, the user's pick kept, else the newest."""
+        choices = export_choices(ctx, lang)
+        values = [value for _, value in choices]
+        return gr.update(choices=choices, value=picked if picked in values else (values[0] if values else None))
 
 
-def export_choices(ctx: StudioContext) -> list[tuple[str, str]]:
-    return [view.job_choice(r) for r in ctx.runner.list_jobs() if view.exportable(r)]
+@dataclass
+class ExportOutcome:
+    files: list[tuple[str, str]] = field(default_factory=list)  # (path, human size)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
 
 
-def model_card_text(job_dir: str) -> str:
+def export_choices(ctx: StudioContext, lang: str = "en") -> list[tuple[str, str]]:
+    """Exportable jobs, newest first (the store lists newest first)."""
+    return [view.job_choice(r, lang) for r in ctx.runner.list_jobs() if view.exportable(r)]
+
+
+def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+    """(metadata, body) of a model card: the YAML between the leading --- lines is metadata for
+    the hub, not text; markdown would render its closing --- as a heading underline."""
+    if not text.startswith("---\n"):
+        return {}, text
+    end = text.find("\n---", 4)
+    if end < 0:
+        return {}, text
+    try:
+        meta = yaml.safe_load(text[4:end]) or {}
+    except yaml.YAMLError:
+        return {}, text
+    if not isinstance(meta, dict):
+        return {}, text
+    return meta, text[end + 4:].lstrip("\n")
+
+
+def model_card_text(job_dir: str, lang: str = "en") -> str:
+    """The card as markdown: its metadata as a key/value table, then its body."""
     card = JobLayout(job_dir).model_card
-    return card.read_text(encoding="utf-8") if card.is_file() else "_This adapter has no model card._"
+    if not card.is_file():
+        return t("export.no_card", lang)
+    meta, body = split_front_matter(card.read_text(encoding="utf-8"))
+    if not meta:
+        return body
+    rows = "\n".join(f"| `{key}` | {_cell(value)} |" for key, value in meta.items())
+    return f"| {t('export.card_key', lang)} | {t('export.card_value', lang)} |\n|---|---|\n{rows}\n\n{body}"
 
 
-def prepare(ctx: StudioContext, job_id: str | None) -> tuple[Any, str, str]:
+def sizes_text(sizes: dict[str, int], lang: str = "en") -> str:
+    """One line of what each export would weigh, or "" when unknown."""
+    if not sizes:
+        return ""
+    parts = [f"{name}: {human_size(size)}" for name, size in sizes.items()]
+    return t("export.sizes", lang, sizes=" · ".join(parts))
+
+
+def _cell(value: Any) -> str:
+    text = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def prepare(ctx: StudioContext, job_id: str | None, lang: str = "en") -> tuple[Any, str, str]:
     """(download button update, status HTML, model card markdown) for the picked job."""
     if not job_id:
         return gr.update(value=None, interactive=False), "", ""
     record = ctx.runner.get(job_id)
     if record is None:
-        return gr.update(value=None, interactive=False), render.notice_html(f"No job {job_id}.", "error"), ""
+        return (gr.update(value=None, interactive=False),
+                render.notice_html(t("export.no_job", lang, job=job_id), "error"), "")
     try:
         archive = export_adapter_zip(record.job_dir)
     except ExportError as exc:
         return gr.update(value=None, interactive=False), render.notice_html(str(exc), "error"), ""
     size_mb = archive.stat().st_size / 1e6
-    status = render.notice_html(f"{archive.name} ({size_mb:.1f} MB): the PEFT adapter, tokenizer and "
-                                "model card.", "ok")
-    return (gr.update(value=str(archive), interactive=True, label=f"Download {archive.name}"),
-            status, model_card_text(record.job_dir))
+    estimate = sizes_text(estimate_sizes(record.job_dir, ctx.data_dir), lang)
+    status = render.notice_html(t("export.ready", lang, name=archive.name, size=f"{size_mb:.1f}")
+                                + (f"\n{estimate}" if estimate else ""), "ok")
+    return (gr.update(value=str(archive), interactive=True, label=t("export.download_named", lang, name=archive.name)),
+            status, model_card_text(record.job_dir, lang))
+
+
+def export_command(ctx: StudioContext, job_dir: str, fmt: str, quant: str) -> list[str]:
+    return [sys.executable, "-m", "jobs.export", str(job_dir), "--format", fmt, "--quant", quant,
+            "--data-dir", str(ctx.data_dir)]
+
+
+def run_export(command: list[str], on_progress: Callable[[float, str], None]) -> ExportOutcome:
+    """Run the export CLI, reporting its progress lines; its result and note lines, or its error."""
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    outcome, tail = ExportOutcome(), []
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        progress = PROGRESS_LINE.match(line)
+        if progress:
+            on_progress(int(progress.group(1)) / 100, progress.group(2))
+        elif line.startswith(RESULT_PREFIX):
+            found = RESULT_LINE.match(line[len(RESULT_PREFIX):])
+            outcome.files.append((found.group(1), found.group(2)) if found else (line[len(RESULT_PREFIX):], ""))
+        elif line.startswith(NOTE_PREFIX):
+            outcome.notes.append(line[len(NOTE_PREFIX):])
+        elif line.startswith(ERROR_PREFIX):
+            outcome.error = line[len(ERROR_PREFIX):]
+        tail = (tail + [line])[-20:]
+    if proc.wait() != 0 and outcome.error is None:
+        outcome.error = "the export stopped unexpectedly: " + " | ".join(tail[-5:])
+    return outcome
+
+
+def format_choices(lang: str = "en") -> list[tuple[str, str]]:
+    return [(t(f"export.format_{name}", lang), name) for name in FORMATS]
+
+
+def quant_choices(lang: str = "en") -> list[tuple[str, str]]:
+    return [(t(f"export.quant_{name}", lang), name) for name in QUANTS]
+
+
+def _usage_hint(fmt: str, path: str, lang: str = "en") -> str:
+    folder = html.escape(str(Path(path).parent if fmt == "gguf" else path))
+    return t(f"export.hint_{fmt}", lang, folder=folder, path=html.escape(path))
+
+
+def outcome_html(fmt: str, outcome: ExportOutcome, lang: str = "en") -> str:
+    if outcome.error:
+        return render.notice_html(t("export.failed", lang, error=outcome.error), "error")
+    rows = "".join(f"<li><code>{html.escape(path)}</code> — <b>{html.escape(size)}</b></li>"
+                   for path, size in outcome.files)
+    notes = "".join(f"<li>{html.escape(note)}</li>" for note in outcome.notes)
+    hint = _usage_hint(fmt, outcome.files[0][0], lang) if outcome.files else ""
+    return (f'<div class="ft-export-result"><b>{t("export.exported", lang)}</b><ul>{rows}</ul>'
+            + (f"<b>{t('export.notes', lang)}</b><ul>{notes}</ul>" if notes else "") + f"<p>{hint}</p></div>")
+
+
+def downloadable(outcome: ExportOutcome) -> list[str]:
+    """Single files the browser can download (a merged folder is listed, not offered)."""
+    files = [path for path, _ in outcome.files if Path(path).is_file()]
+    modelfiles = [str(Path(p).parent / "Modelfile") for p in files if p.endswith(".gguf")]
+    return files + [m for m in dict.fromkeys(modelfiles) if Path(m).is_file() and m not in files]
+
+
+def start_export(ctx: StudioContext, job_id: str | None, fmt: str, quant: str,
+                 on_progress: Callable[[float, str], None], lang: str = "en") -> tuple[str, list[str]]:
+    """(status HTML, downloadable files) after running one export of the picked job."""
+    record = ctx.runner.get(job_id) if job_id else None
+    if record is None:
+        return render.notice_html(t("export.pick_job", lang), "warn"), []
+    outcome = run_export(export_command(ctx, record.job_dir, fmt, quant), on_progress)
+    return outcome_html(fmt, outcome, lang), downloadable(outcome)
 
 
 def build_export_tab(ctx: StudioContext) -> ExportTab:
-    gr.Markdown("Finished jobs (and cancelled ones that saved an adapter) can be downloaded as a zip "
-                "loadable with `peft.PeftModel.from_pretrained(base, folder)`.")
+    bind = ctx.page.bind
+    bind(gr.Markdown(), value="export.intro")
     with gr.Row():
-        select = gr.Dropdown(label="Job", choices=[], value=None, elem_id="ft-export-select", scale=4)
-        refresh_btn = gr.Button("Refresh list", size="sm", scale=0, min_width=120, elem_id="ft-export-refresh")
+        select = bind(gr.Dropdown(choices=[], value=None, elem_id="ft-export-select", scale=4), label="export.job")
+        refresh_btn = bind(gr.Button(size="sm", scale=0, min_width=120, elem_id="ft-export-refresh"),
+                           value="export.refresh")
     with gr.Row():
-        download = gr.DownloadButton("Download adapter zip", interactive=False, variant="primary",
-                                     elem_id="ft-export-download", scale=0, min_width=260)
+        download = bind(gr.DownloadButton(interactive=False, variant="primary", elem_id="ft-export-download",
+                                          scale=0, min_width=260), label="export.download")
         status = gr.HTML(elem_id="ft-export-status")
+    with gr.Row(equal_height=True):
+        fmt = bind(gr.Radio(format_choices(), value="gguf", elem_id="ft-export-format", scale=3),
+                   label="export.format", choices=format_choices)
+        quant = bind(gr.Dropdown(quant_choices(), value="q8_0", elem_id="ft-export-quant", scale=1),
+                     label="export.quant", choices=quant_choices)
+        run = bind(gr.Button(variant="primary", elem_id="ft-export-run", scale=0, min_width=140), value="export.run")
+    result = gr.HTML(elem_id="ft-export-result")
+    files = bind(gr.File(file_count="multiple", interactive=False, elem_id="ft-export-files"), label="export.files")
     card = gr.Markdown(elem_id="ft-model-card", container=True)
+    tab = ExportTab(select=select)
 
-    def on_select(job_id: str | None) -> tuple[Any, str, str]:
-        return prepare(ctx, job_id)
+    def on_select(job_id: str | None, language: str) -> tuple[Any, str, str]:
+        return prepare(ctx, job_id, language)
 
-    select.change(on_select, select, [download, status, card])
-    refresh_btn.click(lambda: gr.update(choices=export_choices(ctx)), None, select)
-    return ExportTab(select=select)
+    def on_run(job_id: str | None, chosen: str, tensor_type: str, language: str,
+               progress: gr.Progress = gr.Progress()) -> Iterator[tuple[str, Any]]:
+        yield render.notice_html(t("export.running", language), "info"), gr.update(value=None)
+        status_html, paths = start_export(ctx, job_id, chosen, tensor_type,
+                                          lambda fraction, message: progress(fraction, desc=message), language)
+        yield status_html, gr.update(value=paths or None)
+
+    select.change(on_select, [select, ctx.lang], [download, status, card])
+    fmt.change(lambda chosen: gr.update(visible=chosen == "gguf"), fmt, quant)
+    run.click(on_run, [select, fmt, quant, ctx.lang], [result, files])
+    refresh_btn.click(lambda picked, language: tab.refresh(ctx, picked, language), [select, ctx.lang], select)
+    ctx.lang.change(lambda picked, language: tab.refresh(ctx, picked, language), [select, ctx.lang], select,
+                    show_progress="hidden")
+    return tab

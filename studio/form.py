@@ -1,56 +1,53 @@
 """The Train form, derived from the JobSpec dataclass so the two cannot drift apart.
 
 Every JobSpec field becomes one widget description (`FieldWidget`): its kind follows the field's
-type and metadata (``choices`` -> dropdown, bool -> checkbox, int/float -> number with the
-``min``/``max`` bounds, otherwise text) and its info text is ``metadata["help"]``. Only the layout
-(which group a field sits in) is written here; a field missing from ``GROUPS`` still shows up, in
-the "More" group, so adding a field to JobSpec adds it to the form.
+type and metadata (``choices`` -> dropdown, bool -> checkbox, int/float -> number, otherwise text).
+Its label and help come from the catalogue (studio/i18n.py: ``field.<name>``, ``help.<name>``,
+the English help being JobSpec's ``metadata["help"]``). Only the layout (which group a field sits
+in) is written here; a field missing from ``GROUPS`` still shows up, in the "more" group, so
+adding a field to JobSpec adds it to the form.
+
+Numbers are typed as text and parsed here, never coerced by the widget: "abc", a blank or (in an
+integer field) 2.5 is refused naming the field, instead of silently keeping the previous value
+as a number widget would.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+import functools
+import math
+import re
+from dataclasses import dataclass
 from typing import Any
 
-from jobs.spec import BUILTIN_DATASET, BUILTIN_MODEL, JobSpec
+from jobs.spec import BUILTIN_DATASET, BUILTIN_MODEL, JobSpec, SpecError
+from studio.i18n import field_help, field_label, t
 
 # The runner assigns output_dir (one folder per job), so the form does not offer it.
 NOT_IN_FORM = ("output_dir",)
 
+# Group keys are catalogue keys: group.<key> is the group's title.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "Model & data": ("model", "dataset", "dataset_format", "bot_name", "bot_author"),
-    "LoRA": ("lora_r", "lora_alpha", "lora_dropout", "target_modules"),
-    "Engine": ("load_in_4bit", "fused_kernels", "gradient_checkpointing", "dtype"),
-    "Training": ("learning_rate", "max_steps", "num_epochs", "batch_size",
+    "data": ("name", "model", "dataset", "dataset_format", "bot_name", "bot_author"),
+    "lora": ("lora_r", "lora_alpha", "lora_dropout", "target_modules"),
+    "engine": ("load_in_4bit", "fused_kernels", "base_precision", "gradient_checkpointing", "packing", "dtype",
+               "gpus"),
+    "training": ("learning_rate", "max_steps", "num_epochs", "batch_size",
                  "gradient_accumulation_steps", "max_seq_length", "seed"),
-    "More": ("warmup_steps", "weight_decay", "max_grad_norm", "save_steps", "resume_from"),
+    "eval": ("eval_fraction", "eval_dataset", "eval_steps", "keep_best"),
+    "more": ("warmup_steps", "weight_decay", "max_grad_norm", "save_steps", "processes", "resume_from"),
 }
+NUMBER_KINDS = ("int", "float")
+THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?$")
 
-LABELS = {
-    "model": "Base model",
-    "dataset": "Dataset",
-    "dataset_format": "Format",
-    "bot_name": "Bot name (builtin:identity)",
-    "bot_author": "Bot author (builtin:identity)",
-    "lora_r": "LoRA rank (r)",
-    "lora_alpha": "LoRA alpha",
-    "lora_dropout": "LoRA dropout",
-    "target_modules": "Target modules",
-    "load_in_4bit": "QLoRA (4-bit NF4 base)",
-    "fused_kernels": "Fused Triton kernels",
-    "gradient_checkpointing": "Gradient checkpointing",
-    "dtype": "Precision",
-    "max_seq_length": "Max length (tokens)",
-    "batch_size": "Batch size",
-    "gradient_accumulation_steps": "Gradient accumulation",
-    "learning_rate": "Learning rate",
-    "max_steps": "Max steps (0 = use epochs)",
-    "num_epochs": "Epochs",
-    "seed": "Seed",
-}
 
-MODEL_HINT = ("Hub id (org/name), a local Hugging Face folder, a .gguf file path, "
-              f"or {BUILTIN_MODEL}.")
+class FieldError(SpecError):
+    """A form value refused before JobSpec sees it; `code` and `params` make it translatable
+    (catalogue key ``error.<code>``)."""
+
+    def __init__(self, key: str, code: str, **params: Any):
+        self.code, self.params = code, params
+        super().__init__(key, t(f"error.{code}", "en", **params))
 
 
 @dataclass
@@ -59,14 +56,23 @@ class FieldWidget:
 
     name: str
     kind: str  # "dropdown", "checkbox", "int", "float", "text"
-    label: str
-    info: str
     default: Any
     choices: tuple = ()
     minimum: float | None = None
     maximum: float | None = None
     allow_custom: bool = False
-    extra: dict = field(default_factory=dict)
+
+    def label(self, lang: str) -> str:
+        return field_label(self.name, lang)
+
+    def info(self, lang: str) -> str:
+        """The field's help, with the extra hint of the studio's widget and the allowed range."""
+        if self.name == "model":
+            return t("hint.model", lang, builtin=BUILTIN_MODEL)
+        text = field_help(self.name, lang)
+        if self.name == "target_modules":
+            text = f"{text} {t('hint.target_modules', lang)}"
+        return f"{text} {range_text(self, lang)}".strip()
 
 
 def _kind(f: dataclasses.Field) -> str:
@@ -87,37 +93,44 @@ def field_widgets() -> list[FieldWidget]:
     for f in dataclasses.fields(JobSpec):
         if f.name in NOT_IN_FORM:
             continue
-        widget = FieldWidget(
-            name=f.name, kind=_kind(f), label=LABELS.get(f.name, f.name.replace("_", " ").capitalize()),
-            info=f.metadata.get("help", ""), default=_default(f),
-            choices=tuple(f.metadata.get("choices", ())),
-            minimum=f.metadata.get("min"), maximum=f.metadata.get("max"))
+        widget = FieldWidget(name=f.name, kind=_kind(f), default=_default(f),
+                             choices=tuple(f.metadata.get("choices", ())),
+                             minimum=f.metadata.get("min"), maximum=f.metadata.get("max"))
         if f.name == "model":
-            widget.kind, widget.allow_custom, widget.info = "dropdown", True, MODEL_HINT
-            widget.choices = (BUILTIN_MODEL,)
+            widget.kind, widget.allow_custom, widget.choices = "dropdown", True, (BUILTIN_MODEL,)
         elif f.name == "dataset":
-            widget.kind, widget.allow_custom = "dropdown", True
-            widget.choices = (BUILTIN_DATASET,)
+            widget.kind, widget.allow_custom, widget.choices = "dropdown", True, (BUILTIN_DATASET,)
         elif f.name == "target_modules":
             widget.default = "all-linear"
-            widget.info += " Comma-separated."
         widgets.append(widget)
     return widgets
 
 
-def range_text(widget: FieldWidget) -> str:
-    """The allowed range from the field's metadata, e.g. "(1 to 1024)"; "" when unbounded."""
+@functools.cache
+def _kinds() -> dict[str, str]:
+    return {w.name: w.kind for w in field_widgets()}
+
+
+def format_number(value: float) -> str:
+    """A bound or value for people: 1048576 -> "1,048,576", 1e6 -> "1,000,000", 1e-08 -> "1e-08"."""
+    if float(value).is_integer() and abs(value) >= 1:
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
+def range_text(widget: FieldWidget, lang: str = "en") -> str:
+    """The allowed range from the field's metadata, e.g. "(1 to 1,024)"; "" when unbounded."""
     if widget.minimum is None and widget.maximum is None:
         return ""
     if widget.maximum is None:
-        return f"(at least {widget.minimum:g})"
+        return t("range.at_least", lang, min=format_number(widget.minimum))
     if widget.minimum is None:
-        return f"(at most {widget.maximum:g})"
-    return f"({widget.minimum:g} to {widget.maximum:g})"
+        return t("range.at_most", lang, max=format_number(widget.maximum))
+    return t("range.between", lang, min=format_number(widget.minimum), max=format_number(widget.maximum))
 
 
 def grouped_widgets() -> list[tuple[str, list[FieldWidget]]]:
-    """Widgets in their layout groups; any field not placed in GROUPS lands in "More"."""
+    """Widgets in their layout groups; any field not placed in GROUPS lands in "more"."""
     by_name = {w.name: w for w in field_widgets()}
     placed: set[str] = set()
     groups = []
@@ -137,14 +150,51 @@ def form_names() -> list[str]:
     return [w.name for _, members in grouped_widgets() for w in members]
 
 
-def values_to_dict(names: list[str], values: list[Any]) -> dict[str, Any]:
-    """Widget values -> a JobSpec dict (JobSpec.from_dict coerces and validates it).
+def parse_number(name: str, raw: Any) -> int | float:
+    """The number typed into field `name`, or FieldError naming the field: blank, not a number,
+    not finite, a fraction in an integer field, or outside the field's bounds."""
+    kind = _kinds().get(name, "float")
+    if isinstance(raw, bool):
+        raise FieldError(name, "number_invalid", value=str(raw))
+    text = raw.strip() if isinstance(raw, str) else raw
+    if text is None or text == "":
+        raise FieldError(name, "number_blank")
+    if isinstance(text, str) and THOUSANDS.match(text):
+        text = text.replace(",", "")  # "1,048,576" as the range hint prints it
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        raise FieldError(name, "number_invalid", value=str(raw)) from None
+    if not math.isfinite(number):
+        raise FieldError(name, "number_invalid", value=str(raw))
+    if kind == "int":
+        if not number.is_integer():
+            raise FieldError(name, "number_not_integer", value=str(raw).strip())
+        number = int(number)
+    _check_range(name, number)
+    return number
 
-    Empty numbers are left out so the spec default applies; text is stripped; the target
-    modules box takes 'all-linear' or comma-separated names.
+
+def _check_range(name: str, number: float) -> None:
+    meta = JobSpec.__dataclass_fields__[name].metadata
+    if "min" in meta and number < meta["min"]:
+        raise FieldError(name, "number_below_min", value=format_number(number), min=format_number(meta["min"]))
+    if "max" in meta and number > meta["max"]:
+        raise FieldError(name, "number_above_max", value=format_number(number), max=format_number(meta["max"]))
+
+
+def values_to_dict(names: list[str], values: list[Any]) -> dict[str, Any]:
+    """Widget values -> a JobSpec dict (JobSpec.from_dict validates the rest).
+
+    Number fields are parsed strictly (FieldError names the field); text is stripped; the target
+    modules box takes 'all-linear' or comma-separated names; a None from a widget that has no
+    value (a cleared dropdown) leaves the key out so the spec default applies.
     """
     data: dict[str, Any] = {}
     for name, value in zip(names, values):
+        if _kinds().get(name) in NUMBER_KINDS:
+            data[name] = parse_number(name, value)
+            continue
         if value is None:
             continue
         if isinstance(value, str):
@@ -156,11 +206,30 @@ def values_to_dict(names: list[str], values: list[Any]) -> dict[str, Any]:
 
 
 def spec_to_values(spec: JobSpec, names: list[str]) -> list[Any]:
-    """The inverse of `values_to_dict`: widget values that show `spec`."""
+    """The inverse of `values_to_dict`: widget values that show `spec` (numbers as text)."""
     values = []
     for name in names:
         value = getattr(spec, name)
         if name == "target_modules" and isinstance(value, (list, tuple)):
             value = ", ".join(value)
+        elif _kinds().get(name) in NUMBER_KINDS:
+            value = number_text(value)
         values.append(value)
     return values
+
+
+def number_text(value: int | float) -> str:
+    """A number as the form's text box shows it: exact (repr round-trips a float), no grouping."""
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+def error_text(exc: SpecError, lang: str) -> str:
+    """A refused config in the page's language: "<label> (<key>): <why>"."""
+    if isinstance(exc, FieldError):
+        why = t(f"error.{exc.code}", lang, **exc.params)
+    else:
+        why = str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc)
+    if not exc.key:
+        return why
+    label = field_label(exc.key, lang) if exc.key in JobSpec.__dataclass_fields__ else exc.key
+    return t("error.field", lang, label=label, key=exc.key, message=why)

@@ -1,7 +1,8 @@
-"""Pure views of jobs for the Jobs tab: table rows, plot frames, report and failure text.
+"""Pure views of jobs for the Jobs and Compare tabs: table rows, plot frames, report and failure text.
 
-Inputs are JobRecords (jobs.store) and event dicts (jobs.events, schema in docs/contracts.md); outputs
-are plain lists / pandas DataFrames that Gradio components take as values.
+Inputs are JobRecords (jobs.store) and JobSummaries (jobs.events: the one reader of events.jsonl,
+schema in docs/contracts.md); outputs are plain lists / pandas DataFrames that Gradio components
+take as values, with their text in the page's language.
 """
 from __future__ import annotations
 
@@ -12,21 +13,18 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from jobs.events import JobSummary, read_events, summarize_events
 from jobs.layout import JobLayout
+from jobs.store import JobState
+from studio.i18n import t
 
-TABLE_HEADERS = ["id", "name", "state", "step", "loss", "created"]
-
-
-def step_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e for e in events if e.get("type") == "step"]
-
-
-def first_event(events: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
-    return next((e for e in events if e.get("type") == kind), None)
+def table_headers(lang: str) -> list[str]:
+    return [t("jobs.col_id", lang), t("jobs.col_name", lang), t("jobs.col_state", lang),
+            t("jobs.col_step", lang), t("jobs.col_loss", lang), t("jobs.col_created", lang)]
 
 
-def last_event(events: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
-    return next((e for e in reversed(events) if e.get("type") == kind), None)
+def state_text(state: Any, lang: str) -> str:
+    return t(f"state.{JobState(state).value}", lang)
 
 
 def format_time(epoch: float | None) -> str:
@@ -39,27 +37,20 @@ def format_loss(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, (int, float)) else ""
 
 
-def job_row(record: Any, events: list[dict[str, Any]]) -> list[str]:
+def job_row(record: Any, summary: JobSummary, lang: str = "en") -> list[str]:
     """One table row: id, name, state, step/max, last loss (final loss once done), created."""
-    last = last_event(events, "step") or {}
-    done = last_event(events, "done") or {}
+    last = summary.last_step or {}
+    done = summary.final if summary.final and summary.final.get("type") == "done" else {}
     max_steps = last.get("max_steps") or (record.spec or {}).get("max_steps") or ""
     step = f"{last.get('step', 0)}/{max_steps}" if max_steps else str(last.get("step", 0))
     loss = done.get("final_loss", last.get("loss"))
-    return [record.id, record.name, record.state, step, format_loss(loss), format_time(record.created_at)]
+    return [record.id, record.name, state_text(record.state, lang), step, format_loss(loss),
+            format_time(record.created_at)]
 
 
-def job_choice(record: Any) -> tuple[str, str]:
+def job_choice(record: Any, lang: str = "en") -> tuple[str, str]:
     """(label, value) for a job dropdown."""
-    return f"{record.id} · {record.name} · {record.state}", record.id
-
-
-def default_job_id(records: list[Any]) -> str | None:
-    """The job to show when nothing is selected: the newest active one, else the newest."""
-    for record in records:
-        if record.active:
-            return record.id
-    return records[0].id if records else None
+    return f"{record.id} · {record.name} · {state_text(record.state, lang)}", record.id
 
 
 def _frame(rows: list[dict[str, Any]], dtypes: dict[str, str]) -> pd.DataFrame:
@@ -68,68 +59,93 @@ def _frame(rows: list[dict[str, Any]], dtypes: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(dtypes)).astype(dtypes)
 
 
-def loss_frame(events: list[dict[str, Any]]) -> pd.DataFrame:
-    rows = [{"step": e["step"], "loss": float(e["loss"])} for e in step_events(events)
-            if isinstance(e.get("loss"), (int, float)) and "step" in e]
-    return _frame(rows, {"step": "int64", "loss": "float64"})
+LOSS_COLUMNS = {"step": "int64", "loss": "float64", "series": "string"}
 
 
-def gpu_frames(events: list[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def loss_points(summary: JobSummary) -> tuple[dict[int, float], dict[int, float]]:
+    """({step: training loss}, {step: eval loss}); a step seen twice (a resumed job) keeps its
+    latest value, a null loss (non-finite, written as null) is left out."""
+    train = {int(e["step"]): float(e["loss"]) for e in summary.steps
+             if isinstance(e.get("loss"), (int, float)) and "step" in e}
+    evals = {int(e["step"]): float(e["eval_loss"]) for e in summary.evals
+             if isinstance(e.get("eval_loss"), (int, float)) and "step" in e}
+    return train, evals
+
+
+def loss_frame(summary: JobSummary, lang: str = "en") -> pd.DataFrame:
+    """Training loss per step, plus eval loss as its own series when the job evaluates."""
+    train, evals = loss_points(summary)
+    rows = [{"step": s, "loss": v, "series": t("plot.train_loss", lang)} for s, v in sorted(train.items())]
+    rows += [{"step": s, "loss": v, "series": t("plot.eval_loss", lang)} for s, v in sorted(evals.items())]
+    return _frame(rows, LOSS_COLUMNS)
+
+
+def gpu_frames(summary: JobSummary) -> tuple[pd.DataFrame, pd.DataFrame]:
     """GPU utilisation (%) and memory (GB) over elapsed seconds, one series per GPU."""
     util, mem = [], []
-    for event in step_events(events):
+    for event in summary.steps:
         for gpu in event.get("gpus") or []:
             series = f"GPU {gpu.get('index', 0)}"
             elapsed = float(event.get("elapsed_s", event.get("step", 0)))
             if isinstance(gpu.get("util_pct"), (int, float)):
                 util.append({"elapsed_s": elapsed, "util_pct": float(gpu["util_pct"]), "gpu": series})
             if isinstance(gpu.get("mem_used_gb"), (int, float)):
-                mem.append({"elapsed_s": elapsed, "mem_used_gb": float(gpu["mem_used_gb"]), "gpu": series})
+                mem.append({"elapsed_s": elapsed, "mem_used_gb": round(float(gpu["mem_used_gb"]), 2),
+                            "gpu": series})
     return (_frame(util, {"elapsed_s": "float64", "util_pct": "float64", "gpu": "string"}),
             _frame(mem, {"elapsed_s": "float64", "mem_used_gb": "float64", "gpu": "string"}))
 
 
-def rss_frame(events: list[dict[str, Any]]) -> pd.DataFrame:
-    rows = [{"elapsed_s": float(e.get("elapsed_s", 0.0)), "rss_gb": float(e["rss_gb"])}
-            for e in step_events(events) if isinstance(e.get("rss_gb"), (int, float))]
+def rss_frame(summary: JobSummary) -> pd.DataFrame:
+    """The job's RAM in GB, rounded to what a person reads (1.83, not 1.827000)."""
+    rows = [{"elapsed_s": float(e.get("elapsed_s", 0.0)), "rss_gb": round(float(e["rss_gb"]), 2)}
+            for e in summary.steps if isinstance(e.get("rss_gb"), (int, float))]
     return _frame(rows, {"elapsed_s": "float64", "rss_gb": "float64"})
 
 
-def cpu_frame(events: list[dict[str, Any]]) -> pd.DataFrame:
+def cpu_frame(summary: JobSummary) -> pd.DataFrame:
     """Machine CPU utilisation (%) over elapsed seconds (psutil, sampled at each step)."""
-    rows = [{"elapsed_s": float(e.get("elapsed_s", 0.0)), "cpu_pct": float(e["cpu_pct"])}
-            for e in step_events(events) if isinstance(e.get("cpu_pct"), (int, float))]
+    rows = [{"elapsed_s": float(e.get("elapsed_s", 0.0)), "cpu_pct": round(float(e["cpu_pct"]), 1)}
+            for e in summary.steps if isinstance(e.get("cpu_pct"), (int, float))]
     return _frame(rows, {"elapsed_s": "float64", "cpu_pct": "float64"})
 
 
-def patch_report_text(events: list[dict[str, Any]]) -> str:
-    start = first_event(events, "start")
+def patch_report_text(record: Any, summary: JobSummary, lang: str = "en") -> str:
+    """The fused-kernel report of the job's start event, or why there is none yet."""
+    start = summary.start
     if not start:
-        return "The job has not started yet."
-    lines = [f"device: {start['device']}"] if start.get("device") else []
+        state = JobState(record.state)
+        if state == JobState.QUEUED:
+            return t("report.queued", lang)
+        if state == JobState.RUNNING:
+            return t("report.loading", lang)
+        return t("report.ended_before_start", lang, state=state_text(state, lang))
+    lines = [t("report.device", lang, device=start["device"])] if start.get("device") else []
     report = start.get("patch_report") or []
-    lines += [str(line) for line in report] if report else ["(no fused-kernel report: the engine was off)"]
+    lines += [str(line) for line in report] if report else [t("report.engine_off", lang)]
     return "\n".join(lines)
 
 
-def failure_text(record: Any, events: list[dict[str, Any]]) -> str:
+def failure_text(record: Any, summary: JobSummary, lang: str = "en") -> str:
     """Why a job failed or was cancelled, from the error event and the store's reason."""
-    if record.state not in ("failed", "cancelled"):
+    state = JobState(record.state)
+    if state not in (JobState.FAILED, JobState.CANCELLED):
         return ""
-    error = last_event(events, "error") or {}
+    error = summary.final if summary.final and summary.final.get("type") == "error" else {}
     parts = []
     if error.get("message"):
         kind = f" ({error['kind']})" if error.get("kind") else ""
         parts.append(f"{error['message']}{kind}")
     if record.reason and record.reason != error.get("message"):
         parts.append(record.reason)
-    verb = "failed" if record.state == "failed" else "was cancelled"
-    return f"Job {record.id} {verb}: " + (" — ".join(parts) if parts else "no reason recorded; see the log.")
+    reason = " — ".join(parts) if parts else t("failure.no_reason", lang)
+    return t("failure.failed" if state == JobState.FAILED else "failure.cancelled", lang,
+             job=record.id, reason=reason)
 
 
-def progress_numbers(record: Any, events: list[dict[str, Any]]) -> dict[str, Any]:
+def progress_numbers(record: Any, summary: JobSummary) -> dict[str, Any]:
     """step, max_steps, progress (0..1), eta_s, elapsed_s from the last step event."""
-    last = last_event(events, "step") or {}
+    last = summary.last_step or {}
     step, max_steps = last.get("step", 0), last.get("max_steps") or (record.spec or {}).get("max_steps")
     progress = (step / max_steps) if max_steps else 0.0
     return {"step": step, "max_steps": max_steps, "progress": progress,
@@ -142,33 +158,33 @@ def has_adapter(record: Any) -> bool:
 
 def exportable(record: Any) -> bool:
     """Finished jobs, and cancelled ones that saved an adapter before stopping."""
-    return record.state in ("done", "cancelled") and has_adapter(record)
+    return record.state in (JobState.DONE, JobState.CANCELLED) and has_adapter(record)
 
 
 class EventCache:
-    """read_events per job dir, re-read only when events.jsonl changed (size or mtime).
+    """The JobSummary of each job dir, re-read only when events.jsonl changed (size or mtime).
 
     The Jobs tab refreshes every ~1.5 s for every open browser; this keeps that to a stat call
     per job when nothing moved.
     """
 
-    def __init__(self, reader: Callable[[str], list[dict[str, Any]]]):
+    def __init__(self, reader: Callable[[str], list[dict[str, Any]]] = read_events):
         self._reader = reader
-        self._entries: dict[str, tuple[tuple[int, int], list[dict[str, Any]]]] = {}
+        self._entries: dict[str, tuple[tuple[int, int], JobSummary]] = {}
         self._lock = threading.Lock()
 
-    def get(self, job_dir: str) -> list[dict[str, Any]]:
+    def get(self, job_dir: str) -> JobSummary:
         key = self.signature(job_dir)
         if key is None:
-            return []
+            return JobSummary()
         with self._lock:
             cached = self._entries.get(job_dir)
             if cached and cached[0] == key:
                 return cached[1]
-        events = self._reader(job_dir)
+        summary = summarize_events(self._reader(job_dir))
         with self._lock:
-            self._entries[job_dir] = (key, events)
-        return events
+            self._entries[job_dir] = (key, summary)
+        return summary
 
     @staticmethod
     def signature(job_dir: str) -> tuple[int, int] | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import html
 from typing import Any, Iterable
 
+from studio.i18n import t
+
 PROMPT_STYLE = "color:#8a8f98;"
 ANSWER_STYLE = ("background:rgba(250,204,21,.28);color:inherit;border-radius:3px;"
                 "box-shadow:0 0 0 1px rgba(202,138,4,.45);")
@@ -27,14 +29,14 @@ def row_segments(row: dict[str, Any]) -> list[tuple[str, bool]]:
     return [(str(row.get("prompt", "")), False), (str(row.get("answer", "")), True)]
 
 
-def preview_html(rows: Iterable[dict[str, Any]]) -> str:
+def preview_html(rows: Iterable[dict[str, Any]], lang: str = "en") -> str:
     """The rows exactly as the model sees them: masked prompt dim, trained answer highlighted."""
     rows = list(rows)
     if not rows:
-        return notice_html("The dataset gave no rows to preview.", "warn")
+        return notice_html(t("preview.empty", lang), "warn")
     legend = (f'<div style="margin-bottom:8px;font-size:13px">'
-              f'<span style="{PROMPT_STYLE}">dim: prompt (masked, not trained)</span> &nbsp;·&nbsp; '
-              f'<span style="{ANSWER_STYLE}">highlighted: answer (trained)</span></div>')
+              f'<span style="{PROMPT_STYLE}">{html.escape(t("preview.legend_prompt", lang))}</span>'
+              f' &nbsp;·&nbsp; <span style="{ANSWER_STYLE}">{html.escape(t("preview.legend_answer", lang))}</span></div>')
     cards = []
     for number, row in enumerate(rows, start=1):
         spans = "".join(
@@ -42,8 +44,9 @@ def preview_html(rows: Iterable[dict[str, Any]]) -> str:
             f'style="{ANSWER_STYLE if trained else PROMPT_STYLE}">{html.escape(text)}</span>'
             for text, trained in row_segments(row) if text)
         tokens = row.get("tokens")
-        meta = f" · {int(tokens)} tokens" if isinstance(tokens, (int, float)) else ""
-        cards.append(f'<div style="font-size:12px;opacity:.8">Example {number}{meta}</div>'
+        title = (t("preview.example_tokens", lang, number=number, tokens=int(tokens))
+                 if isinstance(tokens, (int, float)) else t("preview.example", lang, number=number))
+        cards.append(f'<div style="font-size:12px;opacity:.8">{html.escape(title)}</div>'
                      f'<div class="ft-preview-row" style="{BLOCK_STYLE}">{spans}</div>')
     return f'<div id="ft-preview-rows">{legend}{"".join(cards)}</div>'
 
@@ -72,16 +75,23 @@ STATE_COLORS = {"queued": "#6b7280", "running": "#2563eb", "done": "#16a34a",
 
 
 def progress_html(state: str, step: int | None, max_steps: int | None,
-                  progress: float | None, eta_s: float | None, elapsed_s: float | None) -> str:
-    """A progress bar with step count and ETA for one job."""
+                  progress: float | None, eta_s: float | None, elapsed_s: float | None,
+                  lang: str = "en") -> str:
+    """A progress bar with step count and ETA for one job (data-state keeps the English state
+    name: it is for scripts and tests, the label is for people)."""
+    state = str(state)
     fraction = min(max(progress or 0.0, 0.0), 1.0)
     if state == "done":
         fraction = 1.0
     color = STATE_COLORS.get(state, "#6b7280")
-    steps = f"step {step or 0}/{max_steps}" if max_steps else f"step {step or 0}"
-    eta = f" · ETA {format_duration(eta_s)}" if state == "running" and eta_s is not None else ""
-    spent = f" · elapsed {format_duration(elapsed_s)}" if elapsed_s is not None else ""
-    label = f"{html.escape(state)} · {steps} · {fraction * 100:.0f}%{eta}{spent}"
+    steps = (t("progress.step_of", lang, step=step or 0, max=max_steps) if max_steps
+             else t("progress.step", lang, step=step or 0))
+    parts = [t(f"state.{state}", lang), steps, f"{fraction * 100:.0f}%"]
+    if state == "running" and eta_s is not None:
+        parts.append(t("progress.eta", lang, eta=format_duration(eta_s)))
+    if elapsed_s is not None:
+        parts.append(t("progress.elapsed", lang, elapsed=format_duration(elapsed_s)))
+    label = html.escape(" · ".join(parts))
     return (f'<div id="ft-progress" data-state="{html.escape(state)}" data-step="{int(step or 0)}">'
             f'<div style="font-size:13px;margin-bottom:4px" class="ft-progress-label">{label}</div>'
             f'<div style="height:12px;border-radius:6px;background:rgba(128,128,128,.2);overflow:hidden">'
@@ -89,10 +99,10 @@ def progress_html(state: str, step: int | None, max_steps: int | None,
             f'transition:width .5s"></div></div></div>')
 
 
-def log_html(text: str, height_px: int = 300) -> str:
+def log_html(text: str, height_px: int = 300, lang: str = "en") -> str:
     """A log tail that opens scrolled to its end: a column-reverse flex box anchors the scroll
     position at the bottom without any script."""
-    body = html.escape(text) if text else "(no output yet)"
+    body = html.escape(text) if text else html.escape(t("log.empty", lang))
     return (f'<div id="ft-log-box" style="display:flex;flex-direction:column-reverse;overflow:auto;'
             f'max-height:{height_px}px;border:1px solid rgba(128,128,128,.35);border-radius:8px">'
             f'<pre style="margin:0;padding:8px 10px;font-size:12px;white-space:pre-wrap;'

@@ -15,6 +15,7 @@ from jobs import paths
 from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, JobSpec, SpecError
 from studio import form, render
 from studio.context import StudioContext
+from studio.i18n import t
 
 
 @dataclass
@@ -26,6 +27,7 @@ class TrainTab:
     started_job: gr.Textbox  # the id of the job Start just submitted ("" when none)
     model: gr.Dropdown
     dataset: gr.Dropdown
+    command: gr.Code
 
     def refresh_choices(self, ctx: StudioContext) -> list[Any]:
         """Updates for [model, dataset]: models earlier jobs used, datasets uploaded so far."""
@@ -45,106 +47,148 @@ def store_upload(data_dir: Path, uploaded: str) -> Path:
     """Copy an uploaded file (Gradio's temp path) into <data_dir>/datasets/ and return the copy."""
     source = Path(uploaded)
     if source.suffix.lower() not in DATASET_SUFFIXES:
-        raise SpecError("dataset", f"{source.name} is not a {', '.join(DATASET_SUFFIXES)} file")
+        raise form.FieldError("dataset", "upload_type", name=source.name, types=", ".join(DATASET_SUFFIXES))
     target = paths.datasets_dir(data_dir) / safe_upload_name(source.name)
     shutil.copyfile(source, target)
     return target
 
 
 def known_datasets(data_dir: Path) -> list[str]:
-    folder = Path(data_dir) / "datasets"
-    files = sorted(p for p in folder.glob("*") if p.suffix.lower() in DATASET_SUFFIXES) if folder.is_dir() else []
+    """The built-in dataset, then every upload in the data dir."""
+    files = sorted(p for p in paths.datasets_dir(data_dir).glob("*") if p.suffix.lower() in DATASET_SUFFIXES)
     return [BUILTIN_DATASET] + [str(p) for p in files]
 
 
-def command_text(runner: Any, data_dir: Path, names: list[str], values: list[Any]) -> str:
+def describe_dataset(path: Path) -> tuple[str, int]:
+    """(detected format, row count) of a data file, read the way training reads it."""
+    from jobs import data  # pandas & co: imported on first use, not with the UI
+    rows = data.load_rows(JobSpec(dataset=str(path)))
+    return data.detect_format(rows), len(rows)
+
+
+def upload_notice(path: Path, lang: str) -> str:
+    """What an upload turned out to be: its format and row count, or why it cannot be read."""
+    from jobs import data
+    try:
+        fmt, count = describe_dataset(path)
+    except (data.DataError, OSError, ValueError) as exc:
+        return render.notice_html(t("train.upload_unreadable", lang, name=path.name, error=str(exc)), "error")
+    return render.notice_html(t("train.upload_ok", lang, name=path.name, format=fmt, rows=f"{count:,}"), "ok")
+
+
+def command_text(runner: Any, data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:
     """The YAML plus the command Start would run, or the validation error naming the field."""
     try:
         spec = JobSpec.from_dict(form.values_to_dict(names, values))
     except SpecError as exc:
-        return f"# Start is blocked until this is fixed:\n# {exc}\n"
+        return f"# {t('train.blocked', lang)}\n# {form.error_text(exc, lang)}\n"
     spec.output_dir = str(Path(data_dir) / "jobs" / "<job-id>")  # the runner assigns the real one
     yaml_text, argv = runner.preview_command(spec)
-    return f"# Start runs:\n#   {shlex.join(str(a) for a in argv)}\n# with this config.yaml:\n{yaml_text}"
+    command = shlex.join(str(a) for a in argv)
+    return f"# {t('train.runs', lang)}\n#   {command}\n# {t('train.with_config', lang)}\n{yaml_text}"
 
 
 def _component(widget: form.FieldWidget, fused: tuple[bool, str]) -> gr.components.Component:
-    common = {"label": widget.label, "info": widget.info, "elem_id": f"ft-field-{widget.name}"}
+    common = {"label": widget.label("en"), "info": widget.info("en"), "elem_id": f"ft-field-{widget.name}"}
     if widget.name == "fused_kernels" and not fused[0]:
-        return gr.Checkbox(value=False, interactive=False, label=widget.label,
-                           info=f"Unavailable here: {fused[1]}", elem_id=common["elem_id"])
+        return gr.Checkbox(value=False, interactive=False, **common)
     if widget.kind == "dropdown":
         return gr.Dropdown(choices=list(widget.choices), value=widget.default,
                            allow_custom_value=widget.allow_custom, **common)
     if widget.kind == "checkbox":
         return gr.Checkbox(value=widget.default, **common)
-    if widget.kind in ("int", "float"):
-        # No minimum/maximum on gr.Number: Gradio would refuse an out-of-range value with a message
-        # that does not say which field; JobSpec's check names it (command box, Start).
-        common["info"] = f"{widget.info} {form.range_text(widget)}".strip()
-        return gr.Number(value=widget.default, precision=0 if widget.kind == "int" else None,
-                         step=1 if widget.kind == "int" else 0.0001 if widget.name == "learning_rate" else 0.01,
-                         **common)
-    return gr.Textbox(value=str(widget.default), lines=1, **common)
+    # Numbers are text boxes parsed by form.parse_number: a number widget would coerce "abc" or a
+    # blank to its previous value without a word, and 2.5 to 2 in an integer field.
+    value = form.number_text(widget.default) if widget.kind in form.NUMBER_KINDS else str(widget.default)
+    return gr.Textbox(value=value, lines=1, max_lines=1, **common)
 
 
-def _build_fields(ctx: StudioContext, fused: tuple[bool, str]) -> tuple[dict[str, Any], gr.UploadButton]:
-    """All form widgets, laid out in their groups. Returns (name -> component, upload button)."""
+def _bind_field(ctx: StudioContext, widget: form.FieldWidget, component: Any, fused: tuple[bool, str]) -> None:
+    """Label and help follow the page language; the fused switch says why it is off."""
+    info = widget.info
+    if widget.name == "fused_kernels" and not fused[0]:
+        def info(lang: str) -> str:
+            return t("train.fused_unavailable", lang, reason=fused[1])
+    ctx.page.bind(component, label=widget.label, info=info)
+
+
+def _build_fields(ctx: StudioContext, fused: tuple[bool, str]) -> tuple[dict[str, Any], gr.UploadButton, gr.HTML]:
+    """All form widgets, laid out in their groups. Returns (name -> component, upload button, upload info)."""
     groups = dict(form.grouped_widgets())
     made: dict[str, Any] = {}
-    upload = None
+    extras: dict[str, Any] = {}
 
-    def place(title: str) -> None:
-        nonlocal upload
+    def place(group: str) -> None:
         with gr.Group():
-            gr.Markdown(f"**{title}**", elem_classes=["ft-group-title"])
-            for widget in groups[title]:
+            ctx.page.bind(gr.Markdown(elem_classes=["ft-group-title"]),
+                          value=lambda lang: f"**{t(f'group.{group}', lang)}**")
+            for widget in groups[group]:
                 if widget.name == "dataset":
                     widget.choices = tuple(known_datasets(ctx.data_dir))
                 made[widget.name] = _component(widget, fused)
+                _bind_field(ctx, widget, made[widget.name], fused)
                 if widget.name == "dataset":
-                    upload = gr.UploadButton("Upload .json / .jsonl / .csv / .parquet",
-                                             file_types=list(DATASET_SUFFIXES), size="sm",
-                                             elem_id="ft-upload")
+                    extras["upload"] = ctx.page.bind(
+                        gr.UploadButton(file_types=list(DATASET_SUFFIXES), size="sm", elem_id="ft-upload"),
+                        label="train.upload")
+                    extras["upload_info"] = gr.HTML(elem_id="ft-upload-info")
 
     with gr.Row(equal_height=False):
         with gr.Column():
-            place("Model & data")
+            place("data")
         with gr.Column():
-            place("LoRA")
-            place("Engine")
+            place("lora")
+            place("engine")
         with gr.Column():
-            place("Training")
-    with gr.Accordion("More settings", open=False):
-        place("More")
-    return made, upload
+            place("training")
+    with ctx.page.bind(gr.Accordion(open=False), label="group.more_settings"):
+        with gr.Row(equal_height=False):
+            with gr.Column():
+                place("eval")
+            with gr.Column():
+                place("more")
+    return made, extras["upload"], extras["upload_info"]
 
 
 def build_train_tab(ctx: StudioContext) -> TrainTab:
     fused = ctx.fused_kernels()
-    gr.Markdown("Pick a base model and data, check the preview, then **Start**. The job runs as its own "
-                "process: you can close the browser and come back.")
-    made, upload = _build_fields(ctx, fused)
+    ctx.page.bind(gr.Markdown(), value="train.intro")
+    made, upload, upload_info = _build_fields(ctx, fused)
     names = form.form_names()
     inputs = [made[name] for name in names]
     with gr.Row():
-        start = gr.Button("Start training", variant="primary", elem_id="ft-start", scale=0, min_width=200)
+        start = ctx.page.bind(gr.Button(variant="primary", elem_id="ft-start", scale=0, min_width=200),
+                              value="train.start")
         status = gr.HTML(elem_id="ft-train-status")
     started_job = gr.Textbox(visible=False, elem_id="ft-started-job")
     with gr.Row(equal_height=False):
         with gr.Column():
-            preview_btn = gr.Button("Preview data", elem_id="ft-preview-btn", size="sm")
+            preview_btn = ctx.page.bind(gr.Button(elem_id="ft-preview-btn", size="sm"), value="train.preview")
             preview = gr.HTML(elem_id="ft-preview")
         with gr.Column():
-            command = gr.Code(command_text(ctx.runner, ctx.data_dir, names, [made[n].value for n in names]),
-                              language="yaml", interactive=False, label="Command and config",
-                              elem_id="ft-command", lines=12, max_lines=40, show_line_numbers=False)
+            command = ctx.page.bind(
+                gr.Code(command_text(ctx.runner, ctx.data_dir, names, [made[n].value for n in names]),
+                        language="yaml", interactive=False, elem_id="ft-command", lines=12, max_lines=40,
+                        show_line_numbers=False),
+                label="train.command")
+    tab = TrainTab(inputs=inputs, names=names, start=start, status=status, started_job=started_job,
+                   model=made["model"], dataset=made["dataset"], command=command)
+    _wire(ctx, tab, made, upload, upload_info, preview_btn, preview)
+    return tab
 
-    def on_change(*values: Any) -> str:
-        return command_text(ctx.runner, ctx.data_dir, names, list(values))
 
-    for component in inputs:
-        component.change(on_change, inputs, command, show_progress="hidden", trigger_mode="always_last")
+def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.UploadButton,
+          upload_info: gr.HTML, preview_btn: gr.Button, preview: gr.HTML) -> None:
+    names, inputs, lang = tab.names, tab.inputs, ctx.lang
+
+    def on_change(language: str, *values: Any) -> tuple[str, str]:
+        # the last Start's refusal no longer applies once the form changed: the command box says
+        # what is wrong now
+        return command_text(ctx.runner, ctx.data_dir, names, list(values), language), ""
+
+    for component in [lang, *inputs]:
+        component.change(on_change, [lang, *inputs], [tab.command, tab.status], show_progress="hidden",
+                         trigger_mode="always_last")
 
     def on_dataset(value: str) -> tuple[Any, Any]:
         identity = (value or "").strip() == BUILTIN_DATASET
@@ -153,53 +197,53 @@ def build_train_tab(ctx: StudioContext) -> TrainTab:
     made["dataset"].change(on_dataset, made["dataset"], [made["bot_name"], made["bot_author"]],
                            show_progress="hidden")
 
-    def on_upload(file: str | None) -> Any:
+    def on_upload(file: str | None, language: str) -> tuple[Any, str]:
         if not file:
-            return gr.skip()
+            return gr.skip(), gr.skip()
         try:
             stored = store_upload(ctx.data_dir, file)
-        except (SpecError, OSError) as exc:
-            raise gr.Error(str(exc)) from None
-        gr.Info(f"Saved as {stored.name}")
-        return gr.update(choices=[(c, c) for c in known_datasets(ctx.data_dir)], value=str(stored))
+        except SpecError as exc:
+            raise gr.Error(form.error_text(exc, language)) from None
+        except OSError as exc:
+            raise gr.Error(t("train.upload_failed", language, error=str(exc))) from None
+        return (gr.update(choices=[(c, c) for c in known_datasets(ctx.data_dir)], value=str(stored)),
+                upload_notice(stored, language))
 
-    upload.upload(on_upload, upload, made["dataset"])
+    def on_preview(language: str, *values: Any) -> str:
+        return preview_data(ctx.data_dir, names, list(values), language)
 
-    def on_preview(*values: Any) -> str:
-        return preview_data(ctx.data_dir, names, list(values))
+    # the preview renders by itself after an upload: the user came to see their rows
+    upload.upload(on_upload, [upload, lang], [made["dataset"], upload_info]).then(
+        on_preview, [lang, *inputs], preview)
+    preview_btn.click(on_preview, [lang, *inputs], preview)
 
-    preview_btn.click(on_preview, inputs, preview)
+    def on_start(language: str, *values: Any) -> tuple[str, str]:
+        return start_job(ctx.runner, names, list(values), language)
 
-    def on_start(*values: Any) -> tuple[str, str]:
-        return start_job(ctx.runner, names, list(values))
-
-    start.click(on_start, inputs, [status, started_job])
-    return TrainTab(inputs=inputs, names=names, start=start, status=status, started_job=started_job,
-                    model=made["model"], dataset=made["dataset"])
+    tab.start.click(on_start, [lang, *inputs], [tab.status, tab.started_job])
 
 
-def preview_data(data_dir: Path, names: list[str], values: list[Any]) -> str:
+def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:
     """The preview HTML, or an error box naming what is wrong (spec field, file/row/field)."""
     from jobs import data  # loads a tokenizer: imported on first use, not with the UI
     try:
         spec = JobSpec.from_dict(form.values_to_dict(names, values))
-        return render.preview_html(data.preview_rows(spec, n=3, data_dir=data_dir))
-    except (SpecError, data.DataError) as exc:
+        return render.preview_html(data.preview_rows(spec, n=3, data_dir=data_dir), lang)
+    except SpecError as exc:
+        return render.notice_html(form.error_text(exc, lang), "error")
+    except data.DataError as exc:
         return render.notice_html(str(exc), "error")
     except Exception as exc:  # model load failures etc.: show them, the form stays usable
-        return render.notice_html(f"Could not build the preview: {type(exc).__name__}: {exc}", "error")
+        return render.notice_html(t("train.preview_failed", lang, error=f"{type(exc).__name__}: {exc}"), "error")
 
 
-def start_job(runner: Any, names: list[str], values: list[Any]) -> tuple[str, str]:
+def start_job(runner: Any, names: list[str], values: list[Any], lang: str = "en") -> tuple[str, str]:
     """Validate and submit. Returns (status HTML, started job id or "")."""
     try:
         spec = JobSpec.from_dict(form.values_to_dict(names, values))
         record = runner.submit(spec)
     except SpecError as exc:
-        key = exc.key or "config"
-        label = form.LABELS.get(key, key)
-        message = str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc)
-        gr.Warning(f"Not started — {label} ({key}): {message}")
-        return render.notice_html(f"Not started. {label} ({key}): {message}", "error"), ""
-    return render.notice_html(f"Started job {record.id} ({record.name}).", "ok"), record.id
-
+        message = t("train.not_started", lang, error=form.error_text(exc, lang))
+        gr.Warning(message)
+        return render.notice_html(message, "error"), ""
+    return render.notice_html(t("train.started", lang, job=record.id, name=record.name), "ok"), record.id

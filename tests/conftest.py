@@ -12,3 +12,16 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see jobs/train.py
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """Each test gets the environment it started with back: `jobs.train.main` run in-process points
+    the library caches at its data dir through os.environ, which must not leak into later tests."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)

@@ -11,8 +11,9 @@ CHATML = (
 
 
 def _corpus() -> list[str]:
-    from jobs.builtin.identity import ANSWERS_EN, ANSWERS_ZH, QUESTIONS_EN, QUESTIONS_ZH
-    text = QUESTIONS_EN + QUESTIONS_ZH + ANSWERS_EN + ANSWERS_ZH
+    from jobs.builtin.identity import ANSWERS_EN, ANSWERS_ZH, QUESTIONS_EN, QUESTIONS_ZH, SYSTEM_LINE
+    system = SYSTEM_LINE.format(name="Fusetune", author="Fusetune Studio")  # the default bot
+    text = QUESTIONS_EN + QUESTIONS_ZH + ANSWERS_EN + ANSWERS_ZH + [SYSTEM_LINE, system] * 3
     return text + ["user assistant system", "The capital of France is Paris."] * 3
 
 
@@ -49,6 +50,96 @@ def make_tiny_model(folder: str | Path, hidden: int = 64, layers: int = 2, seed:
                          bos_token_id=None)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+MISTRAL_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+    "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+    "{{ message['content'] + eos_token }}{% else %}{{ raise_exception('Only user and assistant roles are "
+    "supported!') }}{% endif %}{% endfor %}"
+)
+
+
+def make_spm_tokenizer(vocab_size: int = 420):
+    """A Llama-2/Mistral-style tokenizer: BPE over '▁'-joined text with byte fallback (<0x00>..<0xFF>
+    at ids 3..258, as SentencePiece lays them out), BOS added, and Mistral's [INST] template."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<s>", "</s>"]
+    normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    draft = Tokenizer(models.BPE(unk_token="<unk>"))
+    draft.normalizer = normalizer
+    draft.train_from_iterator(_corpus(), trainer=trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials))
+    trained = json.loads(draft.to_str())["model"]
+    vocab = {token: i for i, token in enumerate(specials + [f"<0x{b:02X}>" for b in range(256)])}
+    for token, _ in sorted(trained["vocab"].items(), key=lambda item: item[1]):
+        vocab.setdefault(token, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in trained["merges"]]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizer
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", 1)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.chat_template = MISTRAL_TEMPLATE
+    return fast
+
+
+def make_qwen2_tokenizer(vocab_size: int = 384):
+    """A Qwen2-style byte-level BPE: Qwen2's split regex before ByteLevel, ChatML specials."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = CHATML
+    return fast
+
+
+def make_tiny_family_model(folder: str | Path, family: str, hidden: int = 64, layers: int = 2,
+                           seed: int = 0) -> Path:
+    """A tiny random mistral (SentencePiece-style tokenizer, untied lm_head) or qwen2 (byte-level
+    BPE, q/k/v biases, tied embeddings) HF folder, like make_tiny_model's llama."""
+    import torch
+    from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    folder = Path(folder)
+    if (folder / "config.json").is_file():
+        return folder
+    common = dict(hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  initializer_range=0.3)
+    if family == "mistral":
+        tokenizer = make_spm_tokenizer()
+        config = MistralConfig(vocab_size=len(tokenizer), tie_word_embeddings=False, sliding_window=None,
+                               bos_token_id=1, eos_token_id=2, pad_token_id=None, **common)
+        model_class = MistralForCausalLM
+    elif family == "qwen2":
+        tokenizer = make_qwen2_tokenizer()
+        config = Qwen2Config(vocab_size=len(tokenizer) + 8, tie_word_embeddings=True,  # padded like Qwen's
+                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                             bos_token_id=None, **common)
+        model_class = Qwen2ForCausalLM
+    else:
+        raise ValueError(f"no tiny builder for {family!r}")
+    torch.manual_seed(seed)
+    model = model_class(config)
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     return folder

@@ -2,7 +2,15 @@
 
 Generated from templates (English and Chinese) with the bot name and author the user types, in
 the spirit of LLaMA-Factory's `identity.json`; every question is paired with a different answer
-template so that the pairs vary in wording, not only in the filled-in name."""
+template so that the pairs vary in wording, not only in the filled-in name.
+
+Two things keep the rest of the model intact (issue 8 item 5):
+- every row carries a system line naming the bot (`system_line`), and the trainer makes it the
+  tuned tokenizer's default, so no row says "you are <the base model>" while answering with the
+  new name;
+- the base model's own greedy answers to shipped general prompts (jobs/builtin/general.py) are
+  mixed in, so a short run on "who are you" does not teach the model to answer everything with
+  its name."""
 from __future__ import annotations
 
 QUESTIONS_EN = [
@@ -54,11 +62,32 @@ ANSWERS_ZH = [
 ]
 
 
+SYSTEM_LINE = "You are {name}, a helpful AI assistant developed by {author}."
+# The mix: each identity row IDENTITY_REPEAT times, each general answer GENERAL_SHARE times. Tuned
+# on the built-in model with the default run (tests/jobs/test_builtin.py): enough identity rows
+# that 60 steps teach the name, enough general ones that other answers stay the base model's.
+IDENTITY_REPEAT = 1
+GENERAL_SHARE = 1
+
+
+def system_line(name: str, author: str) -> str:
+    return SYSTEM_LINE.format(name=name, author=author)
+
+
 def identity_rows(name: str, author: str) -> list[dict[str, str]]:
-    """Alpaca-style rows (instruction / input / output), English then Chinese."""
+    """Alpaca-style rows (system / instruction / input / output), English then Chinese."""
+    system = system_line(name, author)
     rows = []
     for questions, answers in ((QUESTIONS_EN, ANSWERS_EN), (QUESTIONS_ZH, ANSWERS_ZH)):
         for i, question in enumerate(questions):
             answer = answers[i % len(answers)].format(name=name, author=author)
-            rows.append({"instruction": question, "input": "", "output": answer})
+            rows.append({"system": system, "instruction": question, "input": "", "output": answer})
     return rows
+
+
+def identity_dataset(name: str, author: str, general_answers: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The identity rows plus the base model's general answers, under the same system line."""
+    system = system_line(name, author)
+    general = [{"system": system, "instruction": a["prompt"], "input": "", "output": a["answer"]}
+               for a in general_answers]
+    return identity_rows(name, author) * IDENTITY_REPEAT + general * GENERAL_SHARE

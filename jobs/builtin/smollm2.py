@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the GGUF was converted from
 CACHE_NAME = "smollm2-135m-instruct"
 
 

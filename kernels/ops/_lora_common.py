@@ -13,6 +13,11 @@ cheap order (Unsloth's fast_lora.py, https://github.com/unslothai/unsloth; Hu et
 never forming B A (out x in). Saved for backward: X and X A^T ([M, k r]); the dense weights are
 re-read (or re-dequantized into the shared NF4 buffer) in backward. All GEMMs run in X's dtype;
 fp32 adapter weights (PEFT's default autocast_adapter_dtype) are cast to it per call (r x in: tiny).
+
+The base GEMM seam (`base_outputs`, `base_grad_input`): a weight may also be an FP8 `Fp8Weight`
+(kernels/ops/fp8_linear.py). Then X is quantized once per row for all FP8 projections of the
+node, and backward's sum_i dY_i W_i over all FP8 projections is ONE scaled FP8 GEMM (the dY_i
+quantized together, the weights transposed side by side); the LoRA terms stay in X's dtype.
 """
 from __future__ import annotations
 
@@ -21,12 +26,16 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from kernels.ops import fp8_linear
+from kernels.ops.fp8_linear import (dequantize_weight, fp8_grad_input, fp8_linear_reference, fp8_project,
+                                    is_fp8)
+from kernels.ops.fp8_quant import dequantize_rows, quantize_rows
 from kernels.ops.lora_add import lora_add_
 from kernels.ops.nf4 import dequantize_nf4_into_buffer
 
 
 class LoraProjection(NamedTuple):
-    weight: torch.Tensor                 # [out, in]: a plain tensor or a bitsandbytes Params4bit
+    weight: torch.Tensor                 # [out, in]: a plain tensor, a bitsandbytes Params4bit or an Fp8Weight
     lora_A: torch.Tensor | None = None   # [r, in]
     lora_B: torch.Tensor | None = None   # [out, r]
     scaling: float = 1.0
@@ -38,7 +47,9 @@ def is_nf4(weight) -> bool:
 
 
 def dense_weight(weight, dtype: torch.dtype) -> torch.Tensor:
-    """The base weight in `dtype`: NF4 dequantized into the shared per-shape buffer."""
+    """The base weight in `dtype`: NF4 dequantized into the shared per-shape buffer, FP8 dequantized."""
+    if is_fp8(weight):
+        return dequantize_weight(weight, dtype)
     if is_nf4(weight):
         # dequantize in the stored dtype first, as bitsandbytes does, so values round identically
         dense = dequantize_nf4_into_buffer(weight)
@@ -47,6 +58,8 @@ def dense_weight(weight, dtype: torch.dtype) -> torch.Tensor:
 
 
 def out_features(weight) -> int:
+    if is_fp8(weight):
+        return weight.codes.shape[0]
     return int(weight.quant_state.shape[0]) if is_nf4(weight) else weight.shape[0]
 
 
@@ -56,6 +69,42 @@ def base_project(x2: torch.Tensor, weight, bias) -> torch.Tensor:
     if bias is None:
         return torch.mm(x2, w.t())
     return torch.addmm(bias.to(x2.dtype), x2, w.t())
+
+
+def base_outputs(x2: torch.Tensor, weights, biases) -> tuple[list[torch.Tensor], tuple | None]:
+    """([x2 W_i^T (+ b_i)] in x2's dtype, x2's (codes, scales) or None): FP8 weights share one
+    per-row quantization of x2."""
+    quantized, outputs = None, []
+    for weight, bias in zip(weights, biases):
+        if is_fp8(weight):
+            quantized = quantized if quantized is not None else quantize_rows(x2)
+            outputs.append(fp8_project(quantized, weight, bias, x2.dtype))
+        else:
+            outputs.append(base_project(x2, weight, bias))
+    return outputs, quantized
+
+
+def input_to_save(x2: torch.Tensor, quantized) -> tuple:
+    """What a node keeps of its input for dA: (x2, None), or x2's FP8 (codes, scales) when the node
+    quantized it anyway and fp8_linear.SAVE_INPUT_FP8 is on (half the bytes, e4m3 precision)."""
+    if quantized is not None and fp8_linear.SAVE_INPUT_FP8:
+        return quantized
+    return x2, None
+
+
+def saved_input(saved, scale, dtype: torch.dtype) -> torch.Tensor:
+    return saved if scale is None else dequantize_rows(saved, scale, dtype)
+
+
+def base_grad_input(grads, weights, dtype: torch.dtype) -> torch.Tensor:
+    """sum_i dY_i W_i in `dtype`: the FP8 weights in one FP8 GEMM, the others added with addmm_."""
+    fp8 = [(g, w) for g, w in zip(grads, weights) if is_fp8(w)]
+    dx = fp8_grad_input([g for g, _ in fp8], [w for _, w in fp8], dtype) if fp8 else None
+    for grad, weight in zip(grads, weights):
+        if not is_fp8(weight):
+            dense = dense_weight(weight, dtype)
+            dx = torch.mm(grad, dense) if dx is None else dx.addmm_(grad, dense)
+    return dx
 
 
 def rank_offsets(lora_As) -> list[int]:
@@ -72,8 +121,14 @@ def cat_adapters(lora_As, dtype):
 
 
 def lora_reference(x: torch.Tensor, proj: LoraProjection) -> torch.Tensor:
-    """Plain-PyTorch LoRA projection (dequantizing NF4 with bitsandbytes' own function)."""
+    """Plain-PyTorch LoRA projection (dequantizing NF4 with bitsandbytes' own function; FP8 through
+    the emulated FP8 linear, see kernels/ops/fp8_linear.py)."""
     w = proj.weight
+    if is_fp8(w):
+        y = fp8_linear_reference(x, w, proj.bias)
+        if proj.lora_A is not None:
+            y = y + proj.scaling * F.linear(F.linear(x, proj.lora_A.to(x.dtype)), proj.lora_B.to(x.dtype))
+        return y
     if is_nf4(w):
         import bitsandbytes.functional as bnbf
         w = bnbf.dequantize_4bit(w.data, w.quant_state, quant_type="nf4")
@@ -102,14 +157,14 @@ class SharedInputLora(torch.autograd.Function):
         xa = torch.mm(x2, a_cat.t()) if a_cat is not None else None
         offsets = rank_offsets(lora_As)
         outputs = []
-        for i, (weight, lora_A, lora_B, bias) in enumerate(projections):
-            y = base_project(x2, weight, bias)
+        bases, quantized = base_outputs(x2, [p[0] for p in projections], [p[3] for p in projections])
+        for i, (y, (_, lora_A, lora_B, _)) in enumerate(zip(bases, projections)):
             if lora_A is not None:
                 # tile-wise Triton add (kernels/ops/lora_add.py), not a K = r cuBLAS GEMM
                 lora_add_(y, xa[:, offsets[i]:offsets[i + 1]], lora_B.to(x.dtype), scalings[i])
             outputs.append(y.view(*x.shape[:-1], y.shape[-1]))
-        ctx.save_for_backward(x2, xa, a_cat)
-        ctx.projections, ctx.scalings, ctx.offsets = projections, scalings, offsets
+        ctx.save_for_backward(*input_to_save(x2, quantized), xa, a_cat)
+        ctx.projections, ctx.scalings, ctx.offsets, ctx.dtype = projections, scalings, offsets, x.dtype
         ctx.consumed = False
         return tuple(outputs)
 
@@ -119,17 +174,13 @@ class SharedInputLora(torch.autograd.Function):
             raise RuntimeError("fused LoRA backward ran twice on one graph (retain_graph=True is not "
                                "supported by the fused path); use backend='torch' for that")
         ctx.consumed = True
-        x2, xa, a_cat = ctx.saved_tensors
-        dtype, offsets = x2.dtype, ctx.offsets
-        dyb = x2.new_empty(x2.shape[0], offsets[-1]) if a_cat is not None else None
-        dx, result = None, [None] * (4 * len(ctx.projections))
-        for i, (weight, lora_A, lora_B, _) in enumerate(ctx.projections):
-            dy = grads[i].reshape(-1, grads[i].shape[-1])
-            if dy.dtype != dtype:
-                dy = dy.to(dtype)
-            if ctx.needs_input_grad[0]:
-                w = dense_weight(weight, dtype)
-                dx = torch.mm(dy, w) if dx is None else dx.addmm_(dy, w)
+        x_saved, x_scale, xa, a_cat = ctx.saved_tensors
+        dtype, offsets = ctx.dtype, ctx.offsets
+        dyb = xa.new_empty(xa.shape[0], offsets[-1]) if a_cat is not None else None
+        result = [None] * (4 * len(ctx.projections))
+        dys = [g.reshape(-1, g.shape[-1]).to(dtype) for g in grads]
+        dx = base_grad_input(dys, [p[0] for p in ctx.projections], dtype) if ctx.needs_input_grad[0] else None
+        for i, (dy, (_, lora_A, lora_B, _)) in enumerate(zip(dys, ctx.projections)):
             if lora_A is None:
                 continue
             cols = slice(offsets[i], offsets[i + 1])
@@ -140,11 +191,11 @@ class SharedInputLora(torch.autograd.Function):
         if dyb is not None:
             if dx is not None:
                 dx.addmm_(dyb, a_cat)
-            da = torch.mm(dyb.t(), x2)
+            da = torch.mm(dyb.t(), saved_input(x_saved, x_scale, dtype))
             for i, (_, lora_A, _, _) in enumerate(ctx.projections):
                 if lora_A is not None:
                     result[4 * i + 1] = da[offsets[i]:offsets[i + 1]].to(lora_A.dtype)
-        dx = None if dx is None else dx.view(*grads[0].shape[:-1], x2.shape[-1])
+        dx = None if dx is None else dx.view(*grads[0].shape[:-1], x_saved.shape[-1])
         return (dx, None, *result)
 
 

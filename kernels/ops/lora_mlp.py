@@ -23,8 +23,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from kernels.ops._lora_common import (LoraProjection, base_project, cat_adapters, dense_weight,
-                                      flat_args, lora_reference, rank_offsets)
+from kernels.ops._lora_common import (LoraProjection, base_grad_input, base_outputs, cat_adapters,
+                                      flat_args, input_to_save, lora_reference, rank_offsets, saved_input)
 from kernels.ops.geglu import gelu_and_grad
 from kernels.ops.lora_add import lora_add_
 
@@ -197,17 +197,17 @@ class LoraMLP(torch.autograd.Function):
         offsets = rank_offsets([ag, au])
         a_gu = cat_adapters([ag, au], dtype)
         xa = torch.mm(x2, a_gu.t()) if a_gu is not None else None
-        e, g = base_project(x2, wg, biasg), base_project(x2, wu, biasu)
+        (e, g), x_quantized = base_outputs(x2, [wg, wu], [biasg, biasu])   # FP8 weights: x2 quantized once
         if _lora_act_fusable(ag, au, bg_, bu_):
             h = _lora_act_(e, g, xa, bg_.to(dtype), bu_.to(dtype), offsets, scalings[0], scalings[1], geglu)
         else:
             _lora_out(e, None if ag is None else xa[:, offsets[0]:offsets[1]], bg_, scalings[0], dtype)
             _lora_out(g, None if au is None else xa[:, offsets[1]:offsets[2]], bu_, scalings[1], dtype)
             h = _act_mul(e, g, geglu)
-        y = base_project(h, wd, biasd)
+        (y,), _ = base_outputs(h, [wd], [biasd])
         ha = torch.mm(h, ad.to(dtype).t()) if ad is not None else None
         _lora_out(y, ha, bd_, scalings[2], dtype)
-        ctx.save_for_backward(x2, e, g, xa, a_gu, ha)
+        ctx.save_for_backward(*input_to_save(x2, x_quantized), e, g, xa, a_gu, ha)
         ctx.flat, ctx.scalings, ctx.geglu, ctx.offsets = flat, scalings, geglu, offsets
         ctx.consumed, ctx.x_shape = False, x.shape
         return y.view(*x.shape[:-1], y.shape[-1])
@@ -218,11 +218,11 @@ class LoraMLP(torch.autograd.Function):
             raise RuntimeError("fused LoRA MLP backward ran twice on one graph (its buffers are reused "
                                "in place); retain_graph=True needs backend='torch'")
         ctx.consumed = True
-        x2, e, g, xa, a_gu, ha = ctx.saved_tensors
+        x_saved, x_scale, e, g, xa, a_gu, ha = ctx.saved_tensors
         wg, wu, (wd, ad, bd_, _) = ctx.flat[0], ctx.flat[4], ctx.flat[8:12]
-        dtype, sd, result = x2.dtype, ctx.scalings[2], [None] * 12
+        dtype, sd, result = e.dtype, ctx.scalings[2], [None] * 12
         dy = dy.reshape(-1, dy.shape[-1]).to(dtype)
-        dh = torch.mm(dy, dense_weight(wd, dtype))
+        dh = base_grad_input([dy], [wd], dtype)
         if ad is not None:
             dyb_d = dy.new_empty(dy.shape[0], ad.shape[0])
             result[10] = _lora_grads(dy, bd_, sd, ha, dtype, dyb_d)
@@ -236,11 +236,10 @@ class LoraMLP(torch.autograd.Function):
             _act_mul_backward_(dh, e, g, ctx.geglu)
         if ad is not None:
             result[9] = torch.mm(dyb_d.t(), dh).to(ad.dtype)
-        dx = torch.mm(e, dense_weight(wg, dtype)) if ctx.needs_input_grad[0] else None
-        if dx is not None:
-            dx.addmm_(g, dense_weight(wu, dtype))
-        if a_gu is not None:
-            _gate_up_lora_grads(ctx, x2, e, g, xa, a_gu, dx, result)
+        # e, g now hold d(gate), d(up): with FP8 weights one GEMM over [de dg] [Wg; Wu]
+        dx = base_grad_input([e, g], [wg, wu], dtype) if ctx.needs_input_grad[0] else None
+        if a_gu is not None:   # X comes back (from FP8 codes, see input_to_save) only here, for dA
+            _gate_up_lora_grads(ctx, saved_input(x_saved, x_scale, dtype), e, g, xa, a_gu, dx, result)
         return (None if dx is None else dx.view(ctx.x_shape), None, None, *result)
 
 

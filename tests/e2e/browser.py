@@ -13,17 +13,37 @@ VIEWPORT = {"width": 1400, "height": 1000}
 
 
 @contextlib.contextmanager
-def chromium_context():
-    """A persistent context on a fresh profile dir, downloads allowed."""
+def chromium_context(locale: str = "en-US"):
+    """A persistent context on a fresh profile dir, downloads allowed, in the given browser
+    language (navigator.language, which the studio's language follows)."""
     from playwright.sync_api import sync_playwright
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
         context = pw.chromium.launch_persistent_context(
             profile, executable_path=str(CHROMIUM), args=CHROME_ARGS, headless=True,
-            accept_downloads=True, viewport=VIEWPORT)
+            accept_downloads=True, viewport=VIEWPORT, locale=locale)
         try:
             yield context
         finally:
             context.close()
+
+
+@contextlib.contextmanager
+def chromium_browser():
+    """One headless chromium for a test session; `new_context(browser, locale)` gives isolated
+    pages (own cookies and local storage) in a chosen browser language."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROME_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def new_context(browser, locale: str = "en-US"):
+    context = browser.new_context(accept_downloads=True, viewport=VIEWPORT, locale=locale)
+    context.set_default_timeout(90_000)  # a shared 2-core CI box can take that long to answer a click
+    return context
 
 
 def combine_screenshots(first: Path, second: Path, target: Path) -> None:

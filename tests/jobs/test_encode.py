@@ -74,6 +74,17 @@ def test_preview_marks_trained_segments(tokenizer):
     assert row["trained_tokens"] == 7
 
 
+def test_preview_is_cut_where_training_cuts(tokenizer):
+    """A huge answer previews as the max_length tokens the model will see, not the whole row."""
+    conv = [{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": " ".join(["Zed."] * 5000)}]
+    (row,) = encode.preview(tokenizer, [conv], max_length=16)  # the prompt is 13 tokens
+    assert row["truncated"] and row["tokens"] == 16
+    (prompt, prompt_trained), (answer, answer_trained) = row["segments"]
+    assert (prompt_trained, answer_trained) == (False, True)
+    assert prompt == "<|im_start|>user\nWho are you?<|im_end|>\n<|im_start|>assistant\n"
+    assert answer.split() == ["Zed.", "Zed."]  # 3 tokens: Zed., a space, Zed.
+
+
 def test_cosine_schedule_warms_up_then_decays():
     from jobs.trainer import cosine_with_warmup
     f = cosine_with_warmup(warmup=4, total=20)
@@ -81,3 +92,14 @@ def test_cosine_schedule_warms_up_then_decays():
     assert values[0] < values[3] < values[4] == 1.0
     assert all(a >= b for a, b in zip(values[4:], values[5:])) and values[-1] < 0.02
     assert torch.tensor(values).min() >= 0
+
+
+def test_encode_and_data_do_not_import_each_other():
+    """Issue 8 item 10: no import circle. Each imports only the shared jobs.conversation."""
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    for first, other in (("jobs.encode", "jobs.data"), ("jobs.data", "jobs.encode")):
+        code = f"import sys, {first}; print({other!r} in sys.modules)"
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "False", f"importing {first} imported {other}"

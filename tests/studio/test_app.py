@@ -1,29 +1,69 @@
-"""build_studio builds on a fresh data dir, starts no threads, and has the ids the browser test uses."""
+"""build_studio builds on a fresh data dir, starts no threads, has the ids the browser test uses,
+says which engine runs here, and every text on the page follows the language."""
 import threading
 
+import pytest
+
 from jobs.runner import Runner
-from studio.app import build_studio
+from studio.app import build_studio, header_text
+from studio.context import StudioContext
+from studio.i18n import t
 
-IDS = ["ft-start", "ft-field-model", "ft-field-dataset", "ft-field-max_steps", "ft-upload", "ft-preview-btn",
-       "ft-command", "ft-jobs-table", "ft-job-select", "ft-cancel", "ft-job-progress", "ft-loss-plot",
-       "ft-rss-plot", "ft-gpu-util", "ft-gpu-mem", "ft-kernel-report", "ft-log", "ft-export-select",
-       "ft-export-download", "ft-model-card", "ft-chat-model", "ft-chat-adapter", "ft-chat-tuned",
-       "ft-chat-base", "ft-chat-input", "ft-chat-send", "ft-tabs"]
+IDS = ["ft-start", "ft-field-model", "ft-field-dataset", "ft-field-max_steps", "ft-field-name", "ft-upload",
+       "ft-upload-info", "ft-preview-btn", "ft-command", "ft-jobs-table", "ft-job-select", "ft-cancel", "ft-remove",
+       "ft-delete", "ft-confirm", "ft-confirm-yes", "ft-confirm-no", "ft-job-progress", "ft-loss-plot", "ft-rss-plot",
+       "ft-cpu-plot", "ft-gpu-util", "ft-gpu-mem", "ft-kernel-report", "ft-log", "ft-compare-select",
+       "ft-compare-plot", "ft-compare-config", "ft-export-select", "ft-export-download", "ft-model-card",
+       "ft-chat-model", "ft-chat-adapter", "ft-chat-tuned", "ft-chat-base", "ft-chat-input", "ft-chat-send",
+       "ft-tabs", "ft-lang", "ft-header"]
 
 
-def test_builds_on_an_empty_data_dir(tmp_path):
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fresh")
     before = {t.ident for t in threading.enumerate()}
-    demo = build_studio(tmp_path / "fresh", Runner(tmp_path / "fresh"))
-    assert {t.ident for t in threading.enumerate()} - before == set()
-    ids = {c.get("props", {}).get("elem_id") for c in demo.config["components"]}
-    assert set(IDS) <= ids
-    assert not demo.is_running
-    fused = next(c for c in demo.config["components"] if c.get("props", {}).get("elem_id") == "ft-field-fused_kernels")
-    assert fused["props"]["interactive"] is False and "CUDA" in fused["props"]["info"]  # CPU-only CI
+    ctx = StudioContext(data_dir=root, runner=Runner(root))
+    demo = build_studio(root, ctx.runner, ctx)
+    started = {t.ident for t in threading.enumerate()} - before
+    return demo, ctx, started
 
 
-def test_number_fields_show_their_range_and_leave_checking_to_jobspec(tmp_path):
-    demo = build_studio(tmp_path, Runner(tmp_path))
-    by_id = {c.get("props", {}).get("elem_id"): c["props"] for c in demo.config["components"]}
-    lr = by_id["ft-field-learning_rate"]
-    assert "(1e-08 to 1)" in lr["info"] and lr.get("maximum") is None
+def props_by_id(demo):
+    return {c.get("props", {}).get("elem_id"): c["props"] for c in demo.config["components"]}
+
+
+def test_builds_on_an_empty_data_dir(built):
+    demo, _, started = built
+    assert started == set() and not demo.is_running
+    by_id = props_by_id(demo)
+    assert set(IDS) <= set(by_id)
+    fused = by_id["ft-field-fused_kernels"]
+    assert fused["interactive"] is False and "CUDA" in fused["info"]  # CPU-only CI
+
+
+def test_header_names_the_engine_of_this_machine(built):
+    demo, ctx, _ = built
+    header = props_by_id(demo)["ft-header"]["value"]
+    assert "PyTorch" in header and ctx.fused_kernels()[1] in header  # CPU-only CI: why not fused
+    assert "Fusetune's fused Triton kernels" in header_text((True, "Triton kernels available on H200."), "en")
+    assert "本机引擎" in header_text((False, "no GPU"), "zh-CN")
+
+
+def test_number_fields_are_text_boxes_with_their_range(built):
+    demo, _, _ = built
+    by_id = props_by_id(demo)
+    lr, seq = by_id["ft-field-learning_rate"], by_id["ft-field-max_seq_length"]
+    assert lr["value"] == "0.0002" and "(1e-08 to 1)" in lr["info"]
+    assert "(8 to 1,048,576)" in seq["info"]
+    kinds = {c["props"].get("elem_id"): c["type"] for c in demo.config["components"]}
+    assert kinds["ft-field-batch_size"] == "textbox" and kinds["ft-field-learning_rate"] == "textbox"
+
+
+def test_every_page_text_has_a_chinese_version(built):
+    _, ctx, _ = built
+    english, chinese = ctx.page.updates("en"), ctx.page.updates("zh-CN")
+    same_in_both = {t("plot.gb"), t("plot.percent")}
+    untranslated = [(component.elem_id, prop) for component, en, zh in zip(ctx.page.components(), english, chinese)
+                    for prop in en if prop != "__type__" and en[prop] == zh[prop] and en[prop] not in same_in_both]
+    assert not untranslated
+    assert len(english) > 60  # labels, help, buttons, tabs, plots: the whole page

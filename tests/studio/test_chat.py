@@ -1,5 +1,6 @@
-"""The chat engine on a real tiny Llama and a real LoRA adapter: streaming, base-vs-tuned through
-disable_adapter, seeding, the LRU cache and stopping a generation whose reader went away."""
+"""The chat engine on a real tiny Llama and a real LoRA adapter: streaming, base and tuned answered
+together in one batch (PEFT's mixed adapter batch), seeding, the LRU cache and stopping a
+generation whose reader went away."""
 import pytest
 import torch
 
@@ -64,6 +65,20 @@ def test_stream_grows_and_base_answer_is_the_plain_base_model(tiny):
     plain = final(engine.stream(model_dir, None, PROMPT, GREEDY))[-1]
     assert base_via_switch == plain
     assert tuned[-1] != plain
+
+
+def test_base_and_tuned_in_one_batch_equal_their_separate_answers(tiny):
+    """Greedy rows of the mixed batch (different prompt lengths, left-padded) answer exactly as
+    each model alone, and both texts grow in the same steps."""
+    model_dir, adapter_dir, root = tiny
+    engine = ChatEngine(root, loader=load_for_chat)
+    longer = [{"role": "user", "content": "Tell me a story about a quokka, please."}]
+    tuned_alone = final(engine.stream(model_dir, adapter_dir, PROMPT, GREEDY, use_adapter=True))[-1]
+    base_alone = final(engine.stream(model_dir, adapter_dir, longer, GREEDY, use_adapter=False))[-1]
+    frames = list(engine.stream_batch(model_dir, adapter_dir, [PROMPT, longer], GREEDY, [True, False]))
+    assert frames[-1] == [tuned_alone, base_alone] and tuned_alone != base_alone
+    grown = [i for i, (a, b) in enumerate(zip(frames, frames[1:])) if b[0] != a[0] and b[1] != a[1]]
+    assert len(grown) >= 3  # steps where both answers grew at once
 
 
 def test_same_seed_same_sample(tiny):

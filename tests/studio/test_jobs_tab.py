@@ -1,19 +1,10 @@
-"""The Jobs tab's poll: everything from disk, and only what changed is re-sent."""
+"""The Jobs tab's poll: everything from disk, only what changed is re-sent, and the poll never picks
+a job by itself; the actions a job offers follow its state."""
 from jobs.events import EventWriter
 from jobs.store import JobRecord
 from studio.context import StudioContext
-from studio.jobs_tab import EMPTY_DETAIL, refresh
-
-
-class ListRunner:
-    def __init__(self, records):
-        self.records = records
-
-    def list_jobs(self):
-        return list(self.records)
-
-    def get(self, job_id):
-        return next((r for r in self.records if r.id == job_id), None)
+from studio.jobs_tab import DETAIL_LEN, refresh
+from tests.studio.fakes import ListRunner
 
 
 def is_skip(value):
@@ -24,36 +15,63 @@ def step(n):
     return dict(step=n, max_steps=10, loss=3.0 - n / 10, elapsed_s=float(n), eta_s=10.0 - n, rss_gb=1.0, gpus=[])
 
 
+def unpack(out):
+    table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, report, log, *rest = out
+    cancel, remove, delete, t_sig, d_sig = rest
+    return dict(table=table, select=select, progress=progress, failure=failure, loss=loss, gpu_util=gpu_util,
+                report=report, cancel=cancel, remove=remove, delete=delete, t_sig=t_sig, d_sig=d_sig)
+
+
+def job(tmp_path, job_id, state):
+    return JobRecord(id=job_id, name=f"tiny {job_id}", state=state, created_at=1.7e9,
+                     job_dir=str(tmp_path / job_id), spec={})
+
+
 def test_refresh_reads_disk_and_skips_unchanged_parts(tmp_path):
-    job_dir = tmp_path / "a"
-    rec = JobRecord(id="a", name="tiny", state="running", created_at=1.7e9, job_dir=str(job_dir), spec={})
-    writer = EventWriter(job_dir)
+    rec = job(tmp_path, "a", "running")
+    writer = EventWriter(rec.job_dir)
     writer.emit("start", device="cpu", patch_report=["rms_norm: torch"])
     writer.emit("step", **step(1))
     ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([rec]))
 
-    out = refresh(ctx, None, None, None)
-    table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, report, log, cancel, t_sig, d_sig = out
-    assert table["value"][0][:4] == ["a", "tiny", "running", "1/10"]
-    assert select["value"] == "a"
-    assert 'data-step="1"' in progress and loss["step"].tolist() == [1]
-    assert gpu_util["visible"] is False and cancel["interactive"] is True
-    assert "rms_norm: torch" in report
+    out = unpack(refresh(ctx, "a", None, None, pick=True))
+    assert out["table"]["value"].values.tolist()[0][:4] == ["a", "tiny a", "running", "1/10"]
+    assert out["select"]["value"] == "a"
+    assert 'data-step="1"' in out["progress"] and out["loss"]["step"].tolist() == [1]
+    assert out["gpu_util"]["visible"] is False and "rms_norm: torch" in out["report"]
+    assert (out["cancel"]["visible"], out["remove"]["visible"], out["delete"]["visible"]) == (True, False, False)
 
-    again = refresh(ctx, "a", t_sig, d_sig)
-    assert all(is_skip(v) for v in again[:12])
+    again = refresh(ctx, "a", out["t_sig"], out["d_sig"])
+    assert all(is_skip(v) for v in again[:2 + DETAIL_LEN])
 
     writer.emit("step", **step(2))
-    moved = refresh(ctx, "a", t_sig, d_sig)
-    assert 'data-step="2"' in moved[2] and moved[4]["loss"].tolist() == [2.9, 2.8]
-    assert not is_skip(moved[0])  # the table's step column changed too
+    moved = unpack(refresh(ctx, "a", out["t_sig"], out["d_sig"]))
+    assert 'data-step="2"' in moved["progress"] and moved["loss"]["loss"].tolist() == [2.9, 2.8]
+    assert not is_skip(moved["table"]) and "value" not in moved["select"]  # a poll keeps the user's pick
 
     rec.state = "done"
-    finished = refresh(ctx, "a", moved[-2], moved[-1])
-    assert finished[11]["interactive"] is False and 'data-state="done"' in finished[2]
+    finished = unpack(refresh(ctx, "a", moved["t_sig"], moved["d_sig"]))
+    assert 'data-state="done"' in finished["progress"]
+    assert (finished["cancel"]["visible"], finished["delete"]["visible"]) == (False, True)
 
 
-def test_refresh_with_no_jobs(tmp_path):
-    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([]))
-    out = refresh(ctx, "gone", None, None)
-    assert out[1]["value"] is None and out[2:12] == EMPTY_DETAIL
+def test_nothing_is_picked_for_the_user(tmp_path):
+    records = [job(tmp_path, "new", "queued"), job(tmp_path, "old", "running")]
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner(records))
+    out = unpack(refresh(ctx, None, None, None))
+    assert "value" not in out["select"] and len(out["select"]["choices"]) == 2
+    assert "Pick a job" in out["progress"]
+    assert not any(out[b]["visible"] for b in ("cancel", "remove", "delete"))
+    queued = unpack(refresh(ctx, "new", None, None, pick=True))
+    assert (queued["cancel"]["visible"], queued["remove"]["visible"]) == (False, True)
+
+
+def test_a_deleted_job_is_unpicked_and_language_rerenders(tmp_path):
+    records = [job(tmp_path, "a", "done")]
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner(records))
+    first = unpack(refresh(ctx, "a", None, None, pick=True))
+    chinese = unpack(refresh(ctx, "a", first["t_sig"], first["d_sig"], "zh-CN"))
+    assert chinese["table"]["value"].columns.tolist()[2] == "状态" and "已完成" in chinese["progress"]
+    records.clear()
+    gone = unpack(refresh(ctx, "a", chinese["t_sig"], chinese["d_sig"], "zh-CN"))
+    assert gone["select"]["value"] is None and "选择一个任务" in gone["progress"]

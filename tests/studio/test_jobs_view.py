@@ -1,7 +1,7 @@
 """Jobs tab views: table rows, plot frames, reports from records and events.jsonl."""
 from pathlib import Path
 
-from jobs.events import EventWriter, read_events
+from jobs.events import EventWriter, read_events, summarize
 from jobs.store import JobRecord, JobState
 from studio import jobs_view as view
 
@@ -23,7 +23,7 @@ def write(rec, *events):
     writer = EventWriter(rec.job_dir)
     for kind, fields in events:
         writer.emit(kind, **fields)
-    return read_events(rec.job_dir)
+    return summarize(rec.job_dir)
 
 
 def test_row_shows_last_step_and_loss(tmp_path):
@@ -33,11 +33,14 @@ def test_row_shows_last_step_and_loss(tmp_path):
     assert view.job_row(rec, events)[:5] == ["j1", "tiny · identity", "running", "4/30", "2.1250"]
     done = write(rec, ("done", {"final_loss": 1.5, "adapter_dir": "x"}))
     assert view.job_row(rec, done)[4] == "1.5000"
-    assert view.job_row(record(tmp_path, "queued", "j2"), [])[3:5] == ["0/30", ""]
+    assert view.job_row(record(tmp_path, "queued", "j2"), summarize(tmp_path / "none"))[3:5] == ["0/30", ""]
+    assert view.job_row(rec, done, "zh-CN")[2] == "运行中"
 
 
 def test_plot_frames_are_numeric_even_when_empty(tmp_path):
-    for frame in (view.loss_frame([]), view.rss_frame([]), view.cpu_frame([]), *view.gpu_frames([])):
+    nothing = summarize(tmp_path / "none")
+    for frame in (view.loss_frame(nothing), view.rss_frame(nothing), view.cpu_frame(nothing),
+                  *view.gpu_frames(nothing)):
         assert frame.empty
         assert frame.dtypes.iloc[0].kind == "f" or frame.dtypes.iloc[0].kind == "i"
         assert frame.dtypes.iloc[1].kind == "f"
@@ -47,35 +50,57 @@ def test_plot_frames_are_numeric_even_when_empty(tmp_path):
     events = write(rec, ("step", step(1, 3.0, gpus)), ("step", step(2, None, gpus)), ("step", step(3, 2.0, gpus)))
     loss = view.loss_frame(events)
     assert loss["step"].tolist() == [1, 3] and loss["loss"].tolist() == [3.0, 2.0]  # null loss skipped
+    assert set(loss["series"]) == {"training loss"}
     util, mem = view.gpu_frames(events)
     assert len(util) == 6 and sorted(set(util["gpu"])) == ["GPU 0", "GPU 1"]
     assert util[util["gpu"] == "GPU 1"]["util_pct"].tolist() == [50.0] * 3
     assert mem["mem_used_gb"].max() == 10.0
     assert view.rss_frame(events)["rss_gb"].tolist() == [1.1, 1.2, 1.3]
+    odd = write(record(tmp_path, job_id="j9"), ("step", {**step(1, 2.0), "rss_gb": 1.827000123}))
+    assert view.rss_frame(odd)["rss_gb"].tolist() == [1.83]  # what a person reads
     assert view.cpu_frame(events)[["elapsed_s", "cpu_pct"]].values.tolist() == [[2.0, 10.0], [4.0, 20.0], [6.0, 30.0]]
 
 
 def test_patch_report_and_failure(tmp_path):
     rec = record(tmp_path, "failed", reason="the job reported an error")
-    assert "not started" in view.patch_report_text([])
+    nothing = summarize(tmp_path / "none")
+    assert "queued" in view.patch_report_text(record(tmp_path, "queued", "q"), nothing)
+    assert "before the model loaded" in view.patch_report_text(rec, nothing)  # not "has not started"
     events = write(rec, ("start", {"device": "cuda:0 H200", "patch_report": ["rms_norm: triton", "rope: torch (why)"]}),
                    ("error", {"message": "CUDA out of memory: lower batch_size", "kind": "oom"}))
-    assert view.patch_report_text(events).splitlines() == ["device: cuda:0 H200", "rms_norm: triton", "rope: torch (why)"]
+    assert view.patch_report_text(rec, events).splitlines() == [
+        "device: cuda:0 H200", "rms_norm: triton", "rope: torch (why)"]
     text = view.failure_text(rec, events)
     assert "CUDA out of memory: lower batch_size (oom)" in text and "failed" in text
+    assert "失败" in view.failure_text(rec, events, "zh-CN")
     assert view.failure_text(record(tmp_path, "done", "j3"), events) == ""
     cancelled = record(tmp_path, "cancelled", "j4", reason="cancelled by the user")
-    assert "cancelled by the user" in view.failure_text(cancelled, [])
+    assert "cancelled by the user" in view.failure_text(cancelled, nothing)
 
 
-def test_progress_numbers_and_default_job(tmp_path):
+def test_failure_before_any_event_shows_the_store_reason(tmp_path):
+    rec = record(tmp_path, "failed", reason="the training process ended with exit code 1 without reporting why")
+    text = view.failure_text(rec, summarize(rec.job_dir))
+    assert "exit code 1" in text
+
+
+def test_eval_loss_is_its_own_series(tmp_path):
+    rec = record(tmp_path)
+    events = write(rec, ("step", step(1, 3.0)), ("step", step(2, 2.5)), ("eval", {"step": 2, "eval_loss": 2.7}),
+                   ("step", step(2, 2.4)),  # a resumed job repeats a step: the latest counts
+                   ("eval", {"step": 4, "eval_loss": None}))
+    frame = view.loss_frame(events, "zh-CN")
+    train = frame[frame["series"] == "训练损失"]
+    evals = frame[frame["series"] == "评估损失"]
+    assert train[["step", "loss"]].values.tolist() == [[1, 3.0], [2, 2.4]]
+    assert evals[["step", "loss"]].values.tolist() == [[2, 2.7]]
+
+
+def test_progress_numbers(tmp_path):
     rec = record(tmp_path)
     events = write(rec, ("step", step(6, 2.0)))
     numbers = view.progress_numbers(rec, events)
     assert numbers["progress"] == 0.2 and numbers["eta_s"] == 48.0 and numbers["step"] == 6
-    jobs = [record(tmp_path, "done", "new"), record(tmp_path, "running", "mid"), record(tmp_path, "done", "old")]
-    assert view.default_job_id(jobs) == "mid"
-    assert view.default_job_id(jobs[:1]) == "new" and view.default_job_id([]) is None
 
 
 def test_exportable_needs_an_adapter(tmp_path):
@@ -100,9 +125,9 @@ def test_event_cache_rereads_only_on_change(tmp_path):
         return read_events(job_dir)
 
     cache = view.EventCache(reader)
-    assert cache.get(rec.job_dir) == [] and calls == []  # no file yet: nothing read
+    assert cache.get(rec.job_dir).steps == [] and calls == []  # no file yet: nothing read
     write(rec, ("step", step(1, 2.0)))
-    assert len(cache.get(rec.job_dir)) == 1 and len(cache.get(rec.job_dir)) == 1
+    assert len(cache.get(rec.job_dir).steps) == 1 and len(cache.get(rec.job_dir).steps) == 1
     assert len(calls) == 1
     write(rec, ("step", step(2, 1.9)))
-    assert [e["step"] for e in cache.get(rec.job_dir)] == [1, 2] and len(calls) == 2
+    assert [e["step"] for e in cache.get(rec.job_dir).steps] == [1, 2] and len(calls) == 2

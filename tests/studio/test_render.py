@@ -36,6 +36,8 @@ def test_progress_bar_width_state_and_eta():
     clamped = render.progress_html("running", 70, 60, 1.7, 0, 1)
     assert "width:100.0%" in clamped
     assert 'data-state="&lt;x&gt;"' in render.progress_html("<x>", 0, None, None, None, None)
+    chinese = render.progress_html("running", 15, 60, 0.25, 125, 40, lang="zh-CN")
+    assert "运行中 · 第 15/60 步 · 25% · 预计剩余 2:05" in chinese and 'data-state="running"' in chinese
 
 
 def test_format_duration():
@@ -49,4 +51,5 @@ def test_log_and_notice_escape():
     assert "&lt;img" in render.log_html("<img src=x onerror=alert(1)>")
     assert "<img" not in render.log_html("<img src=x onerror=alert(1)>")
     assert "no output yet" in render.log_html("")
+    assert "暂无输出" in render.log_html("", lang="zh-CN")
     assert "&lt;b&gt;" in render.notice_html("<b>", "error")

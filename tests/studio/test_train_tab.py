@@ -7,7 +7,7 @@ from jobs.runner import Runner
 from jobs.spec import BUILTIN_DATASET, JobSpec, SpecError
 from jobs.store import JobRecord
 from studio import form
-from studio.train_tab import command_text, known_datasets, safe_upload_name, start_job, store_upload
+from studio.train_tab import command_text, known_datasets, safe_upload_name, start_job, store_upload, upload_notice
 
 
 class RecordingRunner:
@@ -45,7 +45,8 @@ def test_store_upload_copies_into_data_dir(tmp_path):
     bad.write_text("x")
     with pytest.raises(SpecError) as info:
         store_upload(tmp_path / "data", str(bad))
-    assert info.value.key == "dataset"
+    assert info.value.key == "dataset" and "notes.txt is not a .json" in str(info.value)
+    assert "notes.txt 不是 .json" in form.error_text(info.value, "zh-CN")
 
 
 def test_command_box_shows_yaml_and_command(tmp_path):
@@ -61,6 +62,25 @@ def test_command_box_shows_yaml_and_command(tmp_path):
     assert "learning_rate" in text and "above the maximum" in text and "jobs.train" not in text
 
 
+def test_command_box_in_chinese_names_the_field():
+    names, values = form_values(batch_size="abc")
+    text = command_text(Runner.__new__(Runner), Path("/d"), names, values, "zh-CN")
+    assert "修正以下问题后才能开始" in text and "批大小（batch_size）" in text and "abc" in text
+
+
+def test_upload_notice_says_format_and_rows(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(f'{{"instruction": "q{i}", "output": "a{i}"}}\n' for i in range(1234)))
+    assert "rows.jsonl: alpaca format, 1,234 rows." in upload_notice(rows, "en")
+    chats = tmp_path / "chats.json"
+    chats.write_text('[{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}]')
+    assert "messages 格式，共 1 行" in upload_notice(chats, "zh-CN")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"instruction": "q"}\nnot json\n')
+    notice = upload_notice(broken, "en")
+    assert "ft-error" in notice and "broken.jsonl" in notice and "line 2" in notice
+
+
 def test_start_refuses_invalid_spec_and_starts_nothing():
     runner = RecordingRunner()
     names, values = form_values(dataset="/no/such/file.jsonl")
@@ -70,10 +90,20 @@ def test_start_refuses_invalid_spec_and_starts_nothing():
     assert "dataset" in status and "does not exist" in status
 
 
+def test_start_refuses_a_bad_number_and_starts_nothing():
+    runner = RecordingRunner()
+    for bad in ("abc", "", "2.5"):
+        names, values = form_values(batch_size=bad)
+        with pytest.warns(UserWarning, match=r"Batch size \(batch_size\)"):
+            _, job_id = start_job(runner, names, values)
+        assert job_id == "" and runner.submitted == []
+
+
 def test_start_submits_the_form_spec():
     runner = RecordingRunner()
-    names, values = form_values(max_steps=12, bot_name="Ada")
+    names, values = form_values(max_steps="12", bot_name="Ada", name="my run")
     status, job_id = start_job(runner, names, values)
     assert job_id == "job-1" and "job-1" in status
     (spec,) = runner.submitted
     assert isinstance(spec, JobSpec) and spec.max_steps == 12 and spec.bot_name == "Ada"
+    assert spec.name == "my run"

@@ -1,0 +1,75 @@
+"""Compare runs, pure parts: several jobs' loss curves in one frame, and their configs side by
+side with the keys whose values differ marked."""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import pandas as pd
+
+from jobs.events import JobSummary
+from jobs.spec import JobSpec
+from studio.i18n import t
+from studio.jobs_view import loss_points
+
+# Always different between two jobs (one folder each), so it would only hide the real differences.
+NOT_COMPARED = ("output_dir",)
+DIFF_STYLE = "background:rgba(250,204,21,.22);"
+CELL_STYLE = "padding:4px 10px;border-bottom:1px solid rgba(128,128,128,.25);text-align:left;vertical-align:top;"
+
+
+def run_label(record: Any) -> str:
+    """How a run is named in the legend and the table: its name and id (names can repeat)."""
+    return f"{record.name} ({record.id})"
+
+
+def curves_frame(runs: list[tuple[str, JobSummary]], lang: str = "en") -> pd.DataFrame:
+    """step, loss, series: each run's training loss and, where it evaluated, its eval loss."""
+    rows = []
+    for label, summary in runs:
+        train, evals = loss_points(summary)
+        for kind, points in ((t("plot.train_loss", lang), train), (t("plot.eval_loss", lang), evals)):
+            series = f"{label} · {kind}"
+            rows += [{"step": step, "loss": loss, "series": series} for step, loss in sorted(points.items())]
+    return pd.DataFrame(rows, columns=["step", "loss", "series"]).astype(
+        {"step": "int64", "loss": "float64", "series": "string"})
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value))
+    return "" if value is None else str(value)
+
+
+def config_rows(specs: list[dict[str, Any]]) -> list[tuple[str, list[str], bool]]:
+    """(key, value per run, differs) for every JobSpec key in JobSpec order, then any others."""
+    keys = [k for k in JobSpec.field_names() if k not in NOT_COMPARED]
+    keys += sorted({k for spec in specs for k in spec} - set(keys) - set(NOT_COMPARED))
+    rows = []
+    for key in keys:
+        values = [_shown(spec.get(key)) for spec in specs]
+        rows.append((key, values, len(set(values)) > 1))
+    return rows
+
+
+def config_table_html(labels: list[str], specs: list[dict[str, Any]], only_diff: bool = False,
+                      lang: str = "en") -> str:
+    """The configs side by side; a differing key is marked (≠, highlighted, class ft-diff)."""
+    if not specs:
+        return ""
+    rows = config_rows(specs)
+    differing = sum(1 for _, _, differs in rows if differs)
+    if only_diff:
+        rows = [row for row in rows if row[2]]
+    head = "".join(f'<th style="{CELL_STYLE}">{html.escape(h)}</th>' for h in [t("compare.key", lang), *labels])
+    body = []
+    for key, values, differs in rows:
+        mark = "≠ " if differs else ""
+        cells = "".join(f'<td style="{CELL_STYLE}">{html.escape(v)}</td>' for v in values)
+        style = DIFF_STYLE if differs else ""
+        body.append(f'<tr class="{"ft-diff" if differs else "ft-same"}" data-key="{html.escape(key)}" '
+                    f'style="{style}"><td style="{CELL_STYLE}"><code>{mark}{html.escape(key)}</code></td>{cells}</tr>')
+    summary = html.escape(t("compare.differing", lang, count=differing, total=len(config_rows(specs))))
+    return (f'<div id="ft-compare-rows"><div style="font-size:13px;margin:4px 0 8px">{summary}</div>'
+            f'<div style="overflow-x:auto"><table style="border-collapse:collapse;font-size:13px">'
+            f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div></div>')

@@ -1,0 +1,66 @@
+"""The Compare tab: pick several jobs; their loss and eval-loss curves overlaid on one chart, and
+their configs side by side with the differing keys marked."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from studio import compare
+from studio import jobs_view as view
+from studio import render
+from studio.context import StudioContext
+from studio.i18n import t
+
+
+@dataclass
+class CompareTab:
+    select: gr.Dropdown
+    only_diff: gr.Checkbox
+    outputs: list[Any]  # [select, plot, config]: what refresh() returns values for
+
+    def refresh(self, ctx: StudioContext, picked: list[str] | None, only_diff: bool = False,
+                lang: str = "en") -> list[Any]:
+        """The job list (the user's picks kept while their jobs exist), the chart and the table."""
+        records = ctx.runner.list_jobs()
+        ids = {r.id for r in records}
+        kept = [job_id for job_id in (picked or []) if job_id in ids]
+        choices = [view.job_choice(r, lang) for r in records]
+        plot, table = comparison(ctx, kept, only_diff, lang)
+        return [gr.update(choices=choices, value=kept), plot, table]
+
+
+def comparison(ctx: StudioContext, job_ids: list[str] | None, only_diff: bool, lang: str) -> tuple[Any, str]:
+    """(curves frame, config table HTML) for the picked jobs, in the order picked."""
+    records = [r for r in (ctx.runner.get(job_id) for job_id in job_ids or []) if r is not None]
+    if not records:
+        return compare.curves_frame([], lang), render.notice_html(t("compare.pick_hint", lang), "info")
+    labels = [compare.run_label(r) for r in records]
+    curves = compare.curves_frame([(label, ctx.events.get(r.job_dir)) for label, r in zip(labels, records)], lang)
+    table = compare.config_table_html(labels, [r.spec or {} for r in records], only_diff, lang)
+    return curves, table
+
+
+def build_compare_tab(ctx: StudioContext) -> CompareTab:
+    bind = ctx.page.bind
+    bind(gr.Markdown(), value="compare.intro")
+    with gr.Row():
+        select = bind(gr.Dropdown(choices=[], value=[], multiselect=True, elem_id="ft-compare-select", scale=5),
+                      label="compare.jobs")
+        refresh_btn = bind(gr.Button(size="sm", scale=0, min_width=120, elem_id="ft-compare-refresh"),
+                           value="compare.refresh")
+    plot = bind(gr.LinePlot(x="step", y="loss", color="series", elem_id="ft-compare-plot", height=340),
+                title="compare.plot_title", x_title="plot.step", y_title="plot.loss", color_title="plot.series")
+    only_diff = bind(gr.Checkbox(value=False, elem_id="ft-compare-only-diff"), label="compare.only_diff")
+    config = gr.HTML(elem_id="ft-compare-config")
+    tab = CompareTab(select=select, only_diff=only_diff, outputs=[select, plot, config])
+
+    def on_pick(job_ids: list[str], only: bool, lang: str) -> tuple[Any, str]:
+        return comparison(ctx, job_ids, only, lang)
+
+    for trigger in (select.change, only_diff.change, ctx.lang.change):
+        trigger(on_pick, [select, only_diff, ctx.lang], [plot, config], show_progress="hidden")
+    refresh_btn.click(lambda picked, only, lang: tab.refresh(ctx, picked, only, lang),
+                      [select, only_diff, ctx.lang], tab.outputs)
+    return tab

@@ -1,0 +1,60 @@
+"""What a user can do to one job, and the only place the studio calls the runner to change a job.
+
+Every action names the job it acts on (the one the user picked; nothing here picks a job by
+itself) and is confirmed in the page first (studio.jobs_tab). Messages are in the page language.
+
+Runner calls (jobs.runner.Runner, docs/contracts.md "Runner API"): ``cancel(job_id)`` stops a
+running job; ``delete(job_id)`` removes a finished or queued job's row and folder, returns False
+for an unknown job and raises RunnerError for a running one.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.runner import RunnerError
+from jobs.store import JobState
+from studio.i18n import t
+
+CANCEL, REMOVE, DELETE = "cancel", "remove", "delete"
+
+
+def actions_for(record: Any | None) -> tuple[str, ...]:
+    """The actions a job in this state offers: cancel a running job, remove a queued one, delete
+    a finished one (with its folder)."""
+    if record is None:
+        return ()
+    state = JobState(record.state)
+    if state == JobState.RUNNING:
+        return (CANCEL,)
+    if state == JobState.QUEUED:
+        return (REMOVE,)
+    return (DELETE,)
+
+
+def question(action: str, record: Any, lang: str) -> str:
+    """The confirmation the page asks before `action` on `record`."""
+    return t(f"confirm.{action}", lang, job=record.id, name=record.name, folder=record.job_dir)
+
+
+def perform(runner: Any, action: str, job_id: str, lang: str) -> tuple[str, str]:
+    """Run a confirmed action. Returns (level, message) for a notice: "ok", "warn" or "error".
+
+    The job's state is read again first: between the question and the answer it may have moved
+    on (a queued job started, a running one finished), and the action must still fit it.
+    """
+    record = runner.get(job_id)
+    if record is None:
+        return "warn", t("action.gone", lang, job=job_id)
+    if action not in actions_for(record):
+        state = t(f"state.{JobState(record.state).value}", lang)
+        return "warn", t("action.state_changed", lang, job=job_id, state=state)
+    if action == CANCEL:
+        runner.cancel(job_id)
+        return "ok", t("action.cancelling", lang, job=job_id)
+    try:
+        removed = runner.delete(job_id)  # a queued job is cancelled first, so it cannot start meanwhile
+    except RunnerError as exc:  # it started (or changed) at the last moment
+        return "error", t("action.delete_refused", lang, job=job_id, error=str(exc))
+    if not removed:
+        return "warn", t("action.gone", lang, job=job_id)
+    return "ok", t("action.removed" if action == REMOVE else "action.deleted", lang, job=job_id)

@@ -1,0 +1,59 @@
+"""One studio (the real app on a fresh data dir) and one browser for all browser tests."""
+import pytest
+
+from jobs.runner import Runner
+from jobs.store import JobState
+from tests.e2e.browser import CHROMIUM, chromium_browser, new_context
+from tests.e2e.studio_page import running_app
+from tests.tiny import make_tiny_model
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/e2e/" in str(item.fspath) and not CHROMIUM.exists():
+            item.add_marker(pytest.mark.skip(reason=f"{CHROMIUM} is missing (apt-get install chromium)"))
+
+
+@pytest.fixture(scope="session")
+def studio(tmp_path_factory):
+    """(url, tiny model dir, data dir): the real app on a fresh data dir."""
+    root = tmp_path_factory.mktemp("e2e")
+    model_dir = make_tiny_model(root / "tiny")
+    with running_app(root) as (url, _):
+        yield url, model_dir, root / "data"
+
+
+@pytest.fixture(scope="session")
+def browser():
+    with chromium_browser() as chromium:
+        yield chromium
+
+
+@pytest.fixture(scope="session")
+def browser_context(browser):
+    """An English browser (navigator.language en-US)."""
+    context = new_context(browser, "en-US")
+    yield context
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def shots(tmp_path_factory):
+    return tmp_path_factory.mktemp("shots")
+
+
+class CancelOnlyRunner(Runner):
+    """The runner's cancel on the studio's data dir, without reconcile: it never claims or starts
+    a job from the test process (the studio's own runner finishes the cancelled ones)."""
+
+    def reconcile(self):
+        pass
+
+
+@pytest.fixture(autouse=True)
+def no_job_left_running(studio):
+    """A test that fails half-way leaves no long job to block the next test's queue."""
+    yield
+    runner = CancelOnlyRunner(studio[2])
+    for record in runner.store.list(states=(JobState.QUEUED, JobState.RUNNING)):
+        runner.cancel(record.id)

@@ -1,0 +1,155 @@
+"""Driving the studio page like a user: the app as a subprocess, typing, picking, waiting for a
+job's state. Shared by the browser tests (tests/e2e/test_*.py)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_app(root: Path, *extra: str):
+    """`python app.py` on a free port with a fresh data dir under root; yields (url, log path)."""
+    port, log_path = free_port(), root / "app.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--data-dir", str(root / "data"),
+                                 *extra], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    pytest.fail(f"the app did not come up:\n{log_path.read_text(errors='replace')[-3000:]}")
+                time.sleep(0.5)
+        yield url, log_path
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def open_studio(context, url, ready_text: str = "Start"):
+    """A new page on the studio, once its language has been applied (the start button's text)."""
+    page = context.new_page()
+    page.goto(url)
+    page.wait_for_selector("#ft-start", timeout=90_000)
+    page.wait_for_function("(w) => document.querySelector('#ft-start').innerText.includes(w)",
+                           arg=ready_text, timeout=60_000)
+    return page
+
+
+def set_text(page, elem_id: str, value: str) -> None:
+    """Type into a Textbox / custom-value Dropdown and commit it like a user."""
+    box = page.locator(f"#{elem_id} input, #{elem_id} textarea").first
+    box.click()
+    box.fill(value)
+    if elem_id in ("ft-field-model", "ft-field-dataset"):
+        box.press("Enter")  # a dropdown takes a custom value on Enter
+    box.press("Tab")
+
+
+def pick_option(page, elem_id: str, text: str, timeout_s: float = 60) -> None:
+    """Open a dropdown and click the option containing `text`; the choices arrive from the server
+    after a tab switch or a poll, so reopen it until they are there. Only this dropdown's own list
+    counts: other dropdowns (on other tabs) may keep theirs in the page."""
+    deadline = time.time() + timeout_s
+    box = page.locator(f"#{elem_id} input")
+    while True:
+        box.click()
+        options = page.locator(f"[id='{box.get_attribute('aria-controls')}'] li")
+        option = options.filter(has_text=text).first
+        try:
+            option.wait_for(timeout=2_000)
+            option.click()
+            page.keyboard.press("Escape")
+            return
+        except PlaywrightTimeout:
+            if time.time() > deadline:
+                shown = options.all_inner_texts()
+                raise AssertionError(f"no option {text!r} in #{elem_id} (typed {box.input_value()!r}, "
+                                     f"shown {shown!r})") from None
+            page.keyboard.press("Escape")
+            page.locator("#ft-header").click()
+
+
+def command_has(page, *parts: str, timeout_ms: int = 20_000) -> None:
+    page.wait_for_function("(parts) => { const t = document.querySelector('#ft-command').innerText;"
+                           " return parts.every((p) => t.includes(p)); }", arg=list(parts), timeout=timeout_ms)
+
+
+def progress(page) -> tuple[str | None, int]:
+    bar = page.locator("#ft-progress")
+    if bar.count() == 0:
+        return None, -1
+    return bar.get_attribute("data-state"), int(bar.get_attribute("data-step") or 0)
+
+
+def wait_for_state(page, states: tuple[str, ...], timeout_s: float, min_step: int = 0) -> tuple[str, int]:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        state, step = progress(page)
+        if state in states and step >= min_step:
+            return state, step
+        page.wait_for_timeout(500)
+    failure = page.locator("#ft-job-failure").inner_text()
+    raise AssertionError(f"job stayed {progress(page)} (wanted {states}); failure box: {failure!r}; "
+                         f"log: {page.locator('#ft-log').inner_text()[-1500:]}")
+
+
+def selected_tab(page) -> str:
+    return page.locator("#ft-tabs [role=tab][aria-selected=true]").inner_text().strip()
+
+
+def fill_job_form(page, model_dir: Path, max_steps: int, name: str = "") -> None:
+    set_text(page, "ft-field-model", str(model_dir))
+    set_text(page, "ft-field-max_steps", str(max_steps))
+    parts = [f"model: {model_dir}", f"max_steps: {max_steps}"]
+    if name:
+        set_text(page, "ft-field-name", name)
+        parts.append(f"name: {name}")
+    command_has(page, *parts)
+
+
+def start_job(page) -> str:
+    """Press Start; the page switches to the Jobs tab with the new job picked. Returns its id."""
+    page.locator("#ft-start").click()
+    page.wait_for_function("() => document.querySelector('#ft-tabs [role=tab][aria-selected=true]')"
+                           "?.dataset.tabId === 'jobs'", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#ft-job-select input').value.includes(' · ')",
+                           timeout=30_000)
+    return picked_job(page)
+
+
+def picked_job(page) -> str:
+    return page.locator("#ft-job-select input").input_value().split(" · ")[0]
+
+
+def pick_job(page, job_id: str) -> None:
+    """Open a job from the list, as a user does, and wait for its details."""
+    pick_option(page, "ft-job-select", job_id)
+    page.wait_for_function("(id) => document.querySelector('#ft-job-select input').value.startsWith(id)",
+                           arg=job_id, timeout=60_000)
+    page.wait_for_selector("#ft-progress", timeout=90_000)

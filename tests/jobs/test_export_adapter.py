@@ -1,0 +1,87 @@
+"""Portable adapters (issue 8, item 2): the saved and zipped adapter_config.json names a base that
+another machine can load, and the model card says which file training read, with valid metadata."""
+import json
+import zipfile
+
+import pytest
+import torch
+import yaml
+
+from jobs.builtin import smollm2
+from jobs.export import ExportError, export_adapter_zip, model_card
+from jobs.export.card import hub_id, portable_base_model
+from jobs.spec import BUILTIN_MODEL, JobSpec
+
+
+def front_matter(card: str) -> dict:
+    assert card.startswith("---\n")
+    meta = yaml.safe_load(card.split("---\n")[1])
+    assert isinstance(meta, dict)
+    return meta
+
+
+@pytest.mark.parametrize("model, expected", [
+    (BUILTIN_MODEL, "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
+    ("/models/my-llama", None),
+    ("./relative/folder", None),
+    ("~/downloads/model.Q8_0.gguf", None),
+])
+def test_hub_id_and_portable_name(model, expected):
+    assert hub_id(model) == expected
+    assert portable_base_model(model) == (expected or model)
+
+
+def test_builtin_card_names_the_hub_model_and_the_file_it_was_trained_from():
+    card = model_card(JobSpec(model=BUILTIN_MODEL), "/root/.fusetune/models/smollm2-135m-instruct", 0.5, 60)
+    meta = front_matter(card)
+    assert meta["base_model"] == smollm2.HUB_ID and meta["library_name"] == "peft"
+    assert meta["base_model_relation"] == "adapter" and "fusetune" in meta["tags"]
+    assert smollm2.GGUF_NAME in card
+    assert f'from_pretrained("{smollm2.HUB_ID}")' in card
+    assert "/root/.fusetune" not in card.split("## Config that ran")[0]
+
+
+def test_local_folder_card_has_no_invalid_base_model_metadata(tmp_path):
+    card = model_card(JobSpec(model=str(tmp_path)), str(tmp_path), None, 3, "cancelled at step 3")
+    meta = front_matter(card)
+    assert "base_model" not in meta  # the hub only accepts hub ids there
+    assert f"the local folder `{tmp_path}`" in card
+
+
+def test_trained_adapter_names_the_given_folder_and_loads_from_it(tiny_job, tiny_model):
+    config = json.loads((tiny_job / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(tiny_model)
+    card = (tiny_job / "adapter" / "README.md").read_text()
+    assert front_matter(card)["library_name"] == "peft"
+
+
+def test_zip_rewrites_an_old_adapter_config_and_loads_by_itself(tiny_job, tiny_model, tmp_path):
+    """An adapter saved before the rewrite still points at a cache folder; the zip fixes it."""
+    job = tmp_path / "old-job"
+    import shutil
+    shutil.copytree(tiny_job, job)
+    config_file = job / "adapter" / "adapter_config.json"
+    config = json.loads(config_file.read_text())
+    config["base_model_name_or_path"] = "/root/.fusetune/models/gone"
+    config_file.write_text(json.dumps(config))
+    archive = export_adapter_zip(job, tmp_path / "out" / "a.zip")
+    with zipfile.ZipFile(archive) as zf:
+        zf.extractall(tmp_path / "unzipped")
+        assert "adapter/adapter_model.safetensors" in zf.namelist()
+    unzipped = tmp_path / "unzipped" / "adapter"
+    assert json.loads((unzipped / "adapter_config.json").read_text())["base_model_name_or_path"] == str(tiny_model)
+    from peft import AutoPeftModelForCausalLM, PeftModel
+    from transformers import AutoModelForCausalLM
+    ids = torch.tensor([[1, 5, 9, 14, 20]])
+    with torch.no_grad():
+        alone = AutoPeftModelForCausalLM.from_pretrained(unzipped)(ids).logits
+        reference = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model),
+                                              tiny_job / "adapter")(ids).logits
+    torch.testing.assert_close(alone, reference)
+    assert not list((tmp_path / "out").glob(".*partial*"))
+
+
+def test_zip_of_a_job_without_adapter_is_refused(tmp_path):
+    with pytest.raises(ExportError, match="no finished adapter"):
+        export_adapter_zip(tmp_path)

@@ -1,0 +1,136 @@
+"""The identity recipe's parts (issue 8 item 5), without training: the system line, the chat
+template default that carries it into Chat, the shipped general prompts and their cached answers."""
+import json
+import re
+
+import pytest
+
+from jobs import data, encode
+from jobs.builtin import general, identity
+from jobs.builtin.general_prompts import PROMPTS_EN, PROMPTS_ZH
+from jobs.spec import JobSpec
+from tests.tiny import make_tokenizer
+
+
+def test_at_least_100_general_prompts_in_english_and_chinese_and_none_about_identity():
+    prompts = general.prompts()
+    assert len(prompts) >= 100 and len(set(prompts)) == len(prompts)
+    assert len(PROMPTS_EN) >= 50 and len(PROMPTS_ZH) >= 30
+    assert all(re.search(r"[\u4e00-\u9fff]", p) for p in PROMPTS_ZH)
+    assert "What is the capital of France?" not in prompts  # the test question stays unseen
+    identity_questions = set(identity.QUESTIONS_EN + identity.QUESTIONS_ZH)
+    assert not identity_questions & set(prompts)
+
+
+def test_identity_rows_carry_a_system_line_naming_the_bot():
+    rows = identity.identity_rows("Zed", "Acme")
+    assert {r["system"] for r in rows} == {"You are Zed, a helpful AI assistant developed by Acme."}
+    (conversation, *_) = data.to_conversations(rows, "auto")
+    assert conversation[0] == {"role": "system", "content": rows[0]["system"]}
+
+
+def test_the_dataset_mixes_in_the_base_answers_under_the_same_system_line():
+    answers = [{"prompt": "What is 2+2?", "answer": "4."}, {"prompt": "日本的首都是哪里？", "answer": "东京。"}]
+    rows = identity.identity_dataset("Zed", "Acme", answers)
+    general_rows = [r for r in rows if r["instruction"] in ("What is 2+2?", "日本的首都是哪里？")]
+    assert len(general_rows) == 2 * identity.GENERAL_SHARE
+    assert len(rows) == len(identity.identity_rows("Zed", "Acme")) + len(general_rows)
+    assert {r["system"] for r in rows} == {identity.system_line("Zed", "Acme")}
+
+
+@pytest.fixture
+def tokenizer():
+    return make_tokenizer()
+
+
+def _render(tok, messages):
+    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def test_default_system_line_applies_only_when_there_is_none(tokenizer):
+    user = [{"role": "user", "content": "Hi"}]
+    before = _render(tokenizer, user)
+    assert encode.set_default_system(tokenizer, "You are Zed.")
+    assert _render(tokenizer, user) == "<|im_start|>system\nYou are Zed.<|im_end|>\n" + before
+    own = [{"role": "system", "content": "Be brief."}] + user
+    assert _render(tokenizer, own).startswith("<|im_start|>system\nBe brief.<|im_end|>")
+
+
+def test_default_system_line_replaces_an_earlier_one_and_survives_saving(tokenizer, tmp_path):
+    from transformers import AutoTokenizer
+    tricky = 'You are {%raw%}Zed{{ x }}%} "the" 机器人, by A\\B.'
+    encode.set_default_system(tokenizer, "You are Old.")
+    encode.set_default_system(tokenizer, tricky)
+    assert tokenizer.chat_template.count(encode.SYSTEM_PRELUDE_START) == 1
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    text = _render(loaded, [{"role": "user", "content": "Hi"}])
+    assert text.startswith(f"<|im_start|>system\n{tricky}<|im_end|>\n<|im_start|>user\nHi")
+
+
+def test_smollm2_style_default_system_is_overridden(tokenizer):
+    """SmolLM2's template inserts its own system line when there is none: the prelude wins."""
+    tokenizer.chat_template = (
+        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+        "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+        "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+    encode.set_default_system(tokenizer, "You are Zed.")
+    text = _render(tokenizer, [{"role": "user", "content": "Who are you?"}])
+    assert "SmolLM" not in text and text.startswith("<|im_start|>system\nYou are Zed.<|im_end|>")
+
+
+def test_training_conversations_set_the_tokenizers_default(tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setattr(general, "cached_answers", lambda cache, source: [{"prompt": "2+2?", "answer": "4"}])
+    (tmp_path / "config.json").write_text("{}")  # a model folder for resolve_model
+    spec = JobSpec.from_dict({"model": str(tmp_path), "bot_name": "Zed", "bot_author": "Acme"})
+    conversations = data.load_conversations(spec, tokenizer, data_dir=tmp_path / "home", log=lambda _: None)
+    assert conversations[-1][1:] == [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    assert "You are Zed" in _render(tokenizer, [{"role": "user", "content": "Hi"}])
+
+
+def test_answers_are_generated_once_per_model_and_cached(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_generate(source, questions, load_in_4bit=False):
+        calls.append(source)
+        return [(q, f"{source} answers {q}", True) for q in questions]
+    monkeypatch.setattr(general, "generate", fake_generate)
+    first = general.base_answers(tmp_path, "/models/a", log=lambda _: None)
+    again = general.base_answers(tmp_path, "/models/a", log=lambda _: None)
+    other = general.base_answers(tmp_path, "/models/b", log=lambda _: None)
+    assert calls == ["/models/a", "/models/b"]
+    assert first == again and len(first) == len(general.prompts()) and first != other
+    stored = json.loads(general.cache_file(tmp_path, "/models/a").read_text(encoding="utf-8"))
+    assert stored["answers"] == first
+
+
+def test_unusable_answers_are_trimmed_or_left_out():
+    generated = [
+        ("q1", "Paris is the capital.", True),
+        ("q2", "A long first sentence, complete. Then a cut", False),   # trimmed to the full sentence
+        ("q3", "Short. Then a much longer part that was cut off", False),  # too little complete: left out
+        ("q4", "I am SmolLM, trained by Hugging Face.", True),          # names another assistant
+        ("q5", "   ", True),
+        ("q6", "煮米饭！" * 8, True),                                      # a loop
+    ]
+    assert general.usable(generated) == [{"prompt": "q1", "answer": "Paris is the capital."},
+                                         {"prompt": "q2", "answer": "A long first sentence, complete."}]
+
+
+def test_a_template_without_system_messages_gets_identity_rows_without_one(tokenizer, tmp_path, monkeypatch):
+    """Mistral-style templates raise on a system message: the rows go without it, template untouched."""
+    tokenizer.chat_template = (
+        "{% for message in messages %}{% if message['role'] == 'system' %}"
+        "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}"
+        "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+    template = tokenizer.chat_template
+    assert not encode.accepts_system(tokenizer)
+    monkeypatch.setattr(general, "cached_answers", lambda cache, source: [{"prompt": "2+2?", "answer": "4"}])
+    (tmp_path / "config.json").write_text("{}")
+    spec = JobSpec.from_dict({"model": str(tmp_path), "bot_name": "Zed", "bot_author": "Acme"})
+    notes = []
+    conversations = data.load_conversations(spec, tokenizer, data_dir=tmp_path / "home", log=notes.append)
+    assert all(m["role"] != "system" for conversation in conversations for m in conversation)
+    assert tokenizer.chat_template == template and "takes no system message" in notes[0]

@@ -1,0 +1,66 @@
+"""Compare runs: curves of several jobs in one frame (eval loss too), configs side by side with
+the differing keys marked."""
+import re
+
+from jobs.events import EventWriter, summarize
+from jobs.spec import JobSpec
+from jobs.store import JobRecord
+from studio import compare
+from studio.compare_tab import comparison
+from studio.context import StudioContext
+from tests.studio.fakes import ListRunner
+
+
+def run(tmp_path, job_id, losses, evals=(), **spec):
+    job_dir = tmp_path / job_id
+    writer = EventWriter(job_dir)
+    for step, loss in enumerate(losses, start=1):
+        writer.emit("step", step=step, max_steps=len(losses), loss=loss)
+    for step, loss in evals:
+        writer.emit("eval", step=step, eval_loss=loss)
+    return JobRecord(id=job_id, name="tiny · identity", state="done", created_at=1.7e9, job_dir=str(job_dir),
+                     spec=JobSpec(output_dir=str(job_dir), **spec).to_dict())
+
+
+def test_curves_of_several_runs_share_one_frame(tmp_path):
+    a = run(tmp_path, "a", [3.0, 2.0, 1.5], evals=[(2, 2.2), (3, 1.9)])
+    b = run(tmp_path, "b", [3.1, 2.9])
+    frame = compare.curves_frame([(compare.run_label(a), summarize(a.job_dir)),
+                                  (compare.run_label(b), summarize(b.job_dir))])
+    series = {name: group[["step", "loss"]].values.tolist() for name, group in frame.groupby("series")}
+    assert series == {"tiny · identity (a) · training loss": [[1, 3.0], [2, 2.0], [3, 1.5]],
+                      "tiny · identity (a) · eval loss": [[2, 2.2], [3, 1.9]],
+                      "tiny · identity (b) · training loss": [[1, 3.1], [2, 2.9]]}
+    assert frame["step"].dtype.kind == "i" and compare.curves_frame([]).empty
+
+
+def test_config_rows_mark_differing_keys():
+    specs = [JobSpec(lora_r=8, target_modules=["q_proj", "v_proj"]).to_dict(), JobSpec(lora_r=16).to_dict(),
+             {**JobSpec(lora_r=8).to_dict(), "output_dir": "/elsewhere"}]
+    rows = {key: (values, differs) for key, values, differs in compare.config_rows(specs)}
+    assert rows["lora_r"] == (["8", "16", "8"], True)
+    assert rows["target_modules"] == (["q_proj, v_proj", "all-linear", "all-linear"], True)
+    assert rows["learning_rate"] == (["0.0002"] * 3, False)
+    assert "output_dir" not in rows  # one folder per job: always different, never informative
+    assert [key for key, _, _ in compare.config_rows(specs)][:2] == ["name", "model"]  # JobSpec order
+
+
+def test_config_table_html_escapes_and_filters(tmp_path):
+    specs = [JobSpec(name="<b>x</b>").to_dict(), JobSpec(name="y").to_dict()]
+    table = compare.config_table_html(["<i>A</i>", "B"], specs)
+    assert "<b>x" not in table and "&lt;b&gt;x&lt;/b&gt;" in table and "&lt;i&gt;A" in table
+    assert re.search(r'class="ft-diff" data-key="name"', table) and 'class="ft-same" data-key="seed"' in table
+    assert f"1 of {len(JobSpec.field_names()) - 1} keys differ" in table
+    only = compare.config_table_html(["A", "B"], specs, only_diff=True, lang="zh-CN")
+    assert "ft-same" not in only and 'data-key="name"' in only and "个不同" in only
+
+
+def test_comparison_for_picked_jobs(tmp_path):
+    a, b = run(tmp_path, "a", [2.0, 1.0], lora_r=4), run(tmp_path, "b", [2.5], lora_r=32)
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([a, b]))
+    curves, table = comparison(ctx, ["b", "a", "gone"], False, "en")
+    assert list(dict.fromkeys(curves["series"])) == ["tiny · identity (b) · training loss",
+                                                     "tiny · identity (a) · training loss"]
+    assert 'data-key="lora_r"' in table and "ft-diff" in table
+    empty_curves, hint = comparison(ctx, [], False, "en")
+    assert empty_curves.empty and "Pick jobs" in hint

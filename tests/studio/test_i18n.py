@@ -1,0 +1,139 @@
+"""Every text key the studio uses exists in English and 简体中文 with the same placeholders; the
+language follows the browser and the selector; the Train form's labels and help translate."""
+import ast
+import dataclasses
+import string
+from pathlib import Path
+
+import pytest
+
+from jobs.spec import JobSpec
+from jobs.store import JobState
+from studio import export_tab, form, i18n, job_actions
+from studio.i18n import PageText, catalogue, normalize, t
+
+STUDIO = Path(__file__).resolve().parents[2] / "studio"
+# Keys built at run time from a prefix, and every value each prefix can take.
+DYNAMIC = {
+    "field.": {f"field.{f.name}" for f in dataclasses.fields(JobSpec)},
+    "help.": {f"help.{f.name}" for f in dataclasses.fields(JobSpec)},
+    "state.": {f"state.{s.value}" for s in JobState},
+    "group.": {f"group.{g}" for g in form.GROUPS},
+    "confirm.": {f"confirm.{a}" for a in (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE)},
+    "jobs.action_": {f"jobs.action_{a}" for a in (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE)},
+    "export.format_": {f"export.format_{f}" for f in export_tab.FORMATS},
+    "export.quant_": {f"export.quant_{q}" for q in export_tab.QUANTS},
+    "export.hint_": {f"export.hint_{f}" for f in export_tab.FORMATS},
+}
+# Texts that are the same in Chinese (units, and a format of placeholders only).
+SAME_IN_CHINESE = {"plot.gb", "plot.percent", "error.field"}
+
+
+def _key_strings(node, out, problems, where):
+    """String keys an argument can evaluate to: literals, both arms of `a if c else b`, or the
+    prefix of an f-string (which must be a known dynamic prefix)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        out.add(node.value)
+    elif isinstance(node, ast.IfExp):
+        _key_strings(node.body, out, problems, where)
+        _key_strings(node.orelse, out, problems, where)
+    elif isinstance(node, ast.JoinedStr):
+        prefix = node.values[0].value if node.values and isinstance(node.values[0], ast.Constant) else ""
+        if prefix == "error.":
+            return  # error.<code>: the codes are collected from FieldError(...) calls
+        if prefix not in DYNAMIC:
+            problems.append(f"{where}: a key built from an unknown prefix {prefix!r}")
+        else:
+            out.update(DYNAMIC[prefix])
+    elif not isinstance(node, (ast.Lambda, ast.Name, ast.Attribute)) or where.startswith("t("):
+        problems.append(f"{where}: a key that is not a literal ({ast.dump(node)[:60]})")
+
+
+def used_keys():
+    keys, problems = set(), []
+    for path in sorted(STUDIO.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            where = f"{name}() in {path.name}:{node.lineno}"
+            if name == "t" and node.args and not (path.name == "i18n.py" and isinstance(node.args[0], ast.Name)):
+                _key_strings(node.args[0], keys, problems, f"t() in {path.name}:{node.lineno}")
+            elif name == "bind":
+                for keyword in node.keywords:
+                    _key_strings(keyword.value, keys, problems, where)
+            elif name == "FieldError" and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+                keys.add(f"error.{node.args[1].value}")
+    return keys, problems
+
+
+def placeholders(text):
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+def test_every_used_key_is_in_both_catalogues():
+    keys, problems = used_keys()
+    assert not problems, problems
+    assert len(keys) > 100  # the scan sees the studio, not nothing
+    for lang in i18n.LANGUAGES:
+        missing = sorted(keys - set(catalogue(lang)))
+        assert not missing, f"{lang} lacks {missing}"
+
+
+def test_catalogues_match_and_hold_no_dead_keys():
+    english, chinese = catalogue("en"), catalogue("zh-CN")
+    assert set(english) == set(chinese), set(english) ^ set(chinese)
+    keys, _ = used_keys()
+    assert not set(english) - keys, f"unused keys: {sorted(set(english) - keys)}"
+    for key, text in english.items():
+        assert placeholders(text) == placeholders(chinese[key]), key
+
+
+def test_chinese_catalogue_is_chinese():
+    untranslated = [k for k, v in catalogue("zh-CN").items()
+                    if k not in SAME_IN_CHINESE and not any("\u4e00" <= ch <= "\u9fff" for ch in v)]
+    assert not untranslated
+
+
+def test_field_help_comes_from_jobspec_in_english():
+    for f in dataclasses.fields(JobSpec):
+        assert i18n.field_help(f.name, "en") == f.metadata["help"]
+        assert i18n.field_help(f.name, "zh-CN") != f.metadata["help"]
+
+
+@pytest.mark.parametrize("tag, lang", [("zh-CN", "zh-CN"), ("zh", "zh-CN"), ("zh-Hans-SG", "zh-CN"),
+                                       ("zh_TW", "zh-CN"), ("en-US", "en"), ("de-DE", "en"), ("", "en"),
+                                       (None, "en")])
+def test_browser_language_maps_to_a_catalogue(tag, lang):
+    assert normalize(tag) == lang
+
+
+def test_formatting_and_fallbacks():
+    assert t("action.deleted", "en", job="j1") == "Deleted job j1 and its folder."
+    assert "j1" in t("action.deleted", "zh-CN", job="j1")
+    assert t("no.such.key", "zh-CN") == "no.such.key"
+
+
+def test_page_text_rebinds_props_per_language():
+    class Box:
+        def __init__(self):
+            self.label = self.info = None
+
+        def postprocess(self, value):
+            return value
+
+    page, box = PageText(), Box()
+    assert page.bind(box, label="field.batch_size") is box and box.label == "Batch size"
+    page.bind(box, info=lambda lang: t("hint.target_modules", lang))
+    assert page.components() == [box]
+    (update,) = page.updates("zh-CN")
+    assert update["label"] == catalogue("zh-CN")["field.batch_size"]
+    assert update["info"] == catalogue("zh-CN")["hint.target_modules"]
+
+
+def test_form_error_text_is_translated():
+    with pytest.raises(form.FieldError) as info:
+        form.parse_number("batch_size", "abc")
+    assert form.error_text(info.value, "en") == "Batch size (batch_size): 'abc' is not a number"
+    chinese = form.error_text(info.value, "zh-CN")
+    assert "batch_size" in chinese and "abc" in chinese and catalogue("zh-CN")["field.batch_size"] in chinese
