@@ -106,10 +106,23 @@ def describe(result: dict) -> dict:
         "first_step_loss": steps[0]["loss"] if steps else None,
         "losses": [round(s["loss"], 6) for s in steps],
         "peak_gb_rank0": steps[-1].get("peak_gb") if steps else None,
+        "real_tokens_per_step": steps[-1].get("tokens") if steps else None,
         "gpus_in_step_events": [g["index"] for g in steps[-1].get("gpus", [])] if steps else [],
         "patch_report": start.get("patch_report"),
         "error": result["final"].get("message") if result["final"] and result["final"]["type"] == "error" else None,
     }
+
+
+def placements(cpu: bool) -> tuple[list[str], list[str]]:
+    """The jobs.train arguments for the 1- and 2-GPU runs: GPUs by number where NVML reads them
+    (the studio's way), else processes on the GPUs CUDA shows (a machine without nvidia-ml-py)."""
+    if cpu:
+        return ["--processes", "1"], ["--processes", "2"]
+    from jobs.gpus import read_gpus
+    if len(read_gpus()) >= 2:
+        return ["--gpus", "0"], ["--gpus", "0,1"]
+    print("note: NVML reads fewer than 2 GPUs here; placing by --processes on CUDA's devices", flush=True)
+    return ["--processes", "1"], ["--processes", "2"]
 
 
 def environment() -> dict:
@@ -118,7 +131,7 @@ def environment() -> dict:
     import triton
     import peft
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    return {"gpu": gpu, "gpu_count": torch.cuda.device_count(),
+    return {"gpu": gpu, "gpu_count": torch.cuda.device_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "torch": torch.__version__, "triton": triton.__version__, "transformers": transformers.__version__,
             "peft": peft.__version__, "python": platform.python_version(),
             "config": {"shape": "llama-3.1-8b", "seq": SEQ, "batch_per_gpu": PER_GPU_BATCH, "lora_r": 16,
@@ -144,13 +157,13 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--offload-check", action="store_true")
-    parser.add_argument("--deadline-s", type=float, default=520, help="stop starting runs past this")
+    parser.add_argument("--deadline-s", type=float, default=430, help="stop starting runs past this")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny model, CPU processes: checks the script")
     args = parser.parse_args()
     global SEQ
-    one_place, two_place = ["--gpus", "0"], ["--gpus", "0,1"]
+    one_place, two_place = placements(args.cpu_smoke)
     if args.cpu_smoke:
-        SEQ, one_place, two_place = 64, ["--processes", "1"], ["--processes", "2"]
+        SEQ = 64
     began, work, out = time.time(), Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
     log = open(out.with_suffix(".log"), "a", encoding="utf-8")

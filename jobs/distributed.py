@@ -7,7 +7,7 @@ and many, so its loop reads the same either way (every method is a no-op with on
 
     dist = init()                       # from torchrun's RANK / WORLD_SIZE / LOCAL_RANK env
     dist.device, dist.is_main           # cuda:LOCAL_RANK (NCCL) or cpu (gloo); rank 0 writes files
-    dist.shard(global_micro_batch)      # this rank's contiguous part, deterministic
+    dist.shard(global_micro_batch)      # a contiguous part (BatchPlan deals whole steps: packing.deal)
     dist.all_reduce_sum(a, b)           # host numbers summed over ranks (gloo: no GPU sync)
     dist.all_reduce_(tensor)            # a device tensor summed in place, queued like a kernel
     dist.agree(flag)                    # True on every rank if it is True on any (stop requests)
@@ -81,11 +81,19 @@ class Distributed:
     def nodes(self) -> int:
         return max(1, self.world_size // max(1, self.local_world_size))
 
-    def describe(self) -> str:
-        if not self.enabled:
-            return "1 process"
+    def global_batch(self, spec) -> int:
+        """Examples (packed: rows) an optimizer step over all processes, for a JobSpec."""
+        return spec.batch_size * spec.gradient_accumulation_steps * self.world_size
+
+    def describe(self, spec=None) -> str:
+        """'2 processes on 1 node (nccl, DistributedDataParallel); global batch 8 = ...'."""
         where = f"{self.nodes} nodes" if self.nodes > 1 else "1 node"
-        return f"{self.world_size} processes on {where} ({self.backend}, DistributedDataParallel)"
+        text = (f"{self.world_size} processes on {where} ({self.backend}, DistributedDataParallel)"
+                if self.enabled else "1 process")
+        if spec is None:
+            return text
+        return (f"{text}; global batch {self.global_batch(spec)} = batch_size {spec.batch_size} x accumulation "
+                f"{spec.gradient_accumulation_steps} x {self.world_size} process(es)")
 
     # ---- data ------------------------------------------------------------------------------
     def shard(self, items: list) -> list:
@@ -208,3 +216,15 @@ def rescale_micro_index(micro_index: int, units: int, batch_size: int, then: int
         return micro_index
     epoch, index = divmod(micro_index, max(1, per_then))
     return epoch * per_now + index * per_now // max(1, per_then)
+
+
+def resume_position(state: dict, plan, batch_size: int, world: int, log) -> int:
+    """The micro_index to resume at from a checkpoint's trainer state: the same, or rescaled when
+    the checkpoint was written by another number of processes (global micro-batches of another size)."""
+    then = state.get("processes", 1)
+    if then == world:
+        return state["micro_index"]
+    units = len(plan.rows) if plan.packed else len(plan.examples)
+    log(f"note: the checkpoint was written by {then} process(es), this run has {world}; continuing at the "
+        "same point of the epoch")
+    return rescale_micro_index(state["micro_index"], units, batch_size, then, world)

@@ -158,20 +158,46 @@ def _untrained(batch: Batch) -> Batch:
     return Batch(batch.tensors, batch.ints, 0, 0)
 
 
+def deal(groups: list[list[int]], cost, rank: int, world: int) -> list[list[int]]:
+    """This process's micro-batches of one optimizer step, given the step's global micro-batches.
+
+    The step's units (examples, or packed rows) are sorted by `cost` (real tokens, longest first)
+    and cut again into global micro-batches of the same sizes, so each holds similar lengths (little
+    padding). Within each, the longest unit goes to the process with the fewest tokens of the step
+    so far, the next to the next fewest, and so on (Graham's LPT rule), one unit per process a
+    round: every process gets the same number of units per micro-batch (or one fewer), and their
+    real tokens a step never differ by more than the step's longest unit (the ranks wait for each
+    other once a step, in the gradient all-reduce). Which units a step trains on is unchanged, and
+    the loss is normalised over the whole step, so the update equals one process's."""
+    units = sorted((unit for group in groups for unit in group), key=lambda unit: -cost(unit))
+    totals, mine, start = [0] * world, [], 0
+    for size in (len(group) for group in groups):
+        dealt: list[list[int]] = [[] for _ in range(world)]
+        for round_start in range(start, start + size, world):
+            lightest = sorted(range(world), key=lambda r: (totals[r], r))
+            for unit, taker in zip(units[round_start:min(start + size, round_start + world)], lightest):
+                dealt[taker].append(unit)
+                totals[taker] += cost(unit)
+        mine.append(dealt[rank])
+        start += size
+    return mine
+
+
 class BatchPlan:
     """The micro-batches of every epoch for a set of examples: which examples, in which order."""
 
     def __init__(self, examples: list[Example], batch_size: int, row_length: int, packed: bool,
-                 seed: int, pad_id: int, shuffle: bool = True, accumulation: int = 1, shard=None):
-        """`batch_size` is the global micro-batch (per process x processes); `shard(group)` picks
-        this process's part of each (jobs/distributed.py; all of it with one process)."""
+                 seed: int, pad_id: int, shuffle: bool = True, accumulation: int = 1,
+                 rank: int = 0, world: int = 1):
+        """`batch_size` is the global micro-batch (per process x `world` processes); with several
+        processes this one (`rank`) builds its share of every optimizer step (`deal`)."""
         self.examples, self.batch_size, self.row_length = examples, batch_size, row_length
-        self.shard = shard or (lambda group: group)
-        self.accumulation = accumulation
+        self.accumulation, self.rank, self.world = accumulation, rank, world
         self.packed, self.seed, self.pad_id, self.shuffle = packed, seed, pad_id, shuffle
         self.lengths = [len(e.input_ids) for e in examples]
         self.rows = pack(self.lengths, row_length, seed) if packed else None
         self._epoch, self._order = None, []
+        self._mine_epoch, self._mine = None, []
 
     @property
     def per_epoch(self) -> int:
@@ -195,10 +221,29 @@ class BatchPlan:
             self._epoch = epoch
         return self._order
 
-    def build(self, group: list[int]) -> Batch:
-        mine = self.shard(group)
+    def unit_tokens(self, unit: int) -> int:
+        """Real tokens of an example (packed: of a row)."""
+        return sum(self.lengths[i] for i in self.rows[unit]) if self.packed else self.lengths[unit]
+
+    def my_batches(self, epoch: int) -> list[tuple[list[int], int]]:
+        """(this process's units, a unit of the global micro-batch) for every micro-batch of an
+        epoch; every micro-batch of the epoch that belongs to one optimizer step is dealt at once."""
+        groups = self.epoch_batches(epoch)
+        if self.world == 1:
+            return [(group, group[0]) for group in groups]
+        if self._mine_epoch != epoch:
+            self._mine, first, i = [], epoch * self.per_epoch, 0
+            while i < len(groups):  # a step may straddle two epochs: each part is dealt apart
+                end = min(len(groups), i + self.accumulation - (first + i) % self.accumulation)
+                dealt = deal(groups[i:end], self.unit_tokens, self.rank, self.world)
+                self._mine += [(mine, group[0]) for mine, group in zip(dealt, groups[i:end])]
+                i = end
+            self._mine_epoch = epoch
+        return self._mine
+
+    def build(self, mine: list[int], stand_in: int) -> Batch:
         if not mine:  # this process's share of an epoch's short last batch is empty
-            return _untrained(self._collate(group[:1]))
+            return _untrained(self._collate([stand_in]))
         return self._collate(mine)
 
     def _collate(self, group: list[int]) -> Batch:
@@ -210,9 +255,9 @@ class BatchPlan:
     def batch_at(self, micro_index: int) -> tuple[float, Batch]:
         """(epoch progress after this batch, the batch) for the micro_index-th micro-batch overall."""
         epoch, index = divmod(micro_index, self.per_epoch)
-        return epoch + (index + 1) / self.per_epoch, self.build(self.epoch_batches(epoch)[index])
+        return epoch + (index + 1) / self.per_epoch, self.build(*self.my_batches(epoch)[index])
 
     def all_batches(self):
         """Every batch of one pass, in order (evaluation)."""
-        for group in self.epoch_batches(0):
-            yield self.build(group)
+        for mine, stand_in in self.my_batches(0):
+            yield self.build(mine, stand_in)

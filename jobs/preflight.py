@@ -110,6 +110,7 @@ def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: i
             report.fail(exc.key or "dataset", str(exc).removeprefix(f"{exc.key}: "))
             report.seconds = time.time() - began
             return report
+    _check_gpus(spec, report)
     config, tokenizer = _check_model(spec, data_dir, report, log)
     for key in ("dataset", "eval_dataset"):
         if getattr(spec, key):
@@ -118,6 +119,16 @@ def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: i
         report.predicted_memory = _predicted_memory(spec, config, report)
     report.seconds = time.time() - began
     return report
+
+
+def _check_gpus(spec: JobSpec, report: PreflightReport) -> None:
+    """GPUs this machine can never give the job (a missing GPU, more processes than GPUs); busy
+    GPUs are not a problem: the job waits in the queue for them."""
+    from jobs import gpus
+    try:
+        gpus.check_request(spec.gpus, spec.processes, gpus.read_gpus())
+    except SpecError as exc:
+        report.fail(exc.key or "gpus", str(exc).removeprefix(f"{exc.key}: "))
 
 
 def _check_model(spec: JobSpec, data_dir, report: PreflightReport, log) -> tuple[Any, Any]:

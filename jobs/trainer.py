@@ -22,7 +22,7 @@ import torch
 
 from jobs import checkpoints, encode, evaluate, models, telemetry
 from jobs.data import load_conversations
-from jobs.distributed import Distributed, rescale_micro_index
+from jobs.distributed import Distributed, resume_position
 from jobs.events import EventWriter
 from jobs.export import model_card
 from jobs.loader import Prefetcher
@@ -165,12 +165,13 @@ class Trainer:
             from kernels.packed_attention import use_packed_attention
             self.log("  " + use_packed_attention(self.model))
         pad_id = self.tokenizer.pad_token_id
-        # global micro-batches of batch_size x processes, each process collating its shard
-        world, shard = self.dist.world_size, self.dist.shard
-        self.plan = BatchPlan(self.examples, spec.batch_size * world, spec.max_seq_length, self.packed, spec.seed,
-                              pad_id, accumulation=spec.gradient_accumulation_steps, shard=shard)
-        self.eval_plan = (BatchPlan(self.eval_examples, spec.batch_size * world, spec.max_seq_length, self.packed,
-                                    spec.seed, pad_id, shuffle=False, shard=shard) if self.eval_examples else None)
+        # global micro-batches of batch_size x processes, each process building its share of a step
+        ranks = dict(rank=self.dist.rank, world=self.dist.world_size)
+        size = spec.batch_size * self.dist.world_size
+        self.plan = BatchPlan(self.examples, size, spec.max_seq_length, self.packed, spec.seed, pad_id,
+                              accumulation=spec.gradient_accumulation_steps, **ranks)
+        self.eval_plan = (BatchPlan(self.eval_examples, size, spec.max_seq_length, self.packed, spec.seed, pad_id,
+                                    shuffle=False, **ranks) if self.eval_examples else None)
         if self.packed:
             self.log(f"  {len(self.examples)} examples packed into {len(self.plan.rows)} rows of "
                      f"{spec.max_seq_length} tokens ({sum(lengths) / (len(self.plan.rows) * spec.max_seq_length):.0%} full)")
@@ -193,33 +194,29 @@ class Trainer:
         per_epoch = math.ceil(self.plan.per_epoch / self.spec.gradient_accumulation_steps)
         return max(1, math.ceil(per_epoch * self.spec.num_epochs))
 
-    @property
-    def global_batch_size(self) -> int:
-        """Examples (packed: rows) per optimizer step over all processes."""
-        return self.spec.batch_size * self.spec.gradient_accumulation_steps * self.dist.world_size
-
     def _resume(self, folder: Path) -> None:
         state = checkpoints.load_checkpoint(folder, self.model, self.optimizer, self.scheduler)
         self.step, self.micro_index = state["step"], state["micro_index"]
-        then = state.get("processes", 1)
-        if then != self.dist.world_size:  # global micro-batches had another size then
-            units = len(self.plan.rows) if self.plan.packed else len(self.plan.examples)
-            self.micro_index = rescale_micro_index(self.micro_index, units, self.spec.batch_size, then,
-                                                   self.dist.world_size)
-            self.log(f"note: the checkpoint was written by {then} process(es), this run has "
-                     f"{self.dist.world_size}; continuing at the same point of the epoch")
+        self.micro_index = resume_position(state, self.plan, self.spec.batch_size, self.dist.world_size, self.log)
         if state.get("best_eval_loss") is not None:
             self.best_eval = (state["best_eval_loss"], state["best_step"])
         self.log(f"resumed from {folder} at step {self.step}")
 
     # ---- the loop ----------------------------------------------------------------------
-    def train_step(self, stream) -> _Pending:
-        """One optimizer step, queued on the device; nothing here waits for the GPU."""
+    def train_step(self, stream) -> _Pending | None:
+        """One optimizer step, queued on the device; nothing here waits for the GPU. None when a
+        stop was requested (on any rank: all ranks stop at the same step).
+
+        Several processes agree on the label and real tokens of the whole global batch and on the
+        stop flag in ONE host all-reduce per step (gloo: no GPU sync), so every rank's loss has the
+        same denominator; with one process that is a no-op."""
         group = [next(stream) for _ in range(self.spec.gradient_accumulation_steps)]
+        labels, real = sum(b.label_tokens for _, b in group), sum(b.real_tokens for _, b in group)
+        labels, real, stop = self.dist.all_reduce_sum(labels, real, 1.0 if self.stop_requested else 0.0)
+        if stop:
+            return None
         self.micro_index += len(group)
-        # the label tokens of the whole global batch (summed on the host: no GPU sync), so every
-        # rank's loss has the same denominator
-        count = torch.tensor(max(1.0, self.dist.all_reduce_sum(sum(b.label_tokens for _, b in group))[0]))
+        count = torch.tensor(max(1.0, labels))
         count = (count.pin_memory() if self.device.type == "cuda" else count).to(self.device, non_blocking=True)
         total = torch.zeros((), dtype=torch.float32, device=self.device)
         self.model.train()
@@ -242,23 +239,21 @@ class Trainer:
             host.copy_(values, non_blocking=True)
             values, done = host, torch.cuda.Event()
             done.record()
-        tokens = int(self.dist.all_reduce_sum(sum(b.real_tokens for _, b in group))[0])
-        return _Pending(values, done, tokens, group[-1][0], lr)
+        return _Pending(values, done, int(real), group[-1][0], lr)
 
     def run(self) -> Path:
         self.prepare()
+        spec = self.spec
         self.events.emit("start", model=self.spec.model, source=self.source, device=str(self.device),
                          dtype=str(self.dtype).removeprefix("torch."), max_steps=self.max_steps,
                          examples=len(self.examples), eval_examples=len(self.eval_examples),
                          packing=self.packed, trainable_params=self.trainable,
                          patch_report=self.patch_report, resumed_at=self.step,
-                         processes=self.dist.world_size, nodes=self.dist.nodes, global_batch=self.global_batch_size,
+                         processes=self.dist.world_size, nodes=self.dist.nodes, global_batch=self.dist.global_batch(spec),
                          memory_estimate=self.fit_estimate.as_dict() if self.fit_estimate else None)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        self.log(f"data parallel: {self.dist.describe()}; global batch {self.global_batch_size} = batch_size "
-                 f"{self.spec.batch_size} x accumulation {self.spec.gradient_accumulation_steps} x "
-                 f"{self.dist.world_size} process(es)")
+        self.log(f"data parallel: {self.dist.describe(spec)}")
         self.sampler = telemetry.Sampler()
         stream = Prefetcher(self.plan, self.micro_index, pin=self.device.type == "cuda")
         try:
@@ -274,10 +269,10 @@ class Trainer:
         self.began, self.first_step, pending = time.time(), self.step, None
         self.last_done = self.began
         while self.step < self.max_steps:
-            if self.dist.agree(self.stop_requested):  # every rank stops at the same step
+            queued = self.train_step(stream)
+            if queued is None:
                 self._flush(pending)
                 raise Cancelled(self._save_on_stop())
-            queued = self.train_step(stream)
             self.step += 1
             self._flush(pending, step=self.step - 1)   # the previous step, while this one runs
             pending = queued

@@ -34,6 +34,47 @@ def test_shards_are_contiguous_disjoint_and_cover_the_batch():
     assert Distributed(rank=0, world_size=2).shard(["x"]) == []
 
 
+def _steps(plan, epoch):
+    """Per optimizer step (or its part in this epoch): the units of each of its micro-batches."""
+    steps: dict[int, list] = {}
+    for index, (units, _) in enumerate(plan.my_batches(epoch)):
+        steps.setdefault((epoch * plan.per_epoch + index) // plan.accumulation, []).append(units)
+    return list(steps.values())
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("per_rank, accumulation", [(1, 3), (2, 2), (3, 1)])
+def test_every_step_is_dealt_to_the_ranks_whole_disjoint_and_balanced(packed, per_rank, accumulation):
+    """Two (and three) ranks together train on exactly the units of each optimizer step of one
+    process with the same global batch, no unit twice; each rank's real tokens a step differ from
+    the others' by at most the step's longest unit."""
+    from tests.jobs.test_packing import long_tailed, make_examples
+
+    from jobs.packing import BatchPlan
+    examples = make_examples(long_tailed(77, 256, seed=5))
+    for world in (2, 3):
+        def plan(rank, size, ranks=world):
+            return BatchPlan(examples, size, 256, packed, seed=4, pad_id=0, accumulation=accumulation,
+                             rank=rank, world=ranks)
+        one = plan(0, per_rank * world, ranks=1)
+        ranks = [plan(rank, per_rank * world) for rank in range(world)]
+        for epoch in (0, 1):
+            reference = _steps(one, epoch)
+            dealt = [_steps(rank, epoch) for rank in ranks]
+            assert len({len(d) for d in dealt} | {len(reference)}) == 1
+            for step, want in enumerate(reference):
+                got = [unit for d in dealt for micro in d[step] for unit in micro]
+                assert sorted(got) == sorted(u for micro in want for u in micro)
+                assert all(len(micro) <= per_rank for d in dealt for micro in d[step])
+                tokens = [sum(ranks[0].unit_tokens(u) for micro in d[step] for u in micro) for d in dealt]
+                biggest = max(ranks[0].unit_tokens(u) for micro in want for u in micro)
+                assert max(tokens) - min(tokens) <= biggest, (step, tokens)
+        # a rank with nothing in a short last micro-batch still builds an untrained batch
+        for units, stand_in in ranks[-1].my_batches(0):
+            batch = ranks[-1].build(units, stand_in)
+            assert (batch.label_tokens == 0) == (not units) and batch.tensors["input_ids"].shape[0] >= 1
+
+
 def test_one_process_collectives_are_identities():
     one = Distributed()
     assert one.all_reduce_sum(2, 3.5) == [2.0, 3.5]
@@ -184,39 +225,53 @@ def adapter_weights(job_dir):
     return load_file(str(job_dir / "adapter" / "adapter_model.safetensors"))
 
 
-def test_two_nodes_on_one_host_train_the_same_adapter_as_one_process(tmp_path, tiny_model):
+def assert_same_training(two, one, steps):
+    """Two job folders trained the same: per-step losses, tokens, and the LoRA weights (1e-5)."""
+    run2, run1 = summarize(two), summarize(one)
+    assert [s["loss"] for s in run2.steps] == pytest.approx([s["loss"] for s in run1.steps], rel=1e-5)
+    assert [s["tokens"] for s in run2.steps] == [s["tokens"] for s in run1.steps]
+    assert [s["tokens_per_s"] > 0 for s in run2.steps] == [True] * steps
+    got, want = adapter_weights(two), adapter_weights(one)
+    assert got.keys() == want.keys()
+    assert max((got[k] - want[k]).abs().max().item() for k in got) < 1e-5
+    assert max(want[k].abs().max().item() for k in want if "lora_B" in k) > 1e-3  # it did train
+    assert run2.final["type"] == "done" and len(run2.steps) == steps  # one writer: rank 0
+    return run2, run1
+
+
+@pytest.mark.parametrize("packing", ["off", "on"])
+def test_two_nodes_on_one_host_train_the_same_adapter_as_one_process(tmp_path, tiny_model, packing):
     """Two torchrun launchers (one process each, c10d rendezvous on localhost, gloo) with batch 2
     per rank against one process with batch 4: the same global batch, so the same loss curve and
-    the same LoRA weights."""
-    config = write_config(tmp_path, "nodes", tiny_model)
+    the same LoRA weights. Packed rows of 160 tokens hold one or two of the tiny model's examples,
+    so the ranks' rows differ in real tokens and are dealt by them."""
+    steps = 6
+    config = write_config(tmp_path, "nodes", tiny_model, packing=packing, max_steps=steps,
+                          max_seq_length=160 if packing == "on" else 64)
     port = _free_port()
     jobs = [node(config, port), node(config, port), train(config, "--output_dir", str(tmp_path / "one"),
                                                            "--batch_size", "4")]
     finish(*jobs)
-    two, one = summarize(tmp_path / "nodes"), summarize(tmp_path / "one")
+    two, one = assert_same_training(tmp_path / "nodes", tmp_path / "one", steps)
     assert (two.start["processes"], two.start["nodes"], two.start["global_batch"]) == (2, 2, 4)
     assert (one.start["processes"], one.start["global_batch"]) == (1, 4)
-    assert [s["loss"] for s in two.steps] == pytest.approx([s["loss"] for s in one.steps], rel=1e-5)
-    assert [s["tokens_per_s"] > 0 for s in two.steps] == [True] * 8
-    got, want = adapter_weights(tmp_path / "nodes"), adapter_weights(tmp_path / "one")
-    assert got.keys() == want.keys()
-    assert max((got[k] - want[k]).abs().max().item() for k in got) < 1e-5
-    assert max(want[k].abs().max().item() for k in want if "lora_B" in k) > 1e-3  # it did train
-    assert two.final["type"] == "done" and len(two.steps) == 8  # one writer: rank 0
+    assert two.start["packing"] is one.start["packing"] is (packing == "on")
 
 
 def test_processes_2_from_the_cli_accumulates_and_resumes(tmp_path, tiny_model):
     """`processes: 2` makes `python -m jobs.train` relaunch itself through torchrun. Gradient
-    accumulation across ranks and a resume from a checkpoint give the losses of the unbroken run."""
+    accumulation across ranks under the fused engine with checkpointing trains like one process
+    with the same global batch (4 x 2), and a resume from a checkpoint gives the losses of the
+    unbroken run."""
     config = write_config(tmp_path, "two", tiny_model, processes=2, gradient_accumulation_steps=2,
                           save_steps=4, fused_kernels=True, gradient_checkpointing="on")
-    (output,) = finish(train(config))
-    assert "2 processes through torchrun" in output and "global batch 8" in output
-    run = summarize(tmp_path / "two")
+    two, one = finish(train(config), train(config, "--output_dir", str(tmp_path / "one"), "--processes", "1",
+                                            "--batch_size", "4"))
+    assert "2 processes through torchrun" in two and "global batch 8" in two and "global batch 8" in one
+    run, _ = assert_same_training(tmp_path / "two", tmp_path / "one", 8)
     assert run.start["global_batch"] == 8 and [c["step"] for c in run.checkpoints] == [4]
     assert yaml.safe_load((tmp_path / "two" / "config.yaml").read_text())["processes"] == 2
     losses = [s["loss"] for s in run.steps]
-    assert losses[-1] < losses[0]
     resumed = tmp_path / "resumed"
     finish(train(config, "--output_dir", str(resumed), "--resume_from", str(tmp_path / "two/checkpoints/step-4")))
     steps = summarize(resumed).steps

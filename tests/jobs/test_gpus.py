@@ -153,3 +153,16 @@ def test_the_start_preview_shows_torchrun_for_several_processes(tmp_path, monkey
     _, argv = runner.preview_command(JobSpec(gpus="all"))
     assert argv[1:3] == ["-m", "jobs.launch"] and argv[argv.index("--nproc-per-node") + 1] == "2"
     assert runner.preview_command(JobSpec(gpus="1"))[1][1:3] == ["-m", "jobs.train"]
+
+
+def test_preflight_refuses_gpus_this_machine_cannot_give(tiny_model, monkeypatch):
+    """The studio's Start (jobs/preflight.py) lists an impossible GPU request with the other
+    problems, naming the key; a busy GPU is no problem there (the job waits in the queue)."""
+    from jobs.preflight import run_preflight
+    from jobs.spec import JobSpec
+    monkeypatch.setattr(gpus, "read_gpus", lambda: machine(60.0))
+    for key, processes, field in (("0,1", 0, "gpus"), ("auto", 2, "processes")):
+        spec = JobSpec.from_dict({"model": str(tiny_model), "gpus": key, "processes": processes})
+        report = run_preflight(spec, log=lambda line: None)
+        assert [p.key for p in report.problems] == [field], report.problems
+    assert run_preflight(JobSpec.from_dict({"model": str(tiny_model), "gpus": "0"}), log=lambda line: None).ok
