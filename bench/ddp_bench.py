@@ -43,15 +43,16 @@ def build(work: Path, rows: int) -> Path:
     from tests.tiny import make_tokenizer
     folder = work / "llama-3.1-8b-random"
     if not (folder / "config.json").is_file():
-        shape = dict(SHAPES["llama-3.1-8b"])
-        config = AutoConfig.for_model(shape.pop("model_type"), **shape)
+        shape, tokenizer = dict(SHAPES["llama-3.1-8b"]), make_tokenizer()
+        config = AutoConfig.for_model(shape.pop("model_type"), **shape, bos_token_id=tokenizer.bos_token_id,
+                                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
         torch.manual_seed(0)
         with torch.device("cuda"):
             model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
         model.save_pretrained(folder, safe_serialization=True)
         del model
         torch.cuda.empty_cache()
-        make_tokenizer().save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
     write_data(work, rows)
     return folder
 
@@ -125,7 +126,7 @@ def placements(cpu: bool) -> tuple[list[str], list[str]]:
     return ["--processes", "1"], ["--processes", "2"]
 
 
-def environment() -> dict:
+def environment(shape: str) -> dict:
     import torch
     import transformers
     import triton
@@ -134,7 +135,7 @@ def environment() -> dict:
     return {"gpu": gpu, "gpu_count": torch.cuda.device_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "torch": torch.__version__, "triton": triton.__version__, "transformers": transformers.__version__,
             "peft": peft.__version__, "python": platform.python_version(),
-            "config": {"shape": "llama-3.1-8b", "seq": SEQ, "batch_per_gpu": PER_GPU_BATCH, "lora_r": 16,
+            "config": {"shape": shape, "seq": SEQ, "batch_per_gpu": PER_GPU_BATCH, "lora_r": 16,
                        "lora_alpha": 16, "fused_kernels": True, "checkpointing": "auto", "dtype": "bf16"}}
 
 
@@ -167,7 +168,7 @@ def main() -> None:
     began, work, out = time.time(), Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
     log = open(out.with_suffix(".log"), "a", encoding="utf-8")
-    env = environment()
+    env = environment("tiny (CPU smoke)" if args.cpu_smoke else "llama-3.1-8b")
 
     def emit(row: dict) -> None:  # one line as soon as it is known: a timeout keeps the rest
         with open(out, "a", encoding="utf-8") as fh:

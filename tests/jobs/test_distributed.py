@@ -243,11 +243,12 @@ def assert_same_training(two, one, steps):
 def test_two_nodes_on_one_host_train_the_same_adapter_as_one_process(tmp_path, tiny_model, packing):
     """Two torchrun launchers (one process each, c10d rendezvous on localhost, gloo) with batch 2
     per rank against one process with batch 4: the same global batch, so the same loss curve and
-    the same LoRA weights. Packed rows of 160 tokens hold one or two of the tiny model's examples,
-    so the ranks' rows differ in real tokens and are dealt by them."""
+    the same LoRA weights, evaluation and best adapter (keep_best). Packed rows of 160 tokens hold
+    one or two of the tiny model's examples, so the ranks' rows differ in real tokens."""
     steps = 6
     config = write_config(tmp_path, "nodes", tiny_model, packing=packing, max_steps=steps,
-                          max_seq_length=160 if packing == "on" else 64)
+                          max_seq_length=160 if packing == "on" else 64, eval_fraction=0.1, eval_steps=2,
+                          keep_best=True)
     port = _free_port()
     jobs = [node(config, port), node(config, port), train(config, "--output_dir", str(tmp_path / "one"),
                                                            "--batch_size", "4")]
@@ -256,6 +257,10 @@ def test_two_nodes_on_one_host_train_the_same_adapter_as_one_process(tmp_path, t
     assert (two.start["processes"], two.start["nodes"], two.start["global_batch"]) == (2, 2, 4)
     assert (one.start["processes"], one.start["global_batch"]) == (1, 4)
     assert two.start["packing"] is one.start["packing"] is (packing == "on")
+    # each rank evaluated its share; rank 0 reported the whole set's loss and kept the best adapter
+    assert [(e["step"], e["eval_tokens"], e["best"]) for e in two.evals] == \
+        [(e["step"], e["eval_tokens"], e["best"]) for e in one.evals] and len(two.evals) == 3
+    assert [e["eval_loss"] for e in two.evals] == pytest.approx([e["eval_loss"] for e in one.evals], rel=1e-5)
 
 
 def test_processes_2_from_the_cli_accumulates_and_resumes(tmp_path, tiny_model):
