@@ -222,7 +222,6 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
 
     for name in FIT_FIELDS:
         made[name].change(on_fit, [lang, *inputs], tab.fit, show_progress="hidden", trigger_mode="always_last")
-    lang.change(on_fit, [lang, *inputs], tab.fit, show_progress="hidden", trigger_mode="always_last")
 
     def on_dataset(value: str) -> tuple[Any, Any]:
         identity = (value or "").strip() == BUILTIN_DATASET
