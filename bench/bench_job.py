@@ -38,7 +38,9 @@ MAX_LEN = 4096
 
 
 class UtilSampler:
-    """NVML GPU utilisation of device 0 at `hz`, with timestamps, on a background thread."""
+    """NVML GPU utilisation of the first visible GPU at `hz`, with timestamps, on a background thread.
+
+    NVML numbers GPUs physically: under CUDA_VISIBLE_DEVICES=1 the job's GPU is NVML's 1, not 0."""
 
     def __init__(self, hz: float = 10.0):
         self.samples: list[tuple[float, float]] = []
@@ -46,7 +48,9 @@ class UtilSampler:
         try:
             import pynvml
             pynvml.nvmlInit()
-            self._handle, self._nvml = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml
+            first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+            index = int(first) if first.isdigit() else 0
+            self._handle, self._nvml = pynvml.nvmlDeviceGetHandleByIndex(index), pynvml
         except Exception:  # no driver: no samples (CPU smoke runs)
             self._nvml = None
         self._thread = threading.Thread(target=self._run, args=(1.0 / hz,), daemon=True)
@@ -87,7 +91,8 @@ def job_config(stack: str, args, model_dir: Path, data: Path, out: Path) -> dict
                   dtype="bf16" if args.device == "cuda" else "fp32")
     if stack == "fusetune":
         return {**common, "fused_kernels": True, "packing": "auto" if args.device == "cuda" else "on",
-                "batch_size": args.rows, "gradient_checkpointing": args.checkpointing}
+                "batch_size": args.rows, "gradient_checkpointing": args.checkpointing,
+                "base_precision": args.base_precision}
     stats = json.loads((args.dir / "dataset_stats.json").read_text())
     per_step = max(1, round(args.rows * args.max_len * 0.97 / stats["mean"]))   # packed rows are ~97% full
     micro = min(args.micro_batch, per_step)
@@ -98,7 +103,8 @@ def job_config(stack: str, args, model_dir: Path, data: Path, out: Path) -> dict
 def run_job(stack: str, args) -> dict:
     import yaml
     model_dir, data = args.dir / args.shape, args.dir / "data.jsonl"
-    name = f"{args.shape}-{stack}-{args.checkpointing}" if stack == "fusetune" else f"{args.shape}-{stack}"
+    name = (f"{args.shape}-{stack}-{args.checkpointing}-{args.base_precision}" if stack == "fusetune"
+            else f"{args.shape}-{stack}")
     out = args.dir / f"job-{name}"
     shutil.rmtree(out, ignore_errors=True)   # events.jsonl appends: a rerun must not read the last run's steps
     config = job_config(stack, args, model_dir, data, out)
@@ -179,6 +185,7 @@ def main(argv=None) -> None:
     parser.add_argument("--max-len", type=int, default=MAX_LEN)
     parser.add_argument("--examples", type=int, default=3000)
     parser.add_argument("--checkpointing", default="auto")
+    parser.add_argument("--base-precision", default="bf16", choices=["bf16", "fp8"], help="(a): the JobSpec key")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--timeout", type=int, default=int(os.environ.get("BENCH_STEP_LIMIT", 500)) - 20,
                         help="seconds for the job (device_job.sh sets BENCH_STEP_LIMIT to its step's limit)")

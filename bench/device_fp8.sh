@@ -9,6 +9,9 @@
 #        call has run DEADLINE seconds (default 540) so that what ran still comes back
 # part1  correctness, 8B rows (ours bf16/FP8 + Unsloth no-GC and GC), profile, microbenchmark
 # part2  1B rows (ours + Unsloth), quality run
+# gc8b   8B rows with checkpointing (bf16 first: FP8 frees the bf16 weights) and Unsloth beside them
+# part3  1B rows, the quality run with fast backward accumulation too, then the 8B rows again with
+#        Unsloth with and without checkpointing in the same call (to decide FAST_ACCUM_BACKWARD)
 # smoke  CPU only (TRITON_INTERPRET=1, tiny shapes): checks every script here without a GPU
 set -u
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -33,7 +36,7 @@ stage() {  # stage NAME TIMEOUT_S CMD...: runs unless the deadline has passed, n
 
 rows_8b() {
   stage "ours 8B bf16+fp8" 330 "$PY" bench/bench_fp8.py --shape llama-3.1-8b --bs 2 --seq 2048 \
-    --save-model /tmp/m8b --variants bf16:off,bf16:offload,fp8:off,fp8+savex:off,fp8+fastbwd:off,fp8:offload,fp8:budget=16.6 \
+    --save-model /tmp/m8b --variants "${VARIANTS_8B:-bf16:off,bf16:offload,fp8:off,fp8+savex:off,fp8+fastbwd:off,fp8:offload,fp8:budget=16.6}" \
     --profile-variant fp8:off --profile-out "$OUT/profile_fp8_8b.json" --out "$OUT/lora.jsonl"
   stage "unsloth 8B no GC" 170 "$PY" bench/unsloth_rows.py --model-dir /tmp/m8b --shape llama-3.1-8b \
     --bs 2 --gc off --out "$OUT/lora.jsonl"
@@ -59,19 +62,23 @@ micro() {
 }
 
 quality() {
-  stage "quality 1B 200 steps" "${QUALITY_S:-200}" "$PY" bench/fp8_quality.py --out "$OUT/fp8_quality.jsonl"
+  stage "quality 1B 200 steps" "${QUALITY_S:-200}" "$PY" bench/fp8_quality.py \
+    --variants "${QUALITY_VARIANTS:-bf16,fp8,fp8+savex}" --out "$OUT/fp8_quality.jsonl"
 }
 
 case "$what" in
   all)   check; rows_8b; rows_1b; quality; micro ;;
   part1) check; rows_8b; micro ;;
   part2) rows_1b; quality ;;
+  part3) rows_1b; QUALITY_VARIANTS=bf16,fp8,fp8+fastbwd quality
+         VARIANTS_8B=bf16:off,bf16:offload,fp8:off,fp8+fastbwd:off,fp8:offload,fp8:budget=16.6 rows_8b ;;
+  gc8b)  VARIANTS_8B=bf16:offload,fp8:offload,fp8:budget=16.6 rows_8b ;;   # 8B with checkpointing + Unsloth
   smoke)
     export TRITON_INTERPRET=1; DEADLINE=100000; HARD=100000
     stage "gpu_check fp8 (cpu)" 900 "$PY" bench/gpu_check.py --small --device cpu --only fp8 --out "$OUT/gpu_check.jsonl"
     stage "microbenchmark (cpu)" 900 "$PY" bench/fp8_microbench.py --smoke --out "$OUT/fp8_microbench.jsonl"
     stage "quality (cpu)" 900 "$PY" bench/fp8_quality.py --smoke --dump-data "$OUT/fp8_quality_data.jsonl" \
       --out "$OUT/fp8_quality.jsonl" ;;
-  *) echo "usage: $0 [all|part1|part2|smoke]"; exit 2 ;;
+  *) echo "usage: $0 [all|part1|part2|part3|gc8b|smoke]"; exit 2 ;;
 esac
 tail -c 4000 "$LOG"

@@ -45,12 +45,21 @@ if [ "$what" = 1b ]; then
   python3 - "$DIR" $S $ROWS <<'EOF'
 import sys, yaml
 d, s, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
-config = yaml.safe_load(open(f"{d}/{s}-fusetune-offload.yaml"))
+config = yaml.safe_load(open(f"{d}/{s}-fusetune-offload-bf16.yaml"))
 config.update(max_steps=8, gradient_checkpointing="offload")
 yaml.safe_dump(config, open(f"{d}/profile.yaml", "w"))
 EOF
   step profile_a 90 python3 bench/profile_job.py "$DIR/profile.yaml" --out "$OUT/profile_job_1b.json"
   step a_auto 120 $job --stack fusetune --shape $S --rows $ROWS --checkpointing auto
+fi
+if [ "$what" = rerun ]; then     # (b) on 1B with a limit that fits it, then (a) on 8B with FP8 base weights
+  S=llama-3.2-1b; ROWS=4
+  step prepare_1b 120 python3 bench/bench_job.py prepare --shape $S --dir "$DIR"
+  step b_pytorch 260 $job --stack torch --shape $S --rows $ROWS --steps 20 --warmup 3
+  S=llama-3.1-8b; ROWS=2
+  step prepare_8b 150 python3 bench/bench_job.py prepare --shape $S --dir "$DIR" --examples 2000
+  step a_fp8_offload 140 $job --stack fusetune --shape $S --rows $ROWS --checkpointing offload --steps 25 \
+    --base-precision fp8
 fi
 if [ "$what" = 8b ]; then
   S=llama-3.1-8b; ROWS=2          # 2 x 4096 = 8,192 tokens a step

@@ -34,7 +34,7 @@ def gpu_snapshot() -> list[dict]:
     if nvml is None:
         return []
     out = []
-    for index in _visible_indices(nvml.nvmlDeviceGetCount()):
+    for index in visible_gpu_indices(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
         mem = nvml.nvmlDeviceGetMemoryInfo(handle)
         util = nvml.nvmlDeviceGetUtilizationRates(handle)
@@ -49,7 +49,8 @@ def gpu_snapshot() -> list[dict]:
     return out
 
 
-def _visible_indices(count: int) -> list[int]:
+def visible_gpu_indices(count: int) -> list[int]:
+    """NVML indices of the GPUs this process may use (CUDA_VISIBLE_DEVICES, when numeric)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None or visible.strip() == "":
         return list(range(count)) if visible is None else []
