@@ -72,14 +72,19 @@ def open_data_dir(chosen: str | None) -> tuple[object, Runner]:
     return data_dir, runner
 
 
-def warm_builtin_model(data_dir) -> None:
-    """Convert the built-in GGUF once in the background, so the first job starts quickly."""
+def warm_builtin_model(data_dir, start_check=None) -> None:
+    """Convert the built-in GGUF once in the background, so the first job starts quickly; then run
+    Start's check on the default job once, so the first press of Start finds the preflight's
+    modules imported and the built-in tokenizer loaded (studio/start_check.py)."""
     from jobs.models import ModelError, resolve_model
-    from jobs.spec import BUILTIN_MODEL
+    from jobs.spec import BUILTIN_MODEL, JobSpec
     try:
         resolve_model(BUILTIN_MODEL, data_dir, log=lambda line: print(f"[studio] {line}", flush=True))
     except ModelError as exc:
         print(f"[studio] built-in model unavailable: {exc}", file=sys.stderr, flush=True)
+        return
+    if start_check is not None:
+        start_check.preflight(JobSpec())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -97,8 +102,10 @@ def main(argv: list[str] | None = None) -> None:
     paths.use_data_dir_caches(data_dir)
     # The studio imports transformers; do it before the warm-up thread does, not concurrently.
     from studio.app import build_studio
+    from studio.context import StudioContext
     runner.start_monitor()
-    demo = build_studio(data_dir, runner)
+    context = StudioContext(data_dir=data_dir, runner=runner)
+    demo = build_studio(data_dir, runner, context)
     print(f"[studio] data dir {data_dir}", flush=True)
     # Gradio hands out only files in its cache, the working directory, the temp dir (now inside the
     # data dir) or allowed_paths. Downloads (the adapter zips) live in the job folders, whose
@@ -108,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True)
     # After launch: Gradio's one-shot 3 s check that the page answers fails the launch when the
     # GGUF conversion is busy in the same process on a loaded machine.
-    threading.Thread(target=warm_builtin_model, args=(data_dir,), daemon=True).start()
+    threading.Thread(target=warm_builtin_model, args=(data_dir, context.start_check), daemon=True).start()
     demo.block_thread()
 
 

@@ -95,10 +95,12 @@ class PreflightReport:
                 "datasets": [vars(d) for d in self.datasets], "seconds": round(self.seconds, 2)}
 
 
-def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: int | None = None) -> PreflightReport:
+def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: int | None = None,
+                  model_files: "ModelFiles | None" = None) -> PreflightReport:
     """Check `spec` as far as possible without training; never raises for bad input (the report
     lists it, each finding naming its JobSpec field). `access` (a jobs.access.DataAccess) makes the
-    studio's read policy part of the check; `limit` overrides the row size limit."""
+    studio's read policy part of the check; `limit` overrides the row size limit; `model_files`
+    keeps configs and tokenizers between calls (the studio's Start clicks)."""
     began = time.time()
     spec = JobSpec.from_dict(spec.to_dict())  # checks below may normalise paths: never the caller's
     report = PreflightReport(spec=spec)
@@ -111,7 +113,7 @@ def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: i
             report.seconds = time.time() - began
             return report
     _check_gpus(spec, report)
-    config, tokenizer = _check_model(spec, data_dir, report, log)
+    config, tokenizer = _check_model(spec, data_dir, report, log, model_files or ModelFiles(size=0))
     for key in ("dataset", "eval_dataset"):
         if getattr(spec, key):
             _check_dataset(spec, key, tokenizer, data_dir, report, limit)
@@ -131,12 +133,12 @@ def _check_gpus(spec: JobSpec, report: PreflightReport) -> None:
         report.fail(exc.key or "gpus", str(exc).removeprefix(f"{exc.key}: "))
 
 
-def _check_model(spec: JobSpec, data_dir, report: PreflightReport, log) -> tuple[Any, Any]:
+def _check_model(spec: JobSpec, data_dir, report: PreflightReport, log, model_files: "ModelFiles"
+                 ) -> tuple[Any, Any]:
     from jobs import encode, models
     try:
         source = models.resolve_model(spec.model, data_dir, log=log)
-        config = models.load_config(source)
-        tokenizer = models.load_tokenizer(source)
+        config, tokenizer = model_files.load(source)
     except models.ModelError as exc:
         report.fail("model", str(exc))
         return None, None
@@ -158,6 +160,48 @@ def _check_model(spec: JobSpec, data_dir, report: PreflightReport, log) -> tuple
                     f"{report.max_positions:,} tokens (max_position_embeddings); use at most that")
     _check_targets(spec, config, report)
     return config, tokenizer
+
+
+class ModelFiles:
+    """Model configs and tokenizers kept between preflights in one process (the studio's Start):
+    loading the tokenizer is most of a warm preflight. The preflight changes nothing of a
+    tokenizer but its chat_template (fallback template, default system line), which is put back
+    on every hand-out; a model folder whose files changed is loaded again. Not for concurrent
+    preflights on one source (the caller serialises them)."""
+
+    def __init__(self, size: int = 2):
+        self.size = size
+        self._loaded: dict[str, tuple[float, Any, Any, Any]] = {}  # source -> (stamp, config, tokenizer, template)
+
+    def load(self, source: str) -> tuple[Any, Any]:
+        from jobs import models
+        stamp = _folder_stamp(source)
+        hit = self._loaded.pop(source, None)
+        if hit is None or hit[0] != stamp:
+            config, tokenizer = models.load_config(source), models.load_tokenizer(source)
+            hit = (stamp, config, tokenizer, getattr(tokenizer, "chat_template", None))
+        hit[2].chat_template = hit[3]
+        if self.size:
+            self._loaded[source] = hit   # newest last; the oldest goes first
+            while len(self._loaded) > self.size:
+                self._loaded.pop(next(iter(self._loaded)))
+        return hit[1], hit[2]
+
+    def config(self, source: str) -> Any:
+        """The config alone (no tokenizer load when it is not cached)."""
+        from jobs import models
+        hit = self._loaded.get(source)
+        return hit[1] if hit is not None and hit[0] == _folder_stamp(source) else models.load_config(source)
+
+
+def _folder_stamp(source: str) -> float:
+    """The newest modification time of the files directly in a model folder (0 for a hub id)."""
+    import os
+    try:
+        with os.scandir(source) as entries:
+            return max((entry.stat().st_mtime for entry in entries if entry.is_file()), default=0.0)
+    except OSError:
+        return 0.0
 
 
 def _check_targets(spec: JobSpec, config, report: PreflightReport) -> None:

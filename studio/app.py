@@ -101,7 +101,12 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
         quiet = {"show_progress": "hidden"}  # a spinner over every field would block the form
         loaded = demo.load(on_language, lang, page_outputs, js=DETECT_LANG_JS, **quiet)
         loaded.then(None, lang, None, js=tab_names)
+        def fit_check(language: str, *values: Any) -> str:
+            return train.fit_check(ctx, language, *values)
+        loaded.then(fit_check, [lang, *train.inputs], train.fit, **quiet)
         loaded.then(on_load, lang, [*jobs.refresh_outputs, export.select, chat.adapter, chat.model,
                                     train.model, train.dataset], **quiet)
-        lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS, **quiet).then(None, lang, None, js=tab_names)
+        switched = lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS, **quiet)
+        switched.then(None, lang, None, js=tab_names)
+        switched.then(fit_check, [lang, *train.inputs], train.fit, **quiet)
     return demo

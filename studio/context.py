@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from jobs.events import read_events
 from jobs.layout import JobLayout
@@ -14,6 +14,7 @@ from jobs.spec import BUILTIN_MODEL
 from studio.chat import ChatEngine
 from studio.i18n import PageText
 from studio.jobs_view import EventCache
+from studio.start_check import StartCheck
 
 
 @dataclass
@@ -24,6 +25,7 @@ class StudioContext:
     chat: ChatEngine | None = None
     page: PageText = field(default_factory=PageText)
     lang: Any = None  # the page's language selector (a gr.Dropdown), set by build_studio
+    free_gpu_memory: Callable[[int], float | None] | None = None  # GiB free on a GPU (tests: a stand-in)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -38,6 +40,28 @@ class StudioContext:
     def fused_kernels(self) -> tuple[bool, str]:
         """(available, reason), probed once: it imports torch and asks CUDA."""
         return self._fused
+
+    @functools.cached_property
+    def _fp8(self) -> tuple[bool, str]:
+        import torch
+        if not torch.cuda.is_available():
+            return False, ("FP8 matrix products need a CUDA GPU of compute capability 8.9 or newer (Ada, "
+                           "Hopper); this machine has none.")
+        from kernels.ops.fp8_linear import fp8_gemm_supported   # the kernels' own check, on GPU 0
+        available, reason = fp8_gemm_supported(torch.device("cuda", 0))
+        if available and not self._fused[0]:
+            return False, f"FP8 base weights run on the fused engine: {self._fused[1]}"
+        return available, reason
+
+    def fp8_base_weights(self) -> tuple[bool, str]:
+        """(available, reason) of base_precision fp8 on this machine (a CUDA GPU of compute
+        capability 8.9 or newer and the fused engine), probed once."""
+        return self._fp8
+
+    @functools.cached_property
+    def start_check(self) -> StartCheck:
+        """Start's preflight and the fit check, with the model files they keep between clicks."""
+        return StartCheck(self.data_dir, free_memory=self.free_gpu_memory)
 
     def known_models(self) -> list[str]:
         """The built-in model first, then every other model an earlier job used."""

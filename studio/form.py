@@ -102,6 +102,8 @@ def field_widgets() -> list[FieldWidget]:
             widget.kind, widget.allow_custom, widget.choices = "dropdown", True, (BUILTIN_DATASET,)
         elif f.name == "target_modules":
             widget.default = "all-linear"
+        elif f.name == "base_precision":   # a switch: on = fp8, off = bf16 (the JobSpec values)
+            widget.kind, widget.default, widget.choices = "checkbox", widget.default == "fp8", ()
         widgets.append(widget)
     return widgets
 
@@ -199,6 +201,8 @@ def values_to_dict(names: list[str], values: list[Any]) -> dict[str, Any]:
             continue
         if isinstance(value, str):
             value = value.strip()
+        if name == "base_precision" and isinstance(value, bool):
+            value = "fp8" if value else "bf16"
         if name == "target_modules" and isinstance(value, str) and value not in ("", "all-linear"):
             value = [part.strip() for part in value.replace("\n", ",").split(",") if part.strip()]
         data[name] = value
@@ -214,6 +218,8 @@ def spec_to_values(spec: JobSpec, names: list[str]) -> list[Any]:
             value = ", ".join(value)
         elif _kinds().get(name) in NUMBER_KINDS:
             value = number_text(value)
+        elif name == "base_precision":
+            value = value == "fp8"
         values.append(value)
     return values
 

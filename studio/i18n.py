@@ -28,9 +28,12 @@ DEFAULT_LANG = "en"
 LOCALES_DIR = Path(__file__).with_name("locales")
 
 # Runs in the browser on page load: the language picked earlier on this browser, else its own.
+# The answer must be one of the selector's choices (normalize's rule): a value outside them fails
+# the load event's input check, and every step chained after the load would be skipped.
 DETECT_LANG_JS = """(current) => {
-  try { const saved = window.localStorage.getItem('ft-lang'); if (saved) return saved; } catch (e) {}
-  return navigator.language || current || 'en';
+  let lang = navigator.language || current || 'en';
+  try { const saved = window.localStorage.getItem('ft-lang'); if (saved) lang = saved; } catch (e) {}
+  return String(lang).toLowerCase().startsWith('zh') ? 'zh-CN' : 'en';
 }"""
 # Runs in the browser when the user picks a language: remember it for the next visit.
 SAVE_LANG_JS = """(lang) => { try { window.localStorage.setItem('ft-lang', lang); } catch (e) {} return lang; }"""

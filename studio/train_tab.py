@@ -16,6 +16,7 @@ from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, JobSpec, SpecError
 from studio import form, render
 from studio.context import StudioContext
 from studio.i18n import t
+from studio.train_start import FIT_FIELDS, fit_for_form, start_job
 
 
 @dataclass
@@ -28,6 +29,12 @@ class TrainTab:
     model: gr.Dropdown
     dataset: gr.Dropdown
     command: gr.Code
+    fit: gr.HTML          # predicted peak GPU memory beside the chosen GPU's free memory
+    confirm: gr.State     # the config key Start warned about ("" when none)
+
+    def fit_check(self, ctx: StudioContext, lang: str, *values: Any) -> str:
+        """The fit check's HTML for the form's values (the page load and field changes)."""
+        return fit_for_form(ctx.start_check, self.names, list(values), lang)
 
     def refresh_choices(self, ctx: StudioContext) -> list[Any]:
         """Updates for [model, dataset]: models earlier jobs used, datasets uploaded so far."""
@@ -77,9 +84,12 @@ def upload_notice(path: Path, lang: str) -> str:
 
 
 def command_text(runner: Any, data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:
-    """The YAML plus the command Start would run, or the validation error naming the field."""
+    """The YAML plus the command Start would run, or the validation error naming the field (the
+    studio's read policy first: a path it may not read and a missing one get the same answer)."""
+    from jobs.access import DataAccess
     try:
-        spec = JobSpec.from_dict(form.values_to_dict(names, values))
+        data = DataAccess.for_studio(data_dir).check_values(form.values_to_dict(names, values))
+        spec = JobSpec.from_dict(data)
     except SpecError as exc:
         return f"# {t('train.blocked', lang)}\n# {form.error_text(exc, lang)}\n"
     spec.output_dir = str(Path(data_dir) / "jobs" / "<job-id>")  # the runner assigns the real one
@@ -88,9 +98,18 @@ def command_text(runner: Any, data_dir: Path, names: list[str], values: list[Any
     return f"# {t('train.runs', lang)}\n#   {command}\n# {t('train.with_config', lang)}\n{yaml_text}"
 
 
-def _component(widget: form.FieldWidget, fused: tuple[bool, str]) -> gr.components.Component:
+def _unavailable(ctx: StudioContext, name: str) -> tuple[bool, str] | None:
+    """(False, reason) for a switch this machine cannot honour (fused engine, FP8 base weights)."""
+    probe = {"fused_kernels": ctx.fused_kernels, "base_precision": ctx.fp8_base_weights}.get(name)
+    if probe is None:
+        return None
+    available, reason = probe()
+    return None if available else (False, reason)
+
+
+def _component(ctx: StudioContext, widget: form.FieldWidget) -> gr.components.Component:
     common = {"label": widget.label("en"), "info": widget.info("en"), "elem_id": f"ft-field-{widget.name}"}
-    if widget.name == "fused_kernels" and not fused[0]:
+    if _unavailable(ctx, widget.name):
         return gr.Checkbox(value=False, interactive=False, **common)
     if widget.kind == "dropdown":
         return gr.Dropdown(choices=list(widget.choices), value=widget.default,
@@ -103,16 +122,21 @@ def _component(widget: form.FieldWidget, fused: tuple[bool, str]) -> gr.componen
     return gr.Textbox(value=value, lines=1, max_lines=1, **common)
 
 
-def _bind_field(ctx: StudioContext, widget: form.FieldWidget, component: Any, fused: tuple[bool, str]) -> None:
-    """Label and help follow the page language; the fused switch says why it is off."""
-    info = widget.info
-    if widget.name == "fused_kernels" and not fused[0]:
-        def info(lang: str) -> str:
-            return t("train.fused_unavailable", lang, reason=fused[1])
+def _bind_field(ctx: StudioContext, widget: form.FieldWidget, component: Any) -> None:
+    """Label and help follow the page language; a switch this machine cannot use says why, and
+    the FP8 switch says what it measured (bench/results)."""
+    off = _unavailable(ctx, widget.name)
+
+    def info(lang: str) -> str:
+        text = t("train.fused_unavailable", lang, reason=off[1]) if off else widget.info(lang)
+        if widget.name == "base_precision":
+            from studio.fp8_effect import effect_text
+            text = f"{text} {effect_text(lang)}"
+        return text
     ctx.page.bind(component, label=widget.label, info=info)
 
 
-def _build_fields(ctx: StudioContext, fused: tuple[bool, str]) -> tuple[dict[str, Any], gr.UploadButton, gr.HTML]:
+def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, gr.HTML]:
     """All form widgets, laid out in their groups. Returns (name -> component, upload button, upload info)."""
     groups = dict(form.grouped_widgets())
     made: dict[str, Any] = {}
@@ -125,8 +149,8 @@ def _build_fields(ctx: StudioContext, fused: tuple[bool, str]) -> tuple[dict[str
             for widget in groups[group]:
                 if widget.name == "dataset":
                     widget.choices = tuple(known_datasets(ctx.data_dir))
-                made[widget.name] = _component(widget, fused)
-                _bind_field(ctx, widget, made[widget.name], fused)
+                made[widget.name] = _component(ctx, widget)
+                _bind_field(ctx, widget, made[widget.name])
                 if widget.name == "dataset":
                     extras["upload"] = ctx.page.bind(
                         gr.UploadButton(file_types=list(DATASET_SUFFIXES), size="sm", elem_id="ft-upload"),
@@ -151,16 +175,18 @@ def _build_fields(ctx: StudioContext, fused: tuple[bool, str]) -> tuple[dict[str
 
 
 def build_train_tab(ctx: StudioContext) -> TrainTab:
-    fused = ctx.fused_kernels()
     ctx.page.bind(gr.Markdown(), value="train.intro")
-    made, upload, upload_info = _build_fields(ctx, fused)
+    made, upload, upload_info = _build_fields(ctx)
     names = form.form_names()
     inputs = [made[name] for name in names]
     with gr.Row():
         start = ctx.page.bind(gr.Button(variant="primary", elem_id="ft-start", scale=0, min_width=200),
                               value="train.start")
-        status = gr.HTML(elem_id="ft-train-status")
+        with gr.Column():
+            fit = gr.HTML(elem_id="ft-fit")
+            status = gr.HTML(elem_id="ft-train-status")
     started_job = gr.Textbox(visible=False, elem_id="ft-started-job")
+    confirm = gr.State("")   # the config Start warned about: pressing Start again queues it
     with gr.Row(equal_height=False):
         with gr.Column():
             preview_btn = ctx.page.bind(gr.Button(elem_id="ft-preview-btn", size="sm"), value="train.preview")
@@ -172,7 +198,7 @@ def build_train_tab(ctx: StudioContext) -> TrainTab:
                         show_line_numbers=False),
                 label="train.command")
     tab = TrainTab(inputs=inputs, names=names, start=start, status=status, started_job=started_job,
-                   model=made["model"], dataset=made["dataset"], command=command)
+                   model=made["model"], dataset=made["dataset"], command=command, fit=fit, confirm=confirm)
     _wire(ctx, tab, made, upload, upload_info, preview_btn, preview)
     return tab
 
@@ -181,14 +207,21 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
           upload_info: gr.HTML, preview_btn: gr.Button, preview: gr.HTML) -> None:
     names, inputs, lang = tab.names, tab.inputs, ctx.lang
 
-    def on_change(language: str, *values: Any) -> tuple[str, str]:
-        # the last Start's refusal no longer applies once the form changed: the command box says
-        # what is wrong now
-        return command_text(ctx.runner, ctx.data_dir, names, list(values), language), ""
+    def on_change(language: str, *values: Any) -> tuple[str, str, str, Any]:
+        # the last Start's refusal or fit warning no longer applies once the form changed: the
+        # command box says what is wrong now, and Start is plain Start again
+        return (command_text(ctx.runner, ctx.data_dir, names, list(values), language), "", "",
+                gr.update(value=t("train.start", language)))
 
     for component in [lang, *inputs]:
-        component.change(on_change, [lang, *inputs], [tab.command, tab.status], show_progress="hidden",
-                         trigger_mode="always_last")
+        component.change(on_change, [lang, *inputs], [tab.command, tab.status, tab.confirm, tab.start],
+                         show_progress="hidden", trigger_mode="always_last")
+
+    def on_fit(language: str, *values: Any) -> str:
+        return tab.fit_check(ctx, language, *values)
+
+    for name in FIT_FIELDS:
+        made[name].change(on_fit, [lang, *inputs], tab.fit, show_progress="hidden", trigger_mode="always_last")
 
     def on_dataset(value: str) -> tuple[Any, Any]:
         identity = (value or "").strip() == BUILTIN_DATASET
@@ -217,33 +250,27 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
         on_preview, [lang, *inputs], preview)
     preview_btn.click(on_preview, [lang, *inputs], preview)
 
-    def on_start(language: str, *values: Any) -> tuple[str, str]:
-        return start_job(ctx.runner, names, list(values), language)
+    def on_start(language: str, confirmed: str, *values: Any) -> tuple[Any, ...]:
+        result = start_job(ctx.runner, ctx.start_check, names, list(values), language, confirmed)
+        label = t("train.start_anyway" if result.confirm else "train.start", language)
+        return (result.status, result.job_id, result.confirm, gr.update(value=label),
+                gr.skip() if result.fit is None else result.fit)
 
-    tab.start.click(on_start, [lang, *inputs], [tab.status, tab.started_job])
+    tab.start.click(on_start, [lang, tab.confirm, *inputs],
+                    [tab.status, tab.started_job, tab.confirm, tab.start, tab.fit])
 
 
 def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:
     """The preview HTML, or an error box naming what is wrong (spec field, file/row/field)."""
     from jobs import data  # loads a tokenizer: imported on first use, not with the UI
+    from jobs.access import DataAccess
     try:
-        spec = JobSpec.from_dict(form.values_to_dict(names, values))
-        return render.preview_html(data.preview_rows(spec, n=3, data_dir=data_dir), lang)
+        access = DataAccess.for_studio(data_dir)
+        spec = JobSpec.from_dict(access.check_values(form.values_to_dict(names, values)))
+        return render.preview_html(data.preview_rows(spec, n=3, data_dir=data_dir, access=access), lang)
     except SpecError as exc:
         return render.notice_html(form.error_text(exc, lang), "error")
     except data.DataError as exc:
         return render.notice_html(str(exc), "error")
     except Exception as exc:  # model load failures etc.: show them, the form stays usable
         return render.notice_html(t("train.preview_failed", lang, error=f"{type(exc).__name__}: {exc}"), "error")
-
-
-def start_job(runner: Any, names: list[str], values: list[Any], lang: str = "en") -> tuple[str, str]:
-    """Validate and submit. Returns (status HTML, started job id or "")."""
-    try:
-        spec = JobSpec.from_dict(form.values_to_dict(names, values))
-        record = runner.submit(spec)
-    except SpecError as exc:
-        message = t("train.not_started", lang, error=form.error_text(exc, lang))
-        gr.Warning(message)
-        return render.notice_html(message, "error"), ""
-    return render.notice_html(t("train.started", lang, job=record.id, name=record.name), "ok"), record.id

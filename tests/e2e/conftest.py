@@ -19,7 +19,8 @@ def studio(tmp_path_factory):
     """(url, tiny model dir, data dir): the real app on a fresh data dir."""
     root = tmp_path_factory.mktemp("e2e")
     model_dir = make_tiny_model(root / "tiny")
-    with running_app(root) as (url, _):
+    # the studio reads only its data dir and the folders the operator allows (jobs/access.py)
+    with running_app(root, "--allow-dir", str(model_dir)) as (url, _):
         yield url, model_dir, root / "data"
 
 

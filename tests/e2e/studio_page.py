@@ -134,10 +134,13 @@ def fill_job_form(page, model_dir: Path, max_steps: int, name: str = "") -> None
 
 
 def start_job(page) -> str:
-    """Press Start; the page switches to the Jobs tab with the new job picked. Returns its id."""
+    """Press Start; the page switches to the Jobs tab with the new job picked. Returns its id.
+
+    Start runs the preflight first (the model's tokenizer and the whole dataset): on a loaded
+    2-core CI machine that can take most of a minute the first time."""
     page.locator("#ft-start").click()
     page.wait_for_function("() => document.querySelector('#ft-tabs [role=tab][aria-selected=true]')"
-                           "?.dataset.tabId === 'jobs'", timeout=30_000)
+                           "?.dataset.tabId === 'jobs'", timeout=120_000)
     page.wait_for_function("() => document.querySelector('#ft-job-select input').value.includes(' · ')",
                            timeout=30_000)
     return picked_job(page)

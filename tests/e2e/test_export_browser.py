@@ -21,7 +21,7 @@ WATCH_RESULT = """() => {
 
 def test_export_a_gguf_and_chat_with_it(tmp_path):
     model_dir = make_tiny_model(tmp_path / "tiny")
-    with running_app(tmp_path) as (url, _log), chromium_context() as browser_context:
+    with running_app(tmp_path, "--allow-dir", str(model_dir)) as (url, _log), chromium_context() as browser_context:
         page = open_studio(browser_context, url)
         fill_job_form(page, model_dir, 10)
         page.locator("#ft-start").click()

@@ -39,6 +39,11 @@ def test_builds_on_an_empty_data_dir(built):
     assert set(IDS) <= set(by_id)
     fused = by_id["ft-field-fused_kernels"]
     assert fused["interactive"] is False and "CUDA" in fused["info"]  # CPU-only CI
+    fp8 = by_id["ft-field-base_precision"]
+    assert fp8["label"] == "FP8 base weights (Hopper and newer)" and fp8["value"] is False
+    assert fp8["interactive"] is False and "compute capability 8.9" in fp8["info"]
+    assert "Measured on" in fp8["info"] or "has not been measured on this install" in fp8["info"]
+    assert "ft-fit" in by_id
 
 
 def test_header_names_the_engine_of_this_machine(built):

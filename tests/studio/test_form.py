@@ -34,10 +34,11 @@ def test_widgets_follow_field_metadata():
         meta = fields[name].metadata
         if name not in ("model", "target_modules"):
             assert widget.info("en") == f"{meta['help']} {form.range_text(widget)}".strip()
-        if "choices" in meta:
+        if "choices" in meta and name != "base_precision":
             assert widget.kind == "dropdown" and widget.choices == tuple(meta["choices"])
         assert widget.minimum == meta.get("min") and widget.maximum == meta.get("max")
     assert widgets["load_in_4bit"].kind == "checkbox"
+    assert widgets["base_precision"].kind == "checkbox" and widgets["base_precision"].default is False
     assert widgets["lora_r"].kind == "int" and widgets["learning_rate"].kind == "float"
     assert widgets["model"].kind == "dropdown" and widgets["model"].allow_custom
     assert widgets["model"].default == BUILTIN_MODEL and ".gguf" in widgets["model"].info("en")
@@ -103,3 +104,14 @@ def test_range_text():
     assert form.range_text(widgets["learning_rate"]) == "(1e-08 to 1)"
     assert form.range_text(widgets["bot_name"]) == ""
     assert form.range_text(widgets["lora_r"], "zh-CN") == "（1 到 1,024）"
+
+
+def test_fp8_switch_maps_to_base_precision():
+    names = form.form_names()
+    spec = JobSpec(base_precision="fp8", fused_kernels=True)
+    values = form.spec_to_values(spec, names)
+    assert values[names.index("base_precision")] is True
+    assert JobSpec.from_dict(form.values_to_dict(names, values)).base_precision == "fp8"
+    values[names.index("base_precision")] = False
+    assert JobSpec.from_dict(form.values_to_dict(names, values)).base_precision == "bf16"
+    assert form.field_label("base_precision", "en") == "FP8 base weights (Hopper and newer)"

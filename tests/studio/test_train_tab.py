@@ -7,7 +7,7 @@ from jobs.runner import Runner
 from jobs.spec import BUILTIN_DATASET, JobSpec, SpecError
 from jobs.store import JobRecord
 from studio import form
-from studio.train_tab import command_text, known_datasets, safe_upload_name, start_job, store_upload, upload_notice
+from studio.train_tab import command_text, known_datasets, safe_upload_name, store_upload, upload_notice
 
 
 class RecordingRunner:
@@ -79,31 +79,3 @@ def test_upload_notice_says_format_and_rows(tmp_path):
     broken.write_text('{"instruction": "q"}\nnot json\n')
     notice = upload_notice(broken, "en")
     assert "ft-error" in notice and "broken.jsonl" in notice and "line 2" in notice
-
-
-def test_start_refuses_invalid_spec_and_starts_nothing():
-    runner = RecordingRunner()
-    names, values = form_values(dataset="/no/such/file.jsonl")
-    with pytest.warns(UserWarning, match=r"Dataset \(dataset\): file /no/such/file.jsonl does not exist"):
-        status, job_id = start_job(runner, names, values)
-    assert job_id == "" and runner.submitted == []
-    assert "dataset" in status and "does not exist" in status
-
-
-def test_start_refuses_a_bad_number_and_starts_nothing():
-    runner = RecordingRunner()
-    for bad in ("abc", "", "2.5"):
-        names, values = form_values(batch_size=bad)
-        with pytest.warns(UserWarning, match=r"Batch size \(batch_size\)"):
-            _, job_id = start_job(runner, names, values)
-        assert job_id == "" and runner.submitted == []
-
-
-def test_start_submits_the_form_spec():
-    runner = RecordingRunner()
-    names, values = form_values(max_steps="12", bot_name="Ada", name="my run")
-    status, job_id = start_job(runner, names, values)
-    assert job_id == "job-1" and "job-1" in status
-    (spec,) = runner.submitted
-    assert isinstance(spec, JobSpec) and spec.max_steps == 12 and spec.bot_name == "Ada"
-    assert spec.name == "my run"

@@ -1,0 +1,159 @@
+"""What Start checks before anything is queued, and the fit check beside the form.
+
+1. The studio's read policy (jobs/access.py) on the raw form values, before JobSpec sees them
+   (JobSpec's "does not exist" would tell a visitor which files exist).
+2. The preflight `python -m jobs.train CONFIG --dry-run` runs (jobs/preflight.run_preflight): the
+   model resolves, target modules exist, the whole dataset is read and every bad row counted.
+   Small data is checked in the studio process with the model's config and tokenizer kept between
+   clicks (jobs.preflight.ModelFiles); a data file over IN_PROCESS_BYTES, or a hub dataset, is
+   checked by a child process (studio/preflight_child.py) that answers with the report as JSON and
+   exits, so a huge file never sits in the studio's memory (issue 12's bounded reading).
+3. The predicted peak GPU memory (jobs/fit.py) against the free memory of the job's GPU.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from jobs.spec import BUILTIN_DATASET, BUILTIN_MODEL, DATASET_SUFFIXES, JobSpec
+from studio import form
+
+IN_PROCESS_BYTES = 32 * 2 ** 20
+CHILD_TIMEOUT_S = 600
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Verdict:
+    """The preflight's answer: problems as (JobSpec key, message), the model folder it resolved."""
+
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    model_source: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class FitView:
+    """The fit check: the estimate (None when the model's config is not at hand yet) and the free
+    memory of the GPU the job would use (None on a machine without an NVIDIA GPU)."""
+
+    estimate: Any
+    gpu: int
+    free_gb: float | None
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.free_gb is None
+
+    @property
+    def fits(self) -> bool:
+        return self.on_cpu or self.estimate is None or self.estimate.fits(self.free_gb)
+
+
+class StartCheck:
+    """One studio's checks; `free_memory(index)` is jobs.fit.free_gpu_memory (tests pass their own)."""
+
+    def __init__(self, data_dir: Path, free_memory: Callable[[int], float | None] | None = None,
+                 in_process_bytes: int = IN_PROCESS_BYTES):
+        from jobs.preflight import ModelFiles
+        self.data_dir = Path(data_dir)
+        self.in_process_bytes = in_process_bytes
+        self._free_memory = free_memory
+        self._files = ModelFiles()
+        self._sources: dict[str, str] = {}   # model as typed -> the folder a preflight resolved
+        self._lock = threading.Lock()        # one preflight at a time shares the cached tokenizer
+
+    def spec(self, names: list[str], values: list[Any]) -> JobSpec:
+        """The form's job after the read policy; SpecError (AccessError) naming the field."""
+        from jobs.access import DataAccess
+        data = DataAccess.for_studio(self.data_dir).check_values(form.values_to_dict(names, values))
+        return JobSpec.from_dict(data)
+
+    def preflight(self, spec: JobSpec) -> Verdict:
+        if self._large_data(spec):
+            verdict = self._in_child(spec)
+        else:
+            from jobs.access import DataAccess
+            from jobs.preflight import run_preflight
+            with self._lock:
+                report = run_preflight(spec, data_dir=self.data_dir, access=DataAccess.for_studio(self.data_dir),
+                                       log=lambda _line: None, model_files=self._files)
+            verdict = Verdict([(p.key, p.message) for p in report.problems], report.model_source)
+        if verdict.model_source:
+            self._sources[spec.model] = verdict.model_source
+        return verdict
+
+    def _large_data(self, spec: JobSpec) -> bool:
+        for reference in (spec.dataset, spec.eval_dataset):
+            if not reference or reference == BUILTIN_DATASET:
+                continue
+            path = Path(reference)
+            if path.suffix.lower() not in DATASET_SUFFIXES:
+                return True   # a hub dataset: its size is unknown until it is read
+            if path.is_file() and path.stat().st_size > self.in_process_bytes:
+                return True
+        return False
+
+    def _in_child(self, spec: JobSpec) -> Verdict:
+        argv = [sys.executable, "-m", "studio.preflight_child", str(self.data_dir)]
+        try:
+            done = subprocess.run(argv, input=json.dumps(spec.to_dict()), capture_output=True, text=True,
+                                  cwd=ROOT, timeout=CHILD_TIMEOUT_S, env=os.environ.copy())
+            report = json.loads(done.stdout.strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, OSError, ValueError, IndexError) as exc:
+            detail = getattr(exc, "stderr", None) or str(exc)
+            return Verdict([("dataset", f"the check of the data did not finish: {str(detail)[-400:]}")])
+        return Verdict([(p["key"], p["message"]) for p in report["problems"]], report.get("model_source"))
+
+    # ---- the fit check ---------------------------------------------------------------------
+    def fit(self, spec: JobSpec, source: str | None = None) -> FitView:
+        gpu = (spec.gpu_indices() or [0])[0]
+        free = self._free_gb(gpu)
+        source = source or self._known_source(spec.model)
+        estimate = None
+        if source is not None:
+            from jobs import fit
+            from jobs.models import ModelError
+            try:
+                estimate = fit.estimate_peak(spec, self._files.config(source), **_gpu_bytes(free))
+            except (ModelError, ValueError, AttributeError, KeyError, TypeError):
+                estimate = None   # an architecture jobs/fit.py cannot size: no number rather than a wrong one
+        return FitView(estimate, gpu, free)
+
+    def _free_gb(self, gpu: int) -> float | None:
+        if self._free_memory is None:
+            from jobs.fit import free_gpu_memory
+            self._free_memory = free_gpu_memory
+        return self._free_memory(gpu)
+
+    def _known_source(self, model: str) -> str | None:
+        """The model's folder when finding it costs nothing (no conversion, no download)."""
+        from jobs import hub, paths
+        from jobs.builtin import smollm2
+        if model in self._sources:
+            return self._sources[model]
+        if model == BUILTIN_MODEL:
+            folder = paths.model_cache_dir(paths.data_dir(self.data_dir)) / smollm2.CACHE_NAME
+        elif model.startswith(("/", "~", ".")):
+            folder = Path(model).expanduser()
+        else:
+            cached = hub.cached_snapshot(model) if "/" in model else None
+            return str(cached) if cached else None
+        return str(folder) if (folder / "config.json").is_file() else None
+
+
+def _gpu_bytes(free_gb: float | None) -> dict[str, int]:
+    """estimate_peak's free/total memory for "auto" checkpointing: the chosen GPU's free memory
+    (never GPU 0's when another was picked); nothing on CPU (it then assumes full recompute)."""
+    if free_gb is None:
+        return {}
+    return {"free_bytes": int(free_gb * 2 ** 30), "total_bytes": int(free_gb * 2 ** 30)}

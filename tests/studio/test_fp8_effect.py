@@ -1,0 +1,34 @@
+"""The FP8 switch's help: the measured effect read from bench/results rows, or "not measured"."""
+import json
+
+from studio.fp8_effect import effect_text, measured_effects
+
+
+def row(precision, shape, tokens, gib, time, mode="off", variant=None, stack="fusetune"):
+    return {"gpu": "NVIDIA H200", "stack": stack, "shape": shape, "bs": 2, "seq": 2048, "checkpointing": mode,
+            "variant": variant or f"{precision}:{mode}", "base_precision": precision, "tokens_per_s": tokens,
+            "peak_gib": gib, "time": time}
+
+
+def test_no_rows_says_not_measured(tmp_path):
+    (tmp_path / "lora.jsonl").write_text(json.dumps(row("bf16", "llama-3.1-8b", 9000, 30.0, "t1")) + "\n")
+    assert measured_effects(tmp_path) == []
+    assert "has not been measured on this install" in effect_text("en", tmp_path)
+    assert "尚未测量" in effect_text("zh-CN", tmp_path)
+
+
+def test_newest_pair_per_shape_largest_first(tmp_path):
+    rows = [row("bf16", "llama-3.1-8b", 9000, 30.0, "t1"), row("fp8", "llama-3.1-8b", 11000, 24.0, "t1"),
+            row("bf16", "llama-3.1-8b", 9500, 30.0, "t2"), row("fp8", "llama-3.1-8b", 12350, 23.5, "t2"),
+            row("fp8", "llama-3.1-8b", 99999, 1.0, "t3", variant="fp8+savex:off"),   # a switch, not the toggle
+            row("fp8", "llama-3.1-8b", 99999, 1.0, "t3", stack="unsloth"),
+            row("bf16", "llama-3.2-1b", 40000, 8.0, "t1"), row("fp8", "llama-3.2-1b", 48000, 7.1, "t1")]
+    (tmp_path / "lora.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:6]) + "\nnot json\n")
+    (tmp_path / "fp8_rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows[6:]) + "\n")
+    effects = measured_effects(tmp_path)
+    assert [e.shape for e in effects] == ["llama-3.1-8b", "llama-3.2-1b"]
+    assert (effects[0].fp8_tokens_per_s, effects[0].bf16_tokens_per_s) == (12350, 9500)
+    text = effect_text("en", tmp_path)
+    assert text.startswith("Measured on NVIDIA H200, FP8 against bf16: llama-3.1-8b (checkpointing off): "
+                           "12,350 vs 9,500 tokens/s (1.30x), 23.5 vs 30.0 GiB peak")
+    assert "llama-3.2-1b" in text and "1.20x" in text
