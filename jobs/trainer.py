@@ -237,7 +237,7 @@ class Trainer:
         if self.device.type == "cuda":
             host = torch.empty(2, dtype=torch.float32, pin_memory=True)
             host.copy_(values, non_blocking=True)
-            values, done = host, torch.cuda.Event()
+            values, done = host, torch.cuda.Event(enable_timing=True)
             done.record()
         return _Pending(values, done, int(real), group[-1][0], lr)
 
@@ -267,7 +267,7 @@ class Trainer:
 
     def _loop(self, stream) -> None:
         self.began, self.first_step, pending = time.time(), self.step, None
-        self.last_done = self.began
+        self.last_done, self.last_event = self.began, None
         while self.step < self.max_steps:
             queued = self.train_step(stream)
             if queued is None:
@@ -280,7 +280,7 @@ class Trainer:
                 self._flush(pending)
                 pending = None
                 self._after_step()
-                self.last_done = time.time()   # evaluation and saving are not step time
+                self.last_done, self.last_event = time.time(), None   # evaluation and saving are not step time
         self._flush(pending)
 
     def _boundary(self) -> bool:
@@ -306,6 +306,11 @@ class Trainer:
         loss, grad_norm = pending.read()
         now = time.time()
         step_s, self.last_done = now - self.last_done, now
+        if pending.done is not None and self.last_event is not None:
+            # the device's own clock: when the host is the slower side, the read of step N-1 can
+            # come after step N has run, and wall-clock reads would split the two steps' time wrongly
+            step_s = self.last_event.elapsed_time(pending.done) / 1000
+        self.last_event = pending.done
         if not math.isfinite(loss):
             raise NonFiniteLoss(f"the loss became {loss} at step {step}; lower learning_rate "
                                 "(now {:g}) or use dtype fp32/bf16".format(self.spec.learning_rate))

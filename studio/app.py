@@ -93,7 +93,7 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
 
         def on_load(language: str) -> list[Any]:
             return [*refresh(ctx, None, None, None, language), export.refresh(ctx, None, language),
-                    *chat.refresh(ctx, language), *train.refresh_choices(ctx)]
+                    *chat.refresh(ctx, language), *train.refresh_choices(ctx, language)]
 
         page_outputs = [lang, *ctx.page.components()]
         tab_names = tab_labels_js()
@@ -105,7 +105,7 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
             return train.fit_check(ctx, language, *values)
         loaded.then(fit_check, [lang, *train.inputs], train.fit, **quiet)
         loaded.then(on_load, lang, [*jobs.refresh_outputs, export.select, chat.adapter, chat.model,
-                                    train.model, train.dataset], **quiet)
+                                    train.model, train.dataset, train.gpu_boxes], **quiet)
         switched = lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS, **quiet)
         switched.then(None, lang, None, js=tab_names)
         switched.then(fit_check, [lang, *train.inputs], train.fit, **quiet)

@@ -31,15 +31,40 @@ class TrainTab:
     command: gr.Code
     fit: gr.HTML          # predicted peak GPU memory beside the chosen GPU's free memory
     confirm: gr.State     # the config key Start warned about ("" when none)
+    gpu_boxes: gr.CheckboxGroup  # this machine's GPUs; checking some writes the `gpus` field
 
     def fit_check(self, ctx: StudioContext, lang: str, *values: Any) -> str:
         """The fit check's HTML for the form's values (the page load and field changes)."""
         return fit_for_form(ctx.start_check, self.names, list(values), lang)
 
-    def refresh_choices(self, ctx: StudioContext) -> list[Any]:
-        """Updates for [model, dataset]: models earlier jobs used, datasets uploaded so far."""
+    def refresh_choices(self, ctx: StudioContext, lang: str = "en") -> list[Any]:
+        """Updates for [model, dataset, GPU boxes]: models earlier jobs used, datasets uploaded so
+        far, the GPUs with their free memory now."""
         return [gr.update(choices=ctx.known_models()),
-                gr.update(choices=[(c, c) for c in known_datasets(ctx.data_dir)])]
+                gr.update(choices=[(c, c) for c in known_datasets(ctx.data_dir)]),
+                gr.update(choices=gpu_choices(ctx, lang))]
+
+
+def gpu_inventory(ctx: StudioContext) -> list[Any]:
+    """jobs.gpus.GpuInfo of every GPU of this machine ([] without NVIDIA GPUs or NVML)."""
+    inventory = getattr(ctx.runner, "gpu_inventory", None)
+    return inventory() if inventory else []
+
+
+def gpu_choices(ctx: StudioContext, lang: str = "en") -> list[tuple[str, str]]:
+    """(label, index) for each GPU: its name, free memory and the jobs of ours running on it."""
+    choices = []
+    for gpu in gpu_inventory(ctx):
+        busy = t("train.gpu_busy", lang, jobs=", ".join(gpu.busy_by_jobs)) if gpu.busy_by_jobs else ""
+        choices.append((t("train.gpu_label", lang, index=gpu.index, name=gpu.name, free=f"{gpu.free_gb:.1f}",
+                          total=f"{gpu.total_gb:.1f}") + busy, str(gpu.index)))
+    return choices
+
+
+def gpus_value(checked: list[str] | None) -> str:
+    """The `gpus` key for the checked boxes: "0,1", or "auto" when none is checked."""
+    picked = sorted({int(index) for index in checked or []})
+    return ",".join(str(index) for index in picked) or "auto"
 
 
 def safe_upload_name(original: str) -> str:
@@ -174,9 +199,20 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
     return made, extras["upload"], extras["upload_info"]
 
 
+def _gpu_boxes(ctx: StudioContext) -> gr.CheckboxGroup:
+    """The GPUs as checkboxes; on a machine without any, an empty group that says so."""
+    choices = gpu_choices(ctx)
+
+    def info(lang: str) -> str:
+        return t("train.gpus_info" if gpu_inventory(ctx) else "train.gpus_none", lang)
+    boxes = gr.CheckboxGroup(choices=choices, value=[], interactive=bool(choices), elem_id="ft-gpus")
+    return ctx.page.bind(boxes, label="train.gpus", info=info)
+
+
 def build_train_tab(ctx: StudioContext) -> TrainTab:
     ctx.page.bind(gr.Markdown(), value="train.intro")
     made, upload, upload_info = _build_fields(ctx)
+    gpu_boxes = _gpu_boxes(ctx)
     names = form.form_names()
     inputs = [made[name] for name in names]
     with gr.Row():
@@ -198,7 +234,10 @@ def build_train_tab(ctx: StudioContext) -> TrainTab:
                         show_line_numbers=False),
                 label="train.command")
     tab = TrainTab(inputs=inputs, names=names, start=start, status=status, started_job=started_job,
-                   model=made["model"], dataset=made["dataset"], command=command, fit=fit, confirm=confirm)
+                   model=made["model"], dataset=made["dataset"], command=command, fit=fit, confirm=confirm,
+                   gpu_boxes=gpu_boxes)
+    # the text field stays the source of truth (auto, all or a list); the boxes write it
+    gpu_boxes.input(gpus_value, gpu_boxes, made["gpus"])
     _wire(ctx, tab, made, upload, upload_info, preview_btn, preview)
     return tab
 

@@ -79,3 +79,28 @@ def test_upload_notice_says_format_and_rows(tmp_path):
     broken.write_text('{"instruction": "q"}\nnot json\n')
     notice = upload_notice(broken, "en")
     assert "ft-error" in notice and "broken.jsonl" in notice and "line 2" in notice
+
+
+class GpuRunner(RecordingRunner):
+    def __init__(self, gpus):
+        super().__init__()
+        self.gpus = gpus
+
+    def gpu_inventory(self):
+        return self.gpus
+
+
+def test_gpu_boxes_list_each_gpu_with_free_memory_and_write_the_gpus_key(tmp_path):
+    from jobs.gpus import GpuInfo
+    from studio.context import StudioContext
+    from studio.train_tab import gpu_choices, gpus_value
+    machine = [GpuInfo(0, "NVIDIA H200", 139.8, 140.4), GpuInfo(1, "NVIDIA H200", 12.25, 140.4, ("job-7",))]
+    ctx = StudioContext(data_dir=tmp_path, runner=GpuRunner(machine))
+    labels = gpu_choices(ctx)
+    assert labels == [("GPU 0 · NVIDIA H200 · 139.8 of 140.4 GB free", "0"),
+                      ("GPU 1 · NVIDIA H200 · 12.2 of 140.4 GB free · used by job-7", "1")]
+    assert "可用 139.8 / 140.4 GB" in gpu_choices(ctx, "zh-CN")[0][0]
+    assert gpus_value(["1", "0"]) == "0,1" and gpus_value([]) == "auto" and gpus_value(None) == "auto"
+    names, values = form_values(gpus=gpus_value(["1"]))
+    assert JobSpec.from_dict(form.values_to_dict(names, values)).gpu_indices() == [1]
+    assert gpu_choices(StudioContext(data_dir=tmp_path, runner=RecordingRunner())) == []
