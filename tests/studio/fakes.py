@@ -1,4 +1,7 @@
-"""A runner stand-in for studio tests: a fixed list of JobRecords, newest first."""
+"""Runner stand-ins for studio tests: a fixed list of JobRecords (newest first), and one that
+records what Start submits."""
+from jobs.store import JobRecord
+
 
 
 class ListRunner:
@@ -10,3 +13,12 @@ class ListRunner:
 
     def get(self, job_id):
         return next((r for r in self.records if r.id == job_id), None)
+
+
+class RecordingRunner:
+    def __init__(self):
+        self.submitted = []
+
+    def submit(self, spec):
+        self.submitted.append(spec)
+        return JobRecord(id="job-1", name="n", state="queued", created_at=0.0, job_dir="/x")

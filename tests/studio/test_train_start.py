@@ -8,22 +8,13 @@ import pytest
 
 from jobs import models
 from jobs.spec import JobSpec
-from jobs.store import JobRecord
 from studio import form
 from studio.start_check import StartCheck
 from studio.train_start import confirm_key, fit_for_form, start_job
+from tests.studio.fakes import RecordingRunner
 from tests.tiny import make_tiny_model
 
 ROW = {"instruction": "Add", "input": "2+2", "output": "4"}
-
-
-class RecordingRunner:
-    def __init__(self):
-        self.submitted = []
-
-    def submit(self, spec):
-        self.submitted.append(spec)
-        return JobRecord(id="job-1", name="n", state="queued", created_at=0.0, job_dir="/x")
 
 
 @pytest.fixture(scope="module")

@@ -5,18 +5,9 @@ import pytest
 
 from jobs.runner import Runner
 from jobs.spec import BUILTIN_DATASET, JobSpec, SpecError
-from jobs.store import JobRecord
 from studio import form
 from studio.train_tab import command_text, known_datasets, safe_upload_name, store_upload, upload_notice
-
-
-class RecordingRunner:
-    def __init__(self):
-        self.submitted = []
-
-    def submit(self, spec):
-        self.submitted.append(spec)
-        return JobRecord(id="job-1", name="n", state="queued", created_at=0.0, job_dir="/x")
+from tests.studio.fakes import RecordingRunner
 
 
 def form_values(**changes):
