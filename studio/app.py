@@ -83,7 +83,7 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
         compare_item.select(lambda picked, only, language: compare.refresh(ctx, picked, only, language),
                             [compare.select, compare.only_diff, lang], compare.outputs, show_progress="hidden")
         export_item.select(lambda picked, language: export.refresh(ctx, picked, language),
-                           [export.select, lang], export.select, show_progress="hidden")
+                           [export.picked, lang], export.select, show_progress="hidden")
         chat_item.select(lambda language: chat.refresh(ctx, language), [lang], [chat.adapter, chat.model],
                          show_progress="hidden")
 

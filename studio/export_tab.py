@@ -35,6 +35,7 @@ RESULT_LINE = re.compile(r"^(.*) \(([^()]*)\)$")
 @dataclass
 class ExportTab:
     select: gr.Dropdown
+    picked: gr.State   # the job the user chose in `select` themselves (None: follow the newest)
 
     def refresh(self, ctx: StudioContext, picked: str | None, lang: str) -> Any:
         """The update for `select`: the exportable jobs, the user's pick kept, else the newest."""
@@ -207,7 +208,9 @@ def build_export_tab(ctx: StudioContext) -> ExportTab:
     result = gr.HTML(elem_id="ft-export-result")
     files = bind(gr.File(file_count="multiple", interactive=False, elem_id="ft-export-files"), label="export.files")
     card = gr.Markdown(elem_id="ft-model-card", container=True)
-    tab = ExportTab(select=select)
+    tab = ExportTab(select=select, picked=gr.State(None))
+    # only the user's own pick is kept on refresh: the page's automatic choice follows the newest job
+    select.input(lambda job_id: job_id, select, tab.picked)
 
     def on_select(job_id: str | None, language: str) -> tuple[Any, str, str]:
         return prepare(ctx, job_id, language)
@@ -222,7 +225,7 @@ def build_export_tab(ctx: StudioContext) -> ExportTab:
     select.change(on_select, [select, ctx.lang], [download, status, card])
     fmt.change(lambda chosen: gr.update(visible=chosen == "gguf"), fmt, quant)
     run.click(on_run, [select, fmt, quant, ctx.lang], [result, files])
-    refresh_btn.click(lambda picked, language: tab.refresh(ctx, picked, language), [select, ctx.lang], select)
-    ctx.lang.change(lambda picked, language: tab.refresh(ctx, picked, language), [select, ctx.lang], select,
+    refresh_btn.click(lambda picked, language: tab.refresh(ctx, picked, language), [tab.picked, ctx.lang], select)
+    ctx.lang.change(lambda picked, language: tab.refresh(ctx, picked, language), [tab.picked, ctx.lang], select,
                     show_progress="hidden")
     return tab

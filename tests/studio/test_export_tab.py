@@ -134,13 +134,13 @@ def test_newest_finished_job_is_preselected_and_a_pick_is_kept(tmp_path):
     records = [finished(tmp_path, "running", "running", adapter=False), finished(tmp_path, "newest"),
                finished(tmp_path, "failed", "failed", adapter=False), finished(tmp_path, "older")]
     ctx = StudioContext(data_dir=tmp_path, runner=ListRunner(records))
-    tab = ExportTab(select=None)
+    tab = ExportTab(select=None, picked=None)
     update = tab.refresh(ctx, None, "en")
     assert update["value"] == "newest" and [v for _, v in update["choices"]] == ["newest", "older"]
     assert tab.refresh(ctx, "older", "en")["value"] == "older"
     assert tab.refresh(ctx, "deleted-meanwhile", "en")["value"] == "newest"
     assert "已完成" in tab.refresh(ctx, None, "zh-CN")["choices"][0][0]
-    assert ExportTab(select=None).refresh(StudioContext(data_dir=tmp_path, runner=ListRunner([])), None, "en")[
+    assert ExportTab(select=None, picked=None).refresh(StudioContext(data_dir=tmp_path, runner=ListRunner([])), None, "en")[
         "value"] is None
 
 
