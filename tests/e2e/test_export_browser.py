@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.browser import CHROMIUM, chromium_context
-from tests.e2e.test_browser import fill_job_form, open_studio, pick_option, running_app, wait_for_state
+from tests.e2e.test_browser import fill_job_form, open_studio, pick_option, running_app, start_job, wait_for_state
 from tests.tiny import make_tiny_model
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)")
@@ -24,10 +24,9 @@ def test_export_a_gguf_and_chat_with_it(tmp_path):
     with running_app(tmp_path, "--allow-dir", str(model_dir)) as (url, _log), chromium_context() as browser_context:
         page = open_studio(browser_context, url)
         fill_job_form(page, model_dir, 10)
-        page.locator("#ft-start").click()
+        job_id = start_job(page)
         state, _ = wait_for_state(page, ("done", "failed", "cancelled"), 300)
         assert state == "done"
-        job_id = page.locator("#ft-job-select input").input_value().split(" · ")[0]
 
         page.get_by_role("tab", name="Export").click()
         pick_option(page, "ft-export-select", job_id)
