@@ -1,0 +1,80 @@
+"""Is the FP8 step waiting on the host? (issue 11: the 8B no-recompute row's GPU is busy ~170 ms of
+a ~200 ms step.)
+
+For bf16 and then FP8 bases on one model (bench_lora's harness: random weights, LoRA r16 on all
+linear layers, no recompute), time each step twice: `enqueue_ms`, how long the host takes to queue
+forward, backward and the optimizer step (no sync inside), and `step_ms`, until the GPU has run it.
+enqueue close to step means the launches, not the GPU, set the pace.
+
+    python bench/fp8_host.py --shape llama-3.1-8b --bs 2 --seq 2048 --out fp8_host.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.bench_lora import SHAPES, _version, _write, add_lora, build_model  # noqa: E402
+
+
+def time_steps(model, batches, steps: int, warmup: int) -> dict:
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    enqueue, wall = [], []
+    for i in range(warmup + steps):
+        x = batches[i % len(batches)]
+        torch.cuda.synchronize()
+        tick = time.perf_counter()
+        model(input_ids=x, labels=x).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        queued = time.perf_counter()
+        torch.cuda.synchronize()
+        done = time.perf_counter()
+        if i >= warmup:
+            enqueue.append((queued - tick) * 1e3)
+            wall.append((done - tick) * 1e3)
+    return {"enqueue_ms": round(statistics.median(enqueue), 1), "step_ms": round(statistics.median(wall), 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
+    parser.add_argument("--bs", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=2048)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--save-model", default=None, help="also save the bf16 base here (for bench/unsloth_rows.py)")
+    parser.add_argument("--out", default="fp8_host.jsonl")
+    args = parser.parse_args()
+    from kernels import patch_model
+    base = build_model(args.shape, False)
+    if args.save_model:
+        from bench.bench_fp8 import save_base
+        save_base(base, Path(args.save_model), SHAPES[args.shape]["vocab_size"])
+    model = add_lora(base)
+    model.config.use_cache = False
+    gen = torch.Generator(device="cuda").manual_seed(1234)
+    vocab = SHAPES[args.shape]["vocab_size"]
+    batches = [torch.randint(0, vocab, (args.bs, args.seq), device="cuda", generator=gen) for _ in range(4)]
+    for precision in ("bf16", "fp8"):   # bf16 first: FP8 quantization frees the bf16 weights
+        patch_model(model, backend="triton", base_precision=precision)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        row = {"bench": "fp8_host", "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+               "triton": _version("triton"), "transformers": _version("transformers"), "peft": _version("peft"),
+               "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+               "shape": args.shape, "bs": args.bs, "seq": args.seq, "precision": precision,
+               "checkpointing": "off", **time_steps(model, batches, args.steps, args.warmup)}
+        row["tokens_per_s"] = round(args.bs * args.seq / row["step_ms"] * 1e3, 1)
+        row["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
+        print(row, flush=True)
+        _write(args.out, row)
+
+
+if __name__ == "__main__":
+    main()
