@@ -3,9 +3,11 @@ Export tab (progress shown, files listed with sizes, Modelfile offered), then pi
 Chat tab's model and get an answer from it."""
 from __future__ import annotations
 
+from contextlib import closing
+
 import pytest
 
-from tests.e2e.browser import CHROMIUM, chromium_context
+from tests.e2e.browser import CHROMIUM, new_context
 from tests.e2e.test_browser import fill_job_form, open_studio, pick_option, running_app, start_job, wait_for_state
 from tests.tiny import make_tiny_model
 
@@ -19,9 +21,11 @@ WATCH_RESULT = """() => {
 }"""
 
 
-def test_export_a_gguf_and_chat_with_it(tmp_path):
+def test_export_a_gguf_and_chat_with_it(browser, tmp_path):
+    """The session's chromium: a second sync_playwright in one process fails once the first runs."""
     model_dir = make_tiny_model(tmp_path / "tiny")
-    with running_app(tmp_path, "--allow-dir", str(model_dir)) as (url, _log), chromium_context() as browser_context:
+    with running_app(tmp_path, "--allow-dir", str(model_dir)) as (url, _log), \
+            closing(new_context(browser)) as browser_context:
         page = open_studio(browser_context, url)
         fill_job_form(page, model_dir, 10)
         job_id = start_job(page)
