@@ -179,8 +179,10 @@ def test_ddp_over_fused_lora_and_offloaded_checkpointing_sums_gradients_like_one
     gradients of the same global batch (summed, not averaged: each rank's loss is already divided
     by the global token count)."""
     folder = make_tiny_model(tmp_path / "one-layer", layers=1)
+    # spawn, not fork: forked ranks deadlock on locks held by an earlier test's threads (the
+    # session's playwright, when the browser tests run first in the same process)
     torch.multiprocessing.start_processes(_ddp_rank, args=(folder, _free_port(), tmp_path), nprocs=2,
-                                          start_method="fork")
+                                          start_method="spawn")
     for rank in (0, 1):
         got = torch.load(tmp_path / f"rank{rank}.pt")
         assert any("triton  lora_mlp" in line for line in got["report"]), got["report"]
