@@ -30,6 +30,11 @@ def header_text(fused: tuple[bool, str], lang: str) -> str:
     return f"# {TITLE}\n{t('header.tagline', lang)}\n\n{engine}"
 
 
+# The load chain refills the model/dataset choices: text typed into those fields before it ends can be
+# replaced by the refill, so the page says when it is done (body[data-ft-ready]) for scripts and tests.
+PAGE_READY_JS = "() => { document.body.dataset.ftReady = '1'; }"
+
+
 def tab_labels_js() -> str:
     """Browser code that writes the tab names of the page's language into the tab bar.
 
@@ -104,8 +109,9 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
         def fit_check(language: str, *values: Any) -> str:
             return train.fit_check(ctx, language, *values)
         loaded.then(fit_check, [lang, *train.inputs], train.fit, **quiet)
-        loaded.then(on_load, lang, [*jobs.refresh_outputs, export.select, chat.adapter, chat.model,
-                                    train.model, train.dataset, train.gpu_boxes], **quiet)
+        filled = loaded.then(on_load, lang, [*jobs.refresh_outputs, export.select, chat.adapter, chat.model,
+                                             train.model, train.dataset, train.gpu_boxes], **quiet)
+        filled.then(None, None, None, js=PAGE_READY_JS)
         switched = lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS, **quiet)
         switched.then(None, lang, None, js=tab_names)
         switched.then(fit_check, [lang, *train.inputs], train.fit, **quiet)

@@ -58,6 +58,8 @@ def open_studio(context, url, ready_text: str = "Start"):
     page.wait_for_selector("#ft-start", timeout=90_000)
     page.wait_for_function("(w) => document.querySelector('#ft-start').innerText.includes(w)",
                            arg=ready_text, timeout=60_000)
+    # the load chain refills the model/dataset choices, which can undo a value typed before it ends
+    page.wait_for_function("() => document.body.dataset.ftReady === '1'", timeout=90_000)
     return page
 
 
