@@ -5,7 +5,8 @@ format and timing (median of 8 steps after 3 warm-ups, peak = max_memory_allocat
 A variant is PRECISION[+SWITCH...]:CHECKPOINTING, e.g. bf16:off, fp8:off, fp8:offload,
 fp8:budget=16.6, fp8+savex:off. Switches (module flags, read at call time, restored after):
 savex (fused nodes keep X as FP8 codes for dA), fastbwd (fast FP8 accumulation in backward too),
-torchT (weight codes transposed by torch's copy_ instead of the Triton kernel).
+torchT (weight codes transposed by torch's copy_ instead of the Triton kernel), nogc (Python's cyclic
+GC off while the variant runs: does a collection mid-step idle the GPU?).
 "budget=G" keeps as many decoder layers un-recomputed as fit under G GiB peak (the rest are
 checkpointed with their inputs offloaded to pinned host memory), measured, and steps down one
 layer at a time while the measured peak is over G (every try is written, "fits" says which
@@ -83,10 +84,15 @@ def _budget_policy(model, target_gib: float, keep: int | None, tokens: int) -> t
 
 
 def _run_variant(args, model, variant, state, lora_state, reference):
+    import gc
     import importlib
     precision, mode = variant.split(":", 1)
     precision, *switches = precision.split("+")
-    saved = []
+    saved, gc_was_on = [], gc.isenabled()
+    if "nogc" in switches:   # Python's cyclic GC off while this variant runs (host-jitter experiment)
+        switches.remove("nogc")
+        gc.collect()
+        gc.disable()
     for name in switches:
         module_name, attr, value = SWITCHES[name]
         module = importlib.import_module(module_name)
@@ -97,6 +103,8 @@ def _run_variant(args, model, variant, state, lora_state, reference):
     finally:
         for module, attr, value in saved:
             setattr(module, attr, value)
+        if gc_was_on:
+            gc.enable()
 
 
 def _run_mode(args, model, variant, precision, mode, state, lora_state, reference):

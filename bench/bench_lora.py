@@ -12,6 +12,7 @@ same weights and data) to bench/results/<file>.jsonl.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import statistics
@@ -90,6 +91,60 @@ def setup_stack(model, stack: str, checkpointing: str, batch_tokens: int | None 
     return report.lines() + [f"checkpointing: {policy}"]
 
 
+class GcPauses:
+    """Python's cyclic-GC pauses while timing (gc.callbacks): when the host only queues a few ms
+    ahead of the GPU, a collection in the middle of a step shows up as GPU idle time."""
+
+    def __enter__(self):
+        self.pauses, self._start = [], None
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self.pauses.append((info.get("generation", -1), (time.perf_counter() - self._start) * 1e3))
+            self._start = None
+
+    def total_ms(self) -> float:
+        return sum(ms for _, ms in self.pauses)
+
+    def summary(self) -> dict:
+        return {"count": len(self.pauses), "total_ms": round(sum(ms for _, ms in self.pauses), 2),
+                "max_ms": round(max((ms for _, ms in self.pauses), default=0.0), 2),
+                "gen2": sum(1 for gen, _ in self.pauses if gen == 2)}
+
+
+def timed_steps(model, batches, opt, warmup: int, steps: int) -> dict:
+    """BASELINES.md's timing, shared by every stack: each full step (forward, backward, optimizer)
+    between two torch.cuda.synchronize(); peak memory counted from here. Also per step: how long the
+    host took to queue it (enqueue_s_all) and Python's GC pauses (diagnostics; the timing is unchanged)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times, queued, gc_ms, first_loss = [], [], [], None
+    with GcPauses() as gc_pauses:
+        for i in range(warmup + steps):
+            x = batches[i % len(batches)]
+            torch.cuda.synchronize()
+            tick = time.perf_counter()
+            loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            queued.append(time.perf_counter() - tick)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - tick)
+            gc_ms.append(round(gc_pauses.total_ms() - sum(gc_ms), 2))
+            if i == 0:
+                first_loss = float(loss)
+    return {"step_s_all": [round(t, 4) for t in times], "enqueue_s_all": [round(t, 4) for t in queued],
+            "gc_ms_all": gc_ms, "gc_pause_ms": gc_pauses.summary(), "first_step_loss": first_loss}
+
+
 def run(args, model=None) -> dict:
     model = model or add_lora(build_model(args.shape, args.qlora), args.lora_dtype)
     model.config.use_cache = False
@@ -106,21 +161,8 @@ def run(args, model=None) -> dict:
     params = [p for p in model.parameters() if p.requires_grad]
     # fused=True is an experiment flag (one kernel instead of foreach launches); peers use the default
     opt = torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if args.fused_adamw else {}))
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times, first_loss = [], None
-    for i in range(args.warmup + args.steps):
-        x = batches[i % len(batches)]
-        torch.cuda.synchronize()
-        tick = time.perf_counter()
-        loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - tick)
-        if i == 0:
-            first_loss = float(loss)
+    timed = timed_steps(model, batches, opt, args.warmup, args.steps)
+    times, first_loss = timed["step_s_all"], timed["first_step_loss"]
     median = statistics.median(times[args.warmup:])
     tokens_per_s = args.bs * args.seq / median
     flops = useful_flops_per_token(model, SHAPES[args.shape], args.seq)
@@ -130,11 +172,11 @@ def run(args, model=None) -> dict:
         "shape": args.shape, "stack": args.stack, "qlora": args.qlora, "bs": args.bs, "seq": args.seq,
         "checkpointing": args.checkpointing, "lora_r": 16, "lora_dtype": args.lora_dtype,
         "tokens_per_s": round(tokens_per_s, 1),
-        "step_s_median": round(median, 4), "step_s_all": [round(t, 4) for t in times],
+        "step_s_median": round(median, 4), **timed,
         "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2),
         "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
         "fused_adamw": args.fused_adamw,
-        "first_step_loss": first_loss, "hf_first_step_loss": reference_loss,
+        "hf_first_step_loss": reference_loss,
         "loss_rel_diff": None if reference_loss is None else abs(first_loss - reference_loss) / abs(reference_loss),
         "useful_mfu": round(flops * tokens_per_s / (USEFUL_PEAK_TFLOPS * 1e12), 4),
         "report": report, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),

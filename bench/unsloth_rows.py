@@ -25,7 +25,7 @@ from unsloth import FastLanguageModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_lora import SHAPES, TARGETS, _version  # noqa: E402
+from bench.bench_lora import SHAPES, TARGETS, _version, timed_steps  # noqa: E402
 
 
 def main() -> None:
@@ -49,30 +49,17 @@ def main() -> None:
     vocab = SHAPES[args.shape]["vocab_size"]
     batches = [torch.randint(0, vocab, (args.bs, args.seq), device="cuda", generator=gen) for _ in range(4)]
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times, first_loss = [], None
-    for i in range(args.warmup + args.steps):
-        x = batches[i % len(batches)]
-        torch.cuda.synchronize()
-        tick = time.perf_counter()
-        loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - tick)
-        first_loss = float(loss) if i == 0 else first_loss
-    median = statistics.median(times[args.warmup:])
+    timed = timed_steps(model, batches, opt, args.warmup, args.steps)
+    median = statistics.median(timed["step_s_all"][args.warmup:])
     result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": _version("triton"),
               "transformers": _version("transformers"), "unsloth": _version("unsloth"),
               "python": platform.python_version(), "shape": args.shape, "stack": "unsloth", "bs": args.bs,
               "seq": args.seq, "checkpointing": "unsloth" if args.gc == "unsloth" else "off", "lora_r": 16,
               "tokens_per_s": round(args.bs * args.seq / median, 1), "step_s_median": round(median, 4),
-              "step_s_all": [round(t, 4) for t in times],
+              **timed,
               "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2),
               "peak_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 2),
-              "first_step_loss": first_loss, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+              "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
     with open(args.out, "a") as fh:
         fh.write(json.dumps(result) + "\n")
     print(json.dumps({k: result[k] for k in ("shape", "stack", "checkpointing", "tokens_per_s", "step_s_median",
