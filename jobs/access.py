@@ -109,6 +109,15 @@ class DataAccess:
             return str(self._inside(value, self.model_roots(), key, want_dir=not value.endswith(".gguf")))
         return self._hub_id(value, key)
 
+    def chat_model(self, value: str, key: str = "model") -> str:
+        """A model the Chat tab may load: one a job may train on, or an export of one of the
+        studio's jobs (a merged folder or a GGUF file under `<data dir>/jobs`)."""
+        value = value.strip()
+        if value == BUILTIN_MODEL or not is_local_reference(value, (".gguf",)):
+            return self.model(value, key)
+        roots = (*self.model_roots(), self.data_dir / "jobs")
+        return str(self._inside(value, roots, key, want_dir=not value.endswith(".gguf")))
+
     def checkpoint(self, value: str, key: str = "resume_from") -> str:
         """A checkpoint folder of one of the studio's jobs (or inside an allowed folder)."""
         return str(self._inside(value.strip(), self.checkpoint_roots(), key, want_dir=True))

@@ -10,11 +10,13 @@ from typing import Any, Iterator
 
 import gradio as gr
 
+from jobs.access import AccessError, DataAccess
 from jobs.export import list_exports
 from jobs.spec import BUILTIN_MODEL
 from studio import jobs_view as view
 from studio.chat import ChatEngine, Sampling, history_to_messages
 from studio.context import StudioContext
+from studio.form import error_text
 from studio.i18n import t
 
 NO_ADAPTER = "none"
@@ -46,6 +48,16 @@ def model_choices(ctx: StudioContext) -> list[tuple[str, str]]:
 def is_export(model_id: str | None) -> bool:
     """An exported model has the adapter merged in: it is chatted with alone."""
     return bool(model_id) and "exports" in Path(model_id).parts
+
+
+def readable_model(ctx: StudioContext, model_id: str, lang: str = "en") -> str | None:
+    """The model to load under the studio's read policy (a path typed into a web page must not
+    open the server's files: jobs/access.py), or None after a notice naming the field."""
+    try:
+        return DataAccess.for_studio(ctx.data_dir).chat_model(model_id)
+    except AccessError as refused:
+        gr.Warning(error_text(refused, lang))
+        return None
 
 
 def _user(text: str) -> dict[str, Any]:
@@ -136,6 +148,10 @@ def _wire(ctx: StudioContext, tab: ChatTab, prompt: Any, chats: list[Any], setti
         model_id = (model_id or "").strip()
         if not model_id:
             gr.Warning(t("chat.pick_model", lang))
+            yield gr.skip(), tuned_h, base_h
+            return
+        model_id = readable_model(ctx, model_id, lang)
+        if model_id is None:
             yield gr.skip(), tuned_h, base_h
             return
         adapter_dir = ctx.adapter_dir(job_id) if job_id and job_id != NO_ADAPTER else None

@@ -121,6 +121,26 @@ def test_models_and_checkpoints_follow_the_same_rule(studio):
     assert refused.value.key == "resume_from"
 
 
+def test_the_chat_tab_reads_models_and_the_jobs_exports_only(studio):
+    root, allowed, secret, access = studio
+    export = root / "jobs" / "j1" / "exports" / "tiny-ft-q8_0.gguf"
+    export.parent.mkdir(parents=True)
+    export.write_bytes(b"GGUF")
+    (root / "jobs" / "j1" / "exports" / "merged").mkdir()
+    (allowed / "base").mkdir()
+    assert access.chat_model(str(export)) == os.path.realpath(export)
+    assert access.chat_model(str(root / "jobs" / "j1" / "exports" / "merged")).endswith("merged")
+    assert access.chat_model(str(allowed / "base")).endswith("base")
+    assert access.chat_model("builtin:smollm2-135m-instruct") == "builtin:smollm2-135m-instruct"
+    assert access.chat_model("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"
+    (secret / "model.gguf").write_bytes(b"GGUF")
+    for bad in (str(secret), str(secret / "model.gguf"), str(root / "jobs" / "j1" / ".." / ".." / ".." / "secret"),
+                "/etc", "~/model"):
+        with pytest.raises(AccessError) as refused:
+            access.chat_model(bad)
+        assert refused.value.key == "model" and "--allow-dir" in str(refused.value)
+
+
 def test_check_spec_names_the_field_and_uses_real_paths(studio):
     root, allowed, secret, access = studio
     spec = JobSpec.from_dict({"dataset": str(root / "datasets" / "train.jsonl"),

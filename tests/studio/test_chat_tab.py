@@ -3,7 +3,7 @@ as notices."""
 import pytest
 
 from studio.chat import Sampling, history_to_messages
-from studio.chat_tab import respond
+from studio.chat_tab import readable_model, respond
 from studio.i18n import t
 
 
@@ -68,3 +68,15 @@ def test_blank_message_does_nothing():
     engine = ScriptedEngine()
     frames = list(respond(engine, "m", "/a", "  ", [], [], SAMPLING))
     assert len(frames) == 1 and engine.calls == []
+
+
+def test_a_model_path_outside_the_studio_is_refused_with_a_notice(tmp_path, monkeypatch):
+    class Ctx:
+        data_dir = tmp_path / "data"
+    monkeypatch.delenv("FUSETUNE_ALLOW_DIRS", raising=False)
+    export = Ctx.data_dir / "jobs" / "j1" / "exports" / "m-q8_0.gguf"
+    export.parent.mkdir(parents=True)
+    export.write_bytes(b"GGUF")
+    assert readable_model(Ctx, str(export)) == str(export.resolve())
+    with pytest.warns(UserWarning, match=r"\(model\).*--allow-dir"):
+        assert readable_model(Ctx, str(tmp_path)) is None

@@ -95,3 +95,23 @@ def test_gpu_boxes_list_each_gpu_with_free_memory_and_write_the_gpus_key(tmp_pat
     names, values = form_values(gpus=gpus_value(["1"]))
     assert JobSpec.from_dict(form.values_to_dict(names, values)).gpu_indices() == [1]
     assert gpu_choices(StudioContext(data_dir=tmp_path, runner=RecordingRunner())) == []
+
+
+def test_gpu_labels_follow_a_language_switch(tmp_path):
+    """The GPU boxes are filled per page load, so the language switch refills their labels too."""
+    from jobs.gpus import GpuInfo
+    from studio.app import build_studio
+    from studio.context import StudioContext
+    from jobs.runner import Runner
+
+    class OneGpuRunner(Runner):
+        def gpu_inventory(self):
+            return [GpuInfo(0, "NVIDIA H200", 139.8, 140.4)]
+    runner = OneGpuRunner(tmp_path)
+    ctx = StudioContext(data_dir=tmp_path, runner=runner)
+    demo = build_studio(tmp_path, runner, ctx)
+    boxes = next(block for block in demo.blocks.values() if getattr(block, "elem_id", None) == "ft-gpus")
+    on_switch = [fn for fn in demo.fns.values() if fn.outputs == [boxes] and fn.inputs == [ctx.lang]]
+    assert len(on_switch) == 1
+    update = on_switch[0].fn("zh-CN")
+    assert update["choices"] == [("GPU 0 · NVIDIA H200 · 可用 139.8 / 140.4 GB", "0")]
