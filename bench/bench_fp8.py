@@ -28,8 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_lora import (ROOT, SHAPES, USEFUL_PEAK_TFLOPS, _write, add_lora, build_model, run,  # noqa: E402
-                              useful_flops_per_token)
+from bench.bench_lora import (ROOT, SHAPES, USEFUL_PEAK_TFLOPS, _write, add_lora, build_model,  # noqa: E402
+                              make_batches, run, useful_flops_per_token)
 
 GIB = 2 ** 30
 SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),
@@ -51,9 +51,7 @@ def save_base(model, folder: Path, vocab: int) -> None:
 
 
 def _batches(args):
-    gen = torch.Generator(device="cuda").manual_seed(1234)   # bench_lora.run's data
-    vocab = SHAPES[args.shape]["vocab_size"]
-    return [torch.randint(0, vocab, (args.bs, args.seq), device="cuda", generator=gen) for _ in range(4)]
+    return make_batches(args.shape, args.bs, args.seq)   # bench_lora.run's data
 
 
 def _patch(model, precision: str, state: dict) -> list[str]:

@@ -119,6 +119,20 @@ class GcPauses:
                 "gen2": sum(1 for gen, _ in self.pauses if gen == 2)}
 
 
+def add_shape_args(parser, shape: str | None = "llama-3.1-8b") -> None:
+    """--shape (required when no default), --bs, --seq: the row of BASELINES.md a script measures."""
+    parser.add_argument("--shape", choices=sorted(SHAPES), required=shape is None, default=shape)
+    parser.add_argument("--bs", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=2048)
+
+
+def make_batches(shape: str, bs: int, seq: int, count: int = 4) -> list[torch.Tensor]:
+    """BASELINES.md's data: random token ids from one seeded CUDA generator, the same for every stack."""
+    gen = torch.Generator(device="cuda").manual_seed(1234)
+    vocab = SHAPES[shape]["vocab_size"]
+    return [torch.randint(0, vocab, (bs, seq), device="cuda", generator=gen) for _ in range(count)]
+
+
 def timed_steps(model, batches, opt, warmup: int, steps: int) -> dict:
     """BASELINES.md's timing, shared by every stack: each full step (forward, backward, optimizer)
     between two torch.cuda.synchronize(); peak memory counted from here. Also per step: how long the
@@ -148,9 +162,7 @@ def timed_steps(model, batches, opt, warmup: int, steps: int) -> dict:
 def run(args, model=None) -> dict:
     model = model or add_lora(build_model(args.shape, args.qlora), args.lora_dtype)
     model.config.use_cache = False
-    gen = torch.Generator(device="cuda").manual_seed(1234)
-    vocab = SHAPES[args.shape]["vocab_size"]
-    batches = [torch.randint(0, vocab, (args.bs, args.seq), device="cuda", generator=gen) for _ in range(4)]
+    batches = make_batches(args.shape, args.bs, args.seq)
     reference_loss = None
     if not getattr(model, "_bench_ready", False):
         with torch.no_grad():

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.bench_lora import SHAPES, _version, _write, add_lora, build_model  # noqa: E402
+from bench.bench_lora import SHAPES, _version, _write, add_lora, add_shape_args, build_model, make_batches  # noqa: E402
 
 
 def time_steps(model, batches, steps: int, warmup: int) -> dict:
@@ -43,9 +43,7 @@ def time_steps(model, batches, steps: int, warmup: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
-    parser.add_argument("--bs", type=int, default=2)
-    parser.add_argument("--seq", type=int, default=2048)
+    add_shape_args(parser)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--save-model", default=None, help="also save the bf16 base here (for bench/unsloth_rows.py)")
@@ -58,9 +56,7 @@ def main() -> None:
         save_base(base, Path(args.save_model), SHAPES[args.shape]["vocab_size"])
     model = add_lora(base)
     model.config.use_cache = False
-    gen = torch.Generator(device="cuda").manual_seed(1234)
-    vocab = SHAPES[args.shape]["vocab_size"]
-    batches = [torch.randint(0, vocab, (args.bs, args.seq), device="cuda", generator=gen) for _ in range(4)]
+    batches = make_batches(args.shape, args.bs, args.seq)
     for precision in ("bf16", "fp8"):   # bf16 first: FP8 quantization frees the bf16 weights
         patch_model(model, backend="triton", base_precision=precision)
         torch.cuda.synchronize()

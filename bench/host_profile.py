@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.bench_lora import SHAPES, add_lora, build_model  # noqa: E402
+from bench.bench_lora import add_lora, add_shape_args, build_model, make_batches  # noqa: E402
 
 OWNERS = ("kernels/", "peft/", "transformers/models/", "torch/optim/")   # whose functions to rank inclusively
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
@@ -95,9 +95,7 @@ def profiled_step(model, batches, opt, top: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
-    parser.add_argument("--bs", type=int, default=2)
-    parser.add_argument("--seq", type=int, default=2048)
+    add_shape_args(parser)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--top", type=int, default=60)
     parser.add_argument("--precisions", default="bf16,fp8")
@@ -106,9 +104,7 @@ def main() -> None:
     from kernels import patch_model
     model = add_lora(build_model(args.shape, False))
     model.config.use_cache = False
-    gen = torch.Generator(device="cuda").manual_seed(1234)
-    vocab = SHAPES[args.shape]["vocab_size"]
-    batches = [torch.randint(0, vocab, (args.bs, args.seq), device="cuda", generator=gen) for _ in range(4)]
+    batches = make_batches(args.shape, args.bs, args.seq)
     results = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "shape": args.shape,
                "bs": args.bs, "seq": args.seq}
     for precision in args.precisions.split(","):   # bf16 first: FP8 quantization frees the bf16 weights

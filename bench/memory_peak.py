@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.bench_lora import SHAPES, add_lora, build_model, setup_stack  # noqa: E402
+from bench.bench_lora import SHAPES, add_lora, add_shape_args, build_model, setup_stack  # noqa: E402
 
 GB = 1e9
 
@@ -60,9 +60,7 @@ def live_at_peak(trace) -> tuple[int, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shape", choices=sorted(SHAPES), required=True)
-    parser.add_argument("--bs", type=int, default=2)
-    parser.add_argument("--seq", type=int, default=2048)
+    add_shape_args(parser, None)
     parser.add_argument("--checkpointing", default="on")
     parser.add_argument("--out", default="memory_peak.json")
     args = parser.parse_args()

@@ -25,7 +25,7 @@ from unsloth import FastLanguageModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_lora import SHAPES, TARGETS, _version, timed_steps  # noqa: E402
+from bench.bench_lora import SHAPES, TARGETS, _version, make_batches, timed_steps  # noqa: E402
 
 
 def main() -> None:
@@ -45,9 +45,7 @@ def main() -> None:
     model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, lora_dropout=0, target_modules=TARGETS,
                                              bias="none", random_state=0, use_gradient_checkpointing=gc)
     FastLanguageModel.for_training(model, use_gradient_checkpointing=gc)   # training mode, same checkpointing
-    gen = torch.Generator(device="cuda").manual_seed(1234)    # bench_lora.run's data
-    vocab = SHAPES[args.shape]["vocab_size"]
-    batches = [torch.randint(0, vocab, (args.bs, args.seq), device="cuda", generator=gen) for _ in range(4)]
+    batches = make_batches(args.shape, args.bs, args.seq)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     timed = timed_steps(model, batches, opt, args.warmup, args.steps)
     median = statistics.median(timed["step_s_all"][args.warmup:])
