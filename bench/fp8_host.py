@@ -19,26 +19,17 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.bench_lora import SHAPES, _version, _write, add_lora, add_shape_args, build_model, make_batches  # noqa: E402
+from bench.bench_lora import (SHAPES, _version, _write, add_lora, add_shape_args, build_model, make_batches,  # noqa: E402
+                              timed_steps)
 
 
 def time_steps(model, batches, steps: int, warmup: int) -> dict:
+    """Medians of bench_lora.timed_steps' per-step enqueue and wall times (after the warm-ups)."""
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    enqueue, wall = [], []
-    for i in range(warmup + steps):
-        x = batches[i % len(batches)]
-        torch.cuda.synchronize()
-        tick = time.perf_counter()
-        model(input_ids=x, labels=x).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        queued = time.perf_counter()
-        torch.cuda.synchronize()
-        done = time.perf_counter()
-        if i >= warmup:
-            enqueue.append((queued - tick) * 1e3)
-            wall.append((done - tick) * 1e3)
-    return {"enqueue_ms": round(statistics.median(enqueue), 1), "step_ms": round(statistics.median(wall), 1)}
+    timed = timed_steps(model, batches, opt, warmup, steps)
+    return {"enqueue_ms": round(statistics.median(timed["enqueue_s_all"][warmup:]) * 1e3, 1),
+            "step_ms": round(statistics.median(timed["step_s_all"][warmup:]) * 1e3, 1),
+            "gc_pause_ms": timed["gc_pause_ms"]}
 
 
 def main() -> None:
@@ -59,8 +50,6 @@ def main() -> None:
     batches = make_batches(args.shape, args.bs, args.seq)
     for precision in ("bf16", "fp8"):   # bf16 first: FP8 quantization frees the bf16 weights
         patch_model(model, backend="triton", base_precision=precision)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
         row = {"bench": "fp8_host", "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "triton": _version("triton"), "transformers": _version("transformers"), "peft": _version("peft"),
                "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
