@@ -54,11 +54,13 @@ def launch_argv(python: str, processes: int) -> list[str]:
 
 
 def _priority(exitcode: int) -> int:
-    """Lower is the likelier root cause: a signal death, an error exit, a lost peer, a rank
-    stopped by torchrun (SIGTERM/SIGINT), a cancelled rank."""
-    if exitcode == EXIT_CANCELLED:
-        return 4
+    """Lower is the likelier root cause: a signal death, an error exit, a lost peer, a cancelled
+    rank, a rank stopped by SIGTERM/SIGINT. A cancelled rank comes before SIGTERM deaths: once one
+    rank has stopped for a cancel, torchrun's agent SIGTERMs the rest, and a rank that is already
+    past its handler (saved, exiting) dies of it; that is the cancel finishing, not a failure."""
     if exitcode in (-signal.SIGTERM, -signal.SIGINT):
+        return 4
+    if exitcode == EXIT_CANCELLED:
         return 3
     if exitcode == EXIT_PEER_LOST:
         return 2

@@ -100,6 +100,17 @@ def test_root_cause_prefers_a_killed_rank_over_the_ranks_torchrun_stopped():
     failures = {0: failure(launch.EXIT_PEER_LOST, 99), 1: failure(1, 100)}
     assert launch.root_cause(failures)[0] == 1
     assert launch.root_cause({0: failure(130), 1: failure(130)})[0] == 0
+    assert launch.root_cause({0: failure(-signal.SIGTERM, 99), 1: failure(-signal.SIGKILL)})[0] == 1
+
+
+def test_a_cancel_is_not_reported_as_the_sigterm_torchrun_sends_a_slower_rank():
+    """CI saw it under load: rank 0 saved and exited 130, torchrun's agent SIGTERMed rank 1 while it
+    was already past its handler, and the job's reason became 'rank 1 was killed by SIGTERM'."""
+    failures = {0: failure(launch.EXIT_CANCELLED, 100), 1: failure(-signal.SIGTERM, 101)}
+    rank, cause = launch.root_cause(failures)
+    assert rank == 0 and launch.failure_event(rank, cause, [{"type": "start"}]) is None
+    alone = launch.root_cause({0: failure(-signal.SIGTERM), 1: failure(launch.EXIT_PEER_LOST)})
+    assert alone[0] == 1  # no cancel: a lost peer is still likelier than the SIGTERMed rank
 
 
 def test_failure_event_names_the_rank_and_keeps_its_own_report():
