@@ -114,7 +114,7 @@ class GcPauses:
         return sum(ms for _, ms in self.pauses)
 
     def summary(self) -> dict:
-        return {"count": len(self.pauses), "total_ms": round(sum(ms for _, ms in self.pauses), 2),
+        return {"count": len(self.pauses), "total_ms": round(self.total_ms(), 2),
                 "max_ms": round(max((ms for _, ms in self.pauses), default=0.0), 2),
                 "gen2": sum(1 for gen, _ in self.pauses if gen == 2)}
 
@@ -144,7 +144,7 @@ def timed_steps(model, batches, opt, warmup: int, steps: int) -> dict:
         for i in range(warmup + steps):
             x = batches[i % len(batches)]
             torch.cuda.synchronize()
-            tick = time.perf_counter()
+            tick, gc_before = time.perf_counter(), gc_pauses.total_ms()
             loss = model(input_ids=x, labels=x).loss
             loss.backward()
             opt.step()
@@ -152,7 +152,7 @@ def timed_steps(model, batches, opt, warmup: int, steps: int) -> dict:
             queued.append(time.perf_counter() - tick)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - tick)
-            gc_ms.append(round(gc_pauses.total_ms() - sum(gc_ms), 2))
+            gc_ms.append(round(gc_pauses.total_ms() - gc_before, 2))
             if i == 0:
                 first_loss = float(loss)
     return {"step_s_all": [round(t, 4) for t in times], "enqueue_s_all": [round(t, 4) for t in queued],

@@ -102,21 +102,12 @@ class DataAccess:
         return self._hub_id(value, key)
 
     def model(self, value: str, key: str = "model") -> str:
-        value = value.strip()
-        if value == BUILTIN_MODEL:
-            return value
-        if is_local_reference(value, (".gguf",)):
-            return str(self._inside(value, self.model_roots(), key, want_dir=not value.endswith(".gguf")))
-        return self._hub_id(value, key)
+        return self._model(value, key, self.model_roots())
 
     def chat_model(self, value: str, key: str = "model") -> str:
         """A model the Chat tab may load: one a job may train on, or an export of one of the
         studio's jobs (a merged folder or a GGUF file under `<data dir>/jobs`)."""
-        value = value.strip()
-        if value == BUILTIN_MODEL or not is_local_reference(value, (".gguf",)):
-            return self.model(value, key)
-        roots = (*self.model_roots(), self.data_dir / "jobs")
-        return str(self._inside(value, roots, key, want_dir=not value.endswith(".gguf")))
+        return self._model(value, key, (*self.model_roots(), self.data_dir / "jobs"))
 
     def checkpoint(self, value: str, key: str = "resume_from") -> str:
         """A checkpoint folder of one of the studio's jobs (or inside an allowed folder)."""
@@ -141,6 +132,14 @@ class DataAccess:
         for key, value in self.check_values(spec.to_dict()).items():
             setattr(spec, key, value)
         return spec
+
+    def _model(self, value: str, key: str, roots: tuple[Path, ...]) -> str:
+        value = value.strip()
+        if value == BUILTIN_MODEL:
+            return value
+        if is_local_reference(value, (".gguf",)):
+            return str(self._inside(value, roots, key, want_dir=not value.endswith(".gguf")))
+        return self._hub_id(value, key)
 
     @staticmethod
     def _hub_id(value: str, key: str) -> str:

@@ -18,7 +18,7 @@ from studio.context import StudioContext
 from studio.export_tab import build_export_tab
 from studio.i18n import DEFAULT_LANG, DETECT_LANG_JS, LANGUAGES, SAVE_LANG_JS, language_choices, normalize, t
 from studio.jobs_tab import build_jobs_tab, refresh
-from studio.train_tab import build_train_tab, gpu_choices
+from studio.train_tab import build_train_tab
 
 TITLE = "Fusetune Studio"
 
@@ -115,5 +115,5 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
         switched = lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS, **quiet)
         switched.then(None, lang, None, js=tab_names)
         switched.then(fit_check, [lang, *train.inputs], train.fit, **quiet)
-        switched.then(lambda language: gr.update(choices=gpu_choices(ctx, language)), lang, train.gpu_boxes, **quiet)
+        switched.then(lambda language: train.gpu_update(ctx, language), lang, train.gpu_boxes, **quiet)
     return demo

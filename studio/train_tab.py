@@ -42,7 +42,12 @@ class TrainTab:
         far, the GPUs with their free memory now."""
         return [gr.update(choices=ctx.known_models()),
                 gr.update(choices=[(c, c) for c in known_datasets(ctx.data_dir)]),
-                gr.update(choices=gpu_choices(ctx, lang))]
+                self.gpu_update(ctx, lang)]
+
+    @staticmethod
+    def gpu_update(ctx: StudioContext, lang: str = "en") -> Any:
+        """The GPU boxes' labels now (free memory, our jobs on each) in the page's language."""
+        return gr.update(choices=gpu_choices(ctx, lang))
 
 
 def gpu_inventory(ctx: StudioContext) -> list[Any]:
@@ -204,7 +209,7 @@ def _gpu_boxes(ctx: StudioContext) -> gr.CheckboxGroup:
     choices = gpu_choices(ctx)
 
     def info(lang: str) -> str:
-        return t("train.gpus_info" if gpu_inventory(ctx) else "train.gpus_none", lang)
+        return t("train.gpus_info" if choices else "train.gpus_none", lang)
     boxes = gr.CheckboxGroup(choices=choices, value=[], interactive=bool(choices), elem_id="ft-gpus")
     return ctx.page.bind(boxes, label="train.gpus", info=info)
 

@@ -3,7 +3,6 @@ records what Start submits."""
 from jobs.store import JobRecord
 
 
-
 class ListRunner:
     def __init__(self, records):
         self.records = records
