@@ -119,6 +119,24 @@ def chat_side_by_side(page, job_id: str, model_dir: Path) -> None:
     tuned, base = streamed(lens["tuned"], "tuned"), streamed(lens["base"], "base")
     assert base[0]["at"] < tuned[-1]["at"] and tuned[0]["at"] < base[-1]["at"], (tuned, base)
     assert "Generation failed" not in page.locator("#ft-chat-tuned").inner_text()
+    chat_refuses_a_path_outside_the_studio(page)
+
+
+def chat_refuses_a_path_outside_the_studio(page) -> None:
+    """Bad input: a model path the studio may not read gets a notice naming the field; nothing is
+    loaded and the message stays in the box."""
+    box = page.locator("#ft-chat-model input")
+    box.click()
+    box.fill("/etc")
+    box.press("Enter")
+    box.press("Tab")
+    page.locator("#ft-chat-input textarea").fill("Are you there?")
+    page.locator("#ft-chat-send").click()
+    page.wait_for_function("() => document.body.innerText.includes('is not available to the studio')",
+                           timeout=30_000)
+    assert "--allow-dir" in page.locator("body").inner_text()
+    assert page.locator("#ft-chat-input textarea").input_value() == "Are you there?"
+    assert "Are you there?" not in page.locator("#ft-chat-base").inner_text()
 
 
 def upload_dataset(page, path: Path, stored_prefix: str) -> str:
