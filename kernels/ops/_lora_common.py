@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from kernels.ops import fp8_linear
 from kernels.ops.fp8_linear import (dequantize_weight, fp8_grad_input, fp8_linear_reference, fp8_project,
                                     is_fp8)
-from kernels.ops.fp8_quant import dequantize_rows, quantize_rows
+from kernels.ops.fp8_quant import quantize_rows
+from kernels.ops.fp8_widen import widen_codes
 from kernels.ops.lora_add import lora_add_
 from kernels.ops.nf4 import dequantize_nf4_into_buffer
 
@@ -92,8 +93,13 @@ def input_to_save(x2: torch.Tensor, quantized) -> tuple:
     return x2, None
 
 
-def saved_input(saved, scale, dtype: torch.dtype) -> torch.Tensor:
-    return saved if scale is None else dequantize_rows(saved, scale, dtype)
+def lora_a_grad(dyb: torch.Tensor, saved, scale, dtype: torch.dtype) -> torch.Tensor:
+    """dA (stacked) = dYB^T X from what `input_to_save` kept. From FP8 codes the per-row scale goes
+    onto the rank-sized dYB (X = diag(s) codes, so dYB^T X = (diag(s) dYB)^T codes) and the codes
+    are widened exactly (e4m3 fits in bf16/fp16, kernels/ops/fp8_widen.py): one pass over X."""
+    if scale is None:
+        return torch.mm(dyb.t(), saved)
+    return torch.mm((dyb * scale).to(dtype).t(), widen_codes(saved, dtype))
 
 
 def base_grad_input(grads, weights, dtype: torch.dtype) -> torch.Tensor:
@@ -191,7 +197,7 @@ class SharedInputLora(torch.autograd.Function):
         if dyb is not None:
             if dx is not None:
                 dx.addmm_(dyb, a_cat)
-            da = torch.mm(dyb.t(), saved_input(x_saved, x_scale, dtype))
+            da = lora_a_grad(dyb, x_saved, x_scale, dtype)
             for i, (_, lora_A, _, _) in enumerate(ctx.projections):
                 if lora_A is not None:
                     result[4 * i + 1] = da[offsets[i]:offsets[i + 1]].to(lora_A.dtype)

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from kernels.ops._lora_common import (LoraProjection, base_grad_input, base_outputs, cat_adapters,
-                                      flat_args, input_to_save, lora_reference, rank_offsets, saved_input)
+                                      flat_args, input_to_save, lora_a_grad, lora_reference, rank_offsets)
 from kernels.ops.geglu import gelu_and_grad
 from kernels.ops.lora_add import lora_add_
 
@@ -239,21 +239,21 @@ class LoraMLP(torch.autograd.Function):
         # e, g now hold d(gate), d(up): with FP8 weights one GEMM over [de dg] [Wg; Wu]
         dx = base_grad_input([e, g], [wg, wu], dtype) if ctx.needs_input_grad[0] else None
         if a_gu is not None:   # X comes back (from FP8 codes, see input_to_save) only here, for dA
-            _gate_up_lora_grads(ctx, saved_input(x_saved, x_scale, dtype), e, g, xa, a_gu, dx, result)
+            _gate_up_lora_grads(ctx, (x_saved, x_scale), e, g, xa, a_gu, dx, result)
         return (None if dx is None else dx.view(ctx.x_shape), None, None, *result)
 
 
-def _gate_up_lora_grads(ctx, x2, de, dg, xa, a_gu, dx, result):
+def _gate_up_lora_grads(ctx, saved_x, de, dg, xa, a_gu, dx, result):
     (_, ag, bg_, _), (_, au, bu_, _) = ctx.flat[0:4], ctx.flat[4:8]
-    (sg, su, _), offsets, dtype = ctx.scalings, ctx.offsets, x2.dtype
-    dyb = x2.new_empty(x2.shape[0], offsets[2])   # [s de Bg, s dg Bu]: one GEMM for dX, one for dA
+    (sg, su, _), offsets, dtype = ctx.scalings, ctx.offsets, de.dtype
+    dyb = de.new_empty(de.shape[0], offsets[2])   # [s de Bg, s dg Bu]: one GEMM for dX, one for dA
     if ag is not None:
         result[2] = _lora_grads(de, bg_, sg, xa[:, offsets[0]:offsets[1]], dtype, dyb[:, offsets[0]:offsets[1]])
     if au is not None:
         result[6] = _lora_grads(dg, bu_, su, xa[:, offsets[1]:offsets[2]], dtype, dyb[:, offsets[1]:offsets[2]])
     if dx is not None:
         dx.addmm_(dyb, a_gu)
-    da = torch.mm(dyb.t(), x2)
+    da = lora_a_grad(dyb, *saved_x, dtype)
     if ag is not None:
         result[1] = da[offsets[0]:offsets[1]].to(ag.dtype)
     if au is not None:
