@@ -21,7 +21,10 @@ The attention function: a caller's 4-D mask, or a KV-cache step (keys longer tha
 to transformers' sdpa (eager for Gemma-2's soft-cap); everything else to
 `kernels.ops.varlen_attention` over the documents given by `cu_seq_lens_q` (when absent, the
 documents are read from packed `position_ids` as transformers does, once per forward, at the cost
-of one host sync; unpacked rows are one document each).
+of one host sync; unpacked rows are one document each). When the given documents are exactly
+the rows (`whole_rows`: fixed-length unpacked batches, e.g. BASELINES.md's and a captured step's,
+kernels/step_graph.py), plain causal sdpa runs instead: the same result, and on the H200 cuDNN's
+kernel is ~9 ms a step faster than the varlen one on the 8B shape (bench/results/lora.jsonl).
 """
 from __future__ import annotations
 
@@ -89,6 +92,22 @@ def documents(batch: int, length: int, device, cu_seqlens=None, max_length=None,
     return torch.arange(0, (batch + 1) * length, length, dtype=torch.int32, device=device), length
 
 
+def whole_rows(cu_seqlens, max_length, batch: int, length: int) -> bool:
+    """True when the documents given are exactly the rows, read from shapes and host ints only (no
+    sync): batch + 1 boundaries over batch * length tokens with no document longer than a row
+    force every document to be one whole row."""
+    return (cu_seqlens is not None and max_length is not None and int(max_length) == length
+            and cu_seqlens.numel() == batch + 1)
+
+
+def _causal_rows(query, key, value, scaling):
+    """Plain causal attention over whole rows: sdpa without a mask (cuDNN or Flash on the GPU, no
+    [T, T] mask built), returned as [B, L, Hq, D] like the varlen path."""
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, is_causal=True, scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2)
+
+
 def packed_attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0,
                              scaling: float | None = None, sliding_window: int | None = None,
                              softcap: float | None = None, **kwargs):
@@ -98,6 +117,9 @@ def packed_attention_forward(module, query, key, value, attention_mask, dropout:
     if attention_mask is not None or key.shape[2] != length:
         return _masked_attention(module, query, key, value, attention_mask, dropout, scaling, sliding_window,
                                  softcap, **kwargs)
+    if (whole_rows(kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q"), batch, length)
+            and not (dropout or softcap or sliding_window)):
+        return _causal_rows(query, key, value, scaling), None
     cu, longest = documents(batch, length, query.device, kwargs.get("cu_seq_lens_q"),
                             kwargs.get("max_length_q"), kwargs.get("position_ids"))
     q = query.transpose(1, 2).reshape(batch * length, heads, dim)

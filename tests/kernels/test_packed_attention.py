@@ -11,7 +11,9 @@ from jobs.packing import collate_packed
 from kernels import patch_model
 from kernels.arch import ARCHITECTURES
 from kernels.ops.varlen_attention import varlen_attention, varlen_attention_reference
-from kernels.packed_attention import NAME, documents, restore_attention, use_packed_attention
+from kernels import packed_attention
+from kernels.packed_attention import (NAME, documents, packed_attention_forward, restore_attention,
+                                      use_packed_attention, whole_rows)
 from tests.kernels.test_patch import tiny_model, with_lora
 
 REL = 1e-5
@@ -135,3 +137,36 @@ def test_varlen_reference_applies_the_soft_cap():
     scores = scores.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
     expected = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
     torch.testing.assert_close(capped, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_whole_rows_are_recognised_from_shapes_alone():
+    rows = torch.tensor([0, 6, 12], dtype=torch.int32)
+    assert whole_rows(rows, 6, batch=2, length=6)
+    assert not whole_rows(rows, 5, batch=2, length=6)                       # a shorter longest document
+    assert not whole_rows(torch.tensor([0, 3, 6, 12], dtype=torch.int32), 6, batch=2, length=6)
+    assert not whole_rows(None, 6, batch=2, length=6) and not whole_rows(rows, None, batch=2, length=6)
+
+
+@pytest.mark.parametrize("kv_heads", [2, 4])
+def test_whole_row_documents_take_plain_causal_attention_with_the_same_result(kv_heads, monkeypatch):
+    """Fixed-length rows given as documents: causal sdpa without a mask, equal to the varlen path
+    (each row one document) in forward and backward."""
+    torch.manual_seed(4)
+    batch, length, heads, dim = 2, 7, 4, 8
+    q, k, v = (torch.randn(batch, h, length, dim, requires_grad=True) for h in (heads, kv_heads, kv_heads))
+    kwargs = {"cu_seq_lens_q": torch.tensor([0, 7, 14], dtype=torch.int32), "max_length_q": length}
+    calls = []
+    monkeypatch.setattr(packed_attention, "varlen_attention",
+                        lambda *a, **kw: calls.append(1) or varlen_attention(*a, **kw))
+    fast, _ = packed_attention_forward(None, q, k, v, None, scaling=0.3, **kwargs)
+    assert calls == [] and fast.shape == (batch, length, heads, dim)
+    (fast * torch.arange(dim)).sum().backward()
+    fast_grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    slow, _ = packed_attention_forward(None, q, k, v, None, scaling=0.3, sliding_window=length + 1, **kwargs)
+    assert calls == [1]                                                     # a window: the varlen path
+    (slow * torch.arange(dim)).sum().backward()
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+    for got, want in zip(fast_grads, (q.grad, k.grad, v.grad)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
