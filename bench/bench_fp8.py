@@ -6,7 +6,10 @@ A variant is PRECISION[+SWITCH...]:CHECKPOINTING, e.g. bf16:off, fp8:off, fp8:of
 fp8:budget=16.6, fp8+savex:off. Switches (module flags, read at call time, restored after):
 savex (fused nodes keep X as FP8 codes for dA), fastbwd (fast FP8 accumulation in backward too),
 torchT (weight codes transposed by torch's copy_ instead of the Triton kernel), nogc (Python's cyclic
-GC off while the variant runs: does a collection mid-step idle the GPU?).
+GC off while the variant runs: does a collection mid-step idle the GPU?), packed (attention through
+kernels/packed_attention.py with each row one fixed document: FlashAttention varlen, no mask),
+graph (packed, and the whole step captured once as a CUDA graph and replayed: kernels/step_graph.py,
+AdamW capturable=True; the host no longer sets the pace).
 "budget=G" keeps as many decoder layers un-recomputed as fit under G GiB peak (the rest are
 checkpointed with their inputs offloaded to pinned host memory), measured, and steps down one
 layer at a time while the measured peak is over G (every try is written, "fits" says which
@@ -91,6 +94,8 @@ def _run_variant(args, model, variant, state, lora_state, reference):
         switches.remove("nogc")
         gc.collect()
         gc.disable()
+    args.graph, args.packed = "graph" in switches, "packed" in switches
+    switches = [name for name in switches if name not in ("graph", "packed")]
     for name in switches:
         module_name, attr, value = SWITCHES[name]
         module = importlib.import_module(module_name)
@@ -101,6 +106,7 @@ def _run_variant(args, model, variant, state, lora_state, reference):
     finally:
         for module, attr, value in saved:
             setattr(module, attr, value)
+        args.graph = args.packed = False
         if gc_was_on:
             gc.enable()
 

@@ -133,10 +133,11 @@ def make_batches(shape: str, bs: int, seq: int, count: int = 4) -> list[torch.Te
     return [torch.randint(0, vocab, (bs, seq), device="cuda", generator=gen) for _ in range(count)]
 
 
-def timed_steps(model, batches, opt, warmup: int, steps: int) -> dict:
+def timed_steps(model, batches, opt, warmup: int, steps: int, extra: dict | None = None) -> dict:
     """BASELINES.md's timing, shared by every stack: each full step (forward, backward, optimizer)
     between two torch.cuda.synchronize(); peak memory counted from here. Also per step: how long the
-    host took to queue it (enqueue_s_all) and Python's GC pauses (diagnostics; the timing is unchanged)."""
+    host took to queue it (enqueue_s_all) and Python's GC pauses (diagnostics; the timing is unchanged).
+    `extra`: keyword arguments every forward gets besides input_ids and labels (packed attention's)."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     times, queued, gc_ms, first_loss = [], [], [], None
@@ -145,7 +146,7 @@ def timed_steps(model, batches, opt, warmup: int, steps: int) -> dict:
             x = batches[i % len(batches)]
             torch.cuda.synchronize()
             tick, gc_before = time.perf_counter(), gc_pauses.total_ms()
-            loss = model(input_ids=x, labels=x).loss
+            loss = model(input_ids=x, labels=x, **(extra or {})).loss
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -157,6 +158,59 @@ def timed_steps(model, batches, opt, warmup: int, steps: int) -> dict:
                 first_loss = float(loss)
     return {"step_s_all": [round(t, 4) for t in times], "enqueue_s_all": [round(t, 4) for t in queued],
             "gc_ms_all": gc_ms, "gc_pause_ms": gc_pauses.summary(), "first_step_loss": first_loss}
+
+
+def timed_graph_steps(model, batches, opt, warmup: int, steps: int, extra: dict) -> dict:
+    """timed_steps with the step captured once as a CUDA graph (kernels/step_graph.py) and replayed:
+    the warm-ups are the graph's eager warm-up steps (untimed), then each replay between two syncs.
+    Peak memory counts the capture; the graph's private pool stays reserved (peak_reserved_gib)."""
+    from kernels.step_graph import StepGraph
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    began = time.perf_counter()
+    graph = StepGraph(model, opt, {"input_ids": batches[0], "labels": batches[0], **extra}, warmup_steps=warmup)
+    torch.cuda.synchronize()
+    setup_s, times, queued = time.perf_counter() - began, [], []
+    for i in range(steps):
+        x = batches[(i + 1) % len(batches)]
+        torch.cuda.synchronize()
+        tick = time.perf_counter()
+        graph({"input_ids": x, "labels": x})
+        queued.append(time.perf_counter() - tick)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - tick)
+    opt.zero_grad(set_to_none=True)   # the static grads live in the graph's pool; the next row starts clean
+    return {"step_s_all": [round(t, 4) for t in times], "enqueue_s_all": [round(t, 4) for t in queued],
+            "timed_from": 0, "graph_setup_s": round(setup_s, 2), "warmup_losses": graph.warmup_losses,
+            "first_step_loss": graph.warmup_losses[0],
+            "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2)}
+
+
+def static_documents(bs: int, seq: int) -> dict:
+    """Packed attention's arguments for bs unpadded rows of seq tokens (one document each), as
+    fixed tensors and ints: no host sync in the forward, so a step can be captured."""
+    cu = torch.arange(0, (bs + 1) * seq, seq, dtype=torch.int32, device="cuda")
+    return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": seq, "max_length_k": seq}
+
+
+def _timed(args, model, batches, params) -> dict:
+    """The timed steps of one row: eager (BASELINES.md's way), eager with packed attention's
+    fixed documents (args.packed), or replays of one captured step (args.graph, implies packed)."""
+    graph, packed = getattr(args, "graph", False), getattr(args, "packed", False)
+    if not (graph or packed):
+        opt = torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if args.fused_adamw else {}))
+        return timed_steps(model, batches, opt, args.warmup, args.steps)
+    from kernels.packed_attention import restore_attention, use_packed_attention
+    use_packed_attention(model)
+    try:
+        extra = static_documents(args.bs, args.seq)
+        if graph:
+            opt = torch.optim.AdamW(params, lr=1e-4, capturable=True)
+            return timed_graph_steps(model, batches, opt, args.warmup, args.steps, extra)
+        opt = torch.optim.AdamW(params, lr=1e-4)
+        return timed_steps(model, batches, opt, args.warmup, args.steps, extra)
+    finally:
+        restore_attention(model)
 
 
 def run(args, model=None) -> dict:
@@ -172,10 +226,9 @@ def run(args, model=None) -> dict:
     report = model._bench_report
     params = [p for p in model.parameters() if p.requires_grad]
     # fused=True is an experiment flag (one kernel instead of foreach launches); peers use the default
-    opt = torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if args.fused_adamw else {}))
-    timed = timed_steps(model, batches, opt, args.warmup, args.steps)
+    timed = _timed(args, model, batches, params)
     times, first_loss = timed["step_s_all"], timed["first_step_loss"]
-    median = statistics.median(times[args.warmup:])
+    median = statistics.median(times[timed.get("timed_from", args.warmup):])
     tokens_per_s = args.bs * args.seq / median
     flops = useful_flops_per_token(model, SHAPES[args.shape], args.seq)
     return {
@@ -188,6 +241,7 @@ def run(args, model=None) -> dict:
         "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2),
         "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
         "fused_adamw": args.fused_adamw,
+        "step_mode": "graph" if getattr(args, "graph", False) else "packed" if getattr(args, "packed", False) else "eager",
         "hf_first_step_loss": reference_loss,
         "loss_rel_diff": None if reference_loss is None else abs(first_loss - reference_loss) / abs(reference_loss),
         "useful_mfu": round(flops * tokens_per_s / (USEFUL_PEAK_TFLOPS * 1e12), 4),

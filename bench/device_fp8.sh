@@ -10,6 +10,8 @@
 # part1  correctness, 8B rows (ours bf16/FP8 + Unsloth no-GC and GC), profile, microbenchmark
 # part2  1B rows (ours + Unsloth), quality run
 # gc8b   8B rows with checkpointing (bf16 first: FP8 frees the bf16 weights) and Unsloth beside them
+# graph8b  the graph check, then 8B no-recompute rows eager / packed / CUDA graph (bf16, FP8, FP8 savex)
+#        and Unsloth without checkpointing, in one call
 # part3  1B rows, the quality run with fast backward accumulation too, then the 8B rows again with
 #        Unsloth with and without checkpointing in the same call (to decide FAST_ACCUM_BACKWARD)
 # smoke  CPU only (TRITON_INTERPRET=1, tiny shapes): checks every script here without a GPU
@@ -40,8 +42,8 @@ rows_8b() {
     --profile-variant fp8:off --profile-out "$OUT/profile_fp8_8b.json" --out "$OUT/lora.jsonl"
   stage "unsloth 8B no GC" 170 "$PY" bench/unsloth_rows.py --model-dir /tmp/m8b --shape llama-3.1-8b \
     --bs 2 --gc off --out "$OUT/lora.jsonl"
-  stage "unsloth 8B GC" 170 "$PY" bench/unsloth_rows.py --model-dir /tmp/m8b --shape llama-3.1-8b \
-    --bs 2 --gc unsloth --out "$OUT/lora.jsonl"
+  [ "${UNSLOTH_GC:-1}" = 1 ] && stage "unsloth 8B GC" 170 "$PY" bench/unsloth_rows.py --model-dir /tmp/m8b \
+    --shape llama-3.1-8b --bs 2 --gc unsloth --out "$OUT/lora.jsonl"
   rm -rf /tmp/m8b
 }
 
@@ -73,12 +75,16 @@ case "$what" in
   part3) rows_1b; QUALITY_VARIANTS=bf16,fp8,fp8+fastbwd quality
          VARIANTS_8B=bf16:off,bf16:offload,fp8:off,fp8+fastbwd:off,fp8:offload,fp8:budget=16.6 rows_8b ;;
   gc8b)  VARIANTS_8B=bf16:offload,fp8:offload,fp8:budget=16.6 rows_8b ;;   # 8B with checkpointing + Unsloth
+  graph8b)   # the step captured as one CUDA graph (kernels/step_graph.py) beside eager and Unsloth (no GC)
+         stage "gpu_check step_graph" 120 "$PY" bench/gpu_check.py --only step_graph --out "$OUT/gpu_check.jsonl"
+         UNSLOTH_GC=0 VARIANTS_8B=${VARIANTS_8B:-bf16:off,bf16+graph:off,fp8:off,fp8+packed:off,fp8+graph:off,fp8+graph+savex:off} \
+           rows_8b ;;
   smoke)
     export TRITON_INTERPRET=1; DEADLINE=100000; HARD=100000
     stage "gpu_check fp8 (cpu)" 900 "$PY" bench/gpu_check.py --small --device cpu --only fp8 --out "$OUT/gpu_check.jsonl"
     stage "microbenchmark (cpu)" 900 "$PY" bench/fp8_microbench.py --smoke --out "$OUT/fp8_microbench.jsonl"
     stage "quality (cpu)" 900 "$PY" bench/fp8_quality.py --smoke --dump-data "$OUT/fp8_quality_data.jsonl" \
       --out "$OUT/fp8_quality.jsonl" ;;
-  *) echo "usage: $0 [all|part1|part2|part3|gc8b|smoke]"; exit 2 ;;
+  *) echo "usage: $0 [all|part1|part2|part3|gc8b|graph8b|smoke]"; exit 2 ;;
 esac
 tail -c 4000 "$LOG"

@@ -223,6 +223,48 @@ def model_parity(model_type: str):
             "report": report}
 
 
+def step_graph_case(precision: str):
+    """kernels/step_graph.py: the same 4 training steps eager and as one captured step (1 eager
+    warm-up + 3 replays) from the same init and data; losses and final adapters must agree."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from bench.bench_lora import static_documents
+    from kernels import patch_model
+    from kernels.packed_attention import use_packed_attention
+    from kernels.step_graph import StepGraph
+    config = AutoConfig.for_model("llama", hidden_size=512, intermediate_size=1408, num_hidden_layers=3,
+                                  num_attention_heads=8, num_key_value_heads=4, vocab_size=32000)
+    gen = torch.Generator(device=DEV).manual_seed(3)
+    batches = [torch.randint(0, 32000, (2, 256), device=DEV, generator=gen) for _ in range(4)]
+    extra = static_documents(2, 256)
+    runs = []
+    for graphed in (False, True):
+        torch.manual_seed(0)
+        with torch.device(DEV):
+            model = AutoModelForCausalLM.from_config(config, dtype=BF16)
+        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=16, target_modules="all-linear"))
+        patch_model(model, backend="triton", base_precision=precision)
+        use_packed_attention(model)
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=1e-3, capturable=True)
+        if graphed:
+            graph = StepGraph(model, opt, {"input_ids": batches[0], "labels": batches[0], **extra}, warmup_steps=1)
+            losses = graph.warmup_losses + [float(graph({"input_ids": x, "labels": x})) for x in batches[1:]]
+        else:
+            losses = []
+            for x in batches:
+                loss = model(input_ids=x, labels=x, **extra).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                losses.append(float(loss))
+        runs.append((losses, [p.detach().float().clone() for p in params]))
+    (eager, p0), (graphed, p1) = runs
+    return {"op": f"step_graph[{precision}]", "losses": {"eager": eager, "graph": graphed},
+            "errors": {"worst_loss_rel": max(abs(a - b) / abs(a) for a, b in zip(eager, graphed)),
+                       "worst_adapter_rel": max(rel(b, a) for a, b in zip(p0, p1))}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="gpu_check.jsonl")
@@ -237,6 +279,7 @@ def main() -> None:
                                 ("lora_act_backward", lora_act_backward_case)]
     cases += [(f"model[{m}]", lambda m=m: model_parity(m))
               for m in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")]
+    cases += [(f"step_graph[{p}]", lambda p=p: step_graph_case(p)) for p in ("bf16", "fp8")]
     from bench.fp8_check import fp8_cases   # FP8 base weights (issue 11): `--only fp8`
     cases += list(fp8_cases(DEV, SMALL, rel, ms))
     if args.only:

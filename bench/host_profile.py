@@ -93,6 +93,62 @@ def profiled_step(model, batches, opt, top: int) -> dict:
             "python_self_ms": ranked(python, 1), "python_inclusive_self_count_ours": ranked(ours, 0)}
 
 
+def python_profile(model, batches, opt, steps: int, top: int) -> dict:
+    """cProfile over `steps` whole steps queued back to back (no sync inside): Python functions by
+    own time and by inclusive time, per call in microseconds (cProfile inflates every call alike,
+    so read the ranking, not the absolute numbers)."""
+    import cProfile
+    import pstats
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for i in range(steps):
+        x = batches[i % len(batches)]
+        model(input_ids=x, labels=x).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    profiler.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(profiler).stats   # {(file, line, name): (calls, prim, tottime, cumtime, callers)}
+
+    def ranked(column):
+        rows = sorted(stats.items(), key=lambda kv: -kv[1][column])[:top]
+        return [[f"{Path(f).name}:{line}:{name}"[:120], calls // steps, round(1e3 * v[2] / steps, 2),
+                 round(1e3 * v[3] / steps, 2), round(1e6 * v[column] / max(calls, 1), 1)]
+                for (f, line, name), v in rows for calls in [v[0]]]
+    return {"columns": ["function", "calls/step", "own ms/step", "inclusive ms/step", "us/call (ranked col)"],
+            "by_own": ranked(2), "by_inclusive": ranked(3)}
+
+
+def launch_costs(calls: int = 300) -> dict:
+    """Host microseconds per call of single launches on tiny tensors (the GPU keeps up, so this is
+    the host's cost alone): a torch op, torch._scaled_mm, and our Triton launchers."""
+    from kernels.ops.fp8_linear import scaled_mm
+    from kernels.ops.fp8_quant import quantize_rows
+    from kernels.ops.lora_add import lora_add_
+    from kernels.ops.rms_norm import rms_norm
+    dev = torch.device("cuda")
+    x, w = torch.randn(64, 256, device=dev, dtype=torch.bfloat16), torch.ones(256, device=dev, dtype=torch.bfloat16)
+    xa, b = torch.randn(64, 16, device=dev, dtype=torch.bfloat16), torch.randn(256, 16, device=dev, dtype=torch.bfloat16)
+    codes, scale = quantize_rows(x)
+    ops = {"torch add_": lambda: x.add_(0.0), "tensor.to(fp32)": lambda: x.to(torch.float32),
+           "empty": lambda: torch.empty(64, 256, device=dev),
+           "scaled_mm": lambda: scaled_mm(codes, scale, codes.t(), scale.view(1, -1), torch.bfloat16),
+           "quantize_rows (triton)": lambda: quantize_rows(x), "lora_add_ (triton)": lambda: lora_add_(x, xa, b, 1.0),
+           "rms_norm fwd (triton)": lambda: rms_norm(x, w, 1e-5)}
+    out = {}
+    for name, op in ops.items():
+        for _ in range(20):
+            op()
+        torch.cuda.synchronize()
+        tick = time.perf_counter()
+        for _ in range(calls):
+            op()
+        out[name] = round(1e6 * (time.perf_counter() - tick) / calls, 1)
+        torch.cuda.synchronize()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_shape_args(parser)
@@ -100,6 +156,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=60)
     parser.add_argument("--precisions", default="bf16,fp8")
     parser.add_argument("--out", default="host_profile.json")
+    parser.add_argument("--python", action="store_true", help="add a cProfile ranking of 3 steps")
     args = parser.parse_args()
     from kernels import patch_model
     model = add_lora(build_model(args.shape, False))
@@ -107,11 +164,15 @@ def main() -> None:
     batches = make_batches(args.shape, args.bs, args.seq)
     results = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "shape": args.shape,
                "bs": args.bs, "seq": args.seq}
+    results["launch_us"] = launch_costs()
+    print(json.dumps({"launch_us": results["launch_us"]}), flush=True)
     for precision in args.precisions.split(","):   # bf16 first: FP8 quantization frees the bf16 weights
         patch_model(model, backend="triton", base_precision=precision)
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
         phase_times(model, batches, opt, 3)   # warm-up: compiles, autotunes, allocator
         row = {"phases": phase_times(model, batches, opt, args.steps), **profiled_step(model, batches, opt, args.top)}
+        if args.python:
+            row["cprofile"] = python_profile(model, batches, opt, 3, args.top)
         results[precision] = row
         print(json.dumps({"precision": precision, **row["phases"], "launches": row["kernel_launches"]}), flush=True)
         Path(args.out).write_text(json.dumps(results, indent=1))   # after each: a killed run keeps the first
