@@ -231,7 +231,7 @@ def step_graph_case(precision: str):
     from bench.bench_lora import static_documents
     from kernels import patch_model
     from kernels.packed_attention import use_packed_attention
-    from kernels.step_graph import StepGraph
+    from kernels.step_graph import StepGraph, language_model_step
     config = AutoConfig.for_model("llama", hidden_size=512, intermediate_size=1408, num_hidden_layers=3,
                                   num_attention_heads=8, num_key_value_heads=4, vocab_size=32000)
     gen = torch.Generator(device=DEV).manual_seed(3)
@@ -248,8 +248,8 @@ def step_graph_case(precision: str):
         params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=1e-3, capturable=True)
         if graphed:
-            graph = StepGraph(model, opt, {"input_ids": batches[0], "labels": batches[0], **extra}, warmup_steps=1)
-            losses = graph.warmup_losses + [float(graph({"input_ids": x, "labels": x})) for x in batches[1:]]
+            graph = StepGraph(language_model_step(model, opt), {"input_ids": batches[0], "labels": batches[0], **extra})
+            losses = [float(graph.warmup_outputs[0])] + [float(graph({"input_ids": x, "labels": x})) for x in batches[1:]]
         else:
             losses = []
             for x in batches:

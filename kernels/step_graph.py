@@ -18,8 +18,11 @@ What the step must satisfy (checked where it can be, else capture fails with CUD
 - an optimizer that keeps its step count on the GPU (`capturable=True` for Adam/AdamW);
 - no gradient accumulation, no activation offload (host copies), no dropout randomness.
 
-The warm-up steps train the model for real on the first batch (they are steps of the run), and
-their losses are kept (`warmup_losses`) so that a caller can report the true first-step loss.
+`StepGraph(step, inputs)` takes the step as a function of a flat dict of inputs (tensors, and host
+values that are baked in) returning device tensors; `language_model_step(model, optimizer)` is the
+plain one (jobs/trainer.py builds its own: accumulation, clipping). The warm-up steps train the
+model for real on the first inputs (they are steps of the run), and their outputs are kept
+(`warmup_outputs`) so that a caller can report them.
 """
 from __future__ import annotations
 
@@ -27,63 +30,86 @@ import torch
 
 
 class StepGraph:
-    """graph = StepGraph(model, optimizer, {"input_ids": x, "labels": x, ...}); loss = graph(batch)."""
+    """graph = StepGraph(step, inputs); outputs = graph(inputs) (the same static tensors every time)."""
 
-    def __init__(self, model, optimizer, batch: dict, warmup_steps: int = 3):
-        _check(model, optimizer, batch, warmup_steps)
-        self.model, self.optimizer = model, optimizer
-        self.inputs = {name: value.clone() if torch.is_tensor(value) else value for name, value in batch.items()}
-        self.warmup_losses = self._warm_up(warmup_steps)
-        self.graph = torch.cuda.CUDAGraph()
-        optimizer.zero_grad(set_to_none=True)
-        with torch.cuda.graph(self.graph):
-            self.loss = self._step()
+    def __init__(self, step, inputs: dict, warmup_steps: int = 1, capture: bool = True):
+        """capture=False stops after the warm-up: a caller that must keep the warm-up's results
+        whatever the capture does calls `capture()` itself."""
+        if warmup_steps < 1:
+            raise ValueError("StepGraph needs at least one warm-up step before the capture")
+        _check_inputs(inputs)
+        self.step, self.graph = step, None
+        self.inputs = {name: value.clone() if torch.is_tensor(value) else value for name, value in inputs.items()}
+        self.warmup_outputs = self._warm_up(warmup_steps)
+        if capture:
+            self.capture()
 
-    def _step(self) -> torch.Tensor:
-        loss = self.model(**self.inputs).loss
-        loss.backward()
-        self.optimizer.step()
-        return loss.detach()
+    def capture(self) -> None:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.outputs = self.step(self.inputs)
+        self.graph = graph
 
-    def _warm_up(self, steps: int) -> list[float]:
+    def _warm_up(self, steps: int) -> list:
         """Eager steps on a side stream (the guide's recipe: kernels compile, cuBLAS and the
         allocator settle, the optimizer creates its state) before the capture."""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        losses = []
+        outputs = []
         with torch.cuda.stream(side):
             for _ in range(steps):
-                self.optimizer.zero_grad(set_to_none=True)
-                losses.append(self._step())
+                outputs.append(self.step(self.inputs))
         torch.cuda.current_stream().wait_stream(side)
-        return [float(loss) for loss in losses]
+        side.synchronize()
+        torch.cuda.empty_cache()   # the warm-up's freed blocks belong to the side stream: give them back
+        return outputs
 
-    def __call__(self, batch: dict) -> torch.Tensor:
-        """Copy `batch` into the captured buffers and replay; returns the (static) loss tensor."""
-        for name, value in batch.items():
+    def __call__(self, inputs: dict):
+        """Copy `inputs` into the captured buffers and replay; returns the captured outputs."""
+        if self.graph is None:
+            raise RuntimeError("StepGraph: nothing captured yet (call capture())")
+        for name, value in inputs.items():
             static = self.inputs.get(name)
             if torch.is_tensor(value):
                 if static is None or static.shape != value.shape or static.dtype != value.dtype:
-                    raise ValueError(f"StepGraph: batch[{name!r}] is {tuple(value.shape)} {value.dtype}; the "
+                    raise ValueError(f"StepGraph: input {name!r} is {tuple(value.shape)} {value.dtype}; the "
                                      f"captured step takes {None if static is None else tuple(static.shape)} "
                                      f"{None if static is None else static.dtype} (pad or pack to that shape)")
                 static.copy_(value, non_blocking=True)
             elif value != static:
-                raise ValueError(f"StepGraph: batch[{name!r}] = {value!r} but the captured step baked in {static!r}")
+                raise ValueError(f"StepGraph: input {name!r} = {value!r} but the captured step baked in {static!r}")
         self.graph.replay()
-        return self.loss
+        return self.outputs
 
 
-def _check(model, optimizer, batch: dict, warmup_steps: int) -> None:
-    if warmup_steps < 1:
-        raise ValueError("StepGraph needs at least one warm-up step before the capture")
+def capturable_reason(model, optimizer) -> str | None:
+    """Why a step of `model` with `optimizer` cannot be captured, or None."""
     for group in optimizer.param_groups:
         if "capturable" in group and not group["capturable"]:
-            raise ValueError(f"StepGraph: {type(optimizer).__name__} must be built with capturable=True "
-                             "(its step count then lives on the GPU, where a replay can advance it)")
+            return (f"{type(optimizer).__name__} must be built with capturable=True (its step count then "
+                    "lives on the GPU, where a replay can advance it)")
     device = next(model.parameters()).device
     if device.type != "cuda":
-        raise ValueError(f"StepGraph needs the model on a CUDA GPU; it is on {device.type}")
-    elsewhere = [name for name, value in batch.items() if torch.is_tensor(value) and value.device != device]
-    if elsewhere:
-        raise ValueError(f"StepGraph: batch tensors {elsewhere} are not on {device}")
+        return f"a CUDA graph needs the model on a CUDA GPU; it is on {device.type}"
+    return None
+
+
+def language_model_step(model, optimizer):
+    """The plain step: loss of model(**inputs), backward, optimizer step; returns the loss."""
+    reason = capturable_reason(model, optimizer)
+    if reason:
+        raise ValueError(f"StepGraph: {reason}")
+
+    def step(inputs: dict) -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)   # the first backward assigns .grad: replays overwrite it
+        loss = model(**inputs).loss
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+    return step
+
+
+def _check_inputs(inputs: dict) -> None:
+    devices = {value.device for value in inputs.values() if torch.is_tensor(value)}
+    if any(device.type != "cuda" for device in devices):
+        raise ValueError(f"StepGraph: every input tensor must be on a CUDA GPU; got {sorted(map(str, devices))}")

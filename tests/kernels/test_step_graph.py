@@ -6,22 +6,24 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.step_graph import StepGraph
+from kernels.step_graph import StepGraph, capturable_reason, language_model_step
 
 
-def _model_and_batch():
+def test_a_non_capturable_optimizer_is_refused_before_the_device():
     model = torch.nn.Linear(4, 4)
-    return model, {"input_ids": torch.zeros(1, 4, dtype=torch.long)}
+    for optimizer in (torch.optim.AdamW(model.parameters()), torch.optim.AdamW(model.parameters(), capturable=False)):
+        with pytest.raises(ValueError, match="capturable=True"):
+            language_model_step(model, optimizer)
 
 
-@pytest.mark.parametrize("optimizer, warmup, expected", [
-    (lambda p: torch.optim.AdamW(p, capturable=False), 1, "capturable=True"),
-    (lambda p: torch.optim.AdamW(p), 1, "capturable=True"),
-    (lambda p: torch.optim.AdamW(p, capturable=True), 0, "at least one warm-up step"),
-    (lambda p: torch.optim.AdamW(p, capturable=True), 1, "on a CUDA GPU; it is on cpu"),
-    (lambda p: torch.optim.SGD(p, lr=0.1), 2, "on a CUDA GPU; it is on cpu"),
-])
-def test_what_cannot_be_captured_is_refused_with_the_reason(optimizer, warmup, expected):
-    model, batch = _model_and_batch()
-    with pytest.raises(ValueError, match=expected):
-        StepGraph(model, optimizer(model.parameters()), batch, warmup_steps=warmup)
+def test_a_cpu_model_is_refused_with_the_reason():
+    model = torch.nn.Linear(4, 4)
+    assert capturable_reason(model, torch.optim.SGD(model.parameters(), lr=0.1)) == \
+        "a CUDA graph needs the model on a CUDA GPU; it is on cpu"
+
+
+def test_cpu_inputs_and_no_warm_up_are_refused():
+    with pytest.raises(ValueError, match="at least one warm-up step"):
+        StepGraph(lambda inputs: inputs["x"], {"x": torch.zeros(2)}, warmup_steps=0)
+    with pytest.raises(ValueError, match="must be on a CUDA GPU"):
+        StepGraph(lambda inputs: inputs["x"], {"x": torch.zeros(2), "n": 3})
