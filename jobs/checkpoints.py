@@ -26,12 +26,23 @@ def save_checkpoint(job_dir: Path, step: int, model, optimizer, scheduler, state
     final = layout.checkpoint(step)
     with staged_dir(final, layout.partial_checkpoint(step)) as tmp:
         model.save_pretrained(tmp / ADAPTER_DIR)
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+        torch.save({"optimizer": _plain_lr(optimizer.state_dict()), "scheduler": _plain_lr(scheduler.state_dict())},
                    tmp / OPTIMIZER_STATE)
         (tmp / TRAINER_STATE).write_text(json.dumps({"step": step, **state}, indent=2))
     for old in sorted(layout.checkpoints.glob("step-*"), key=_step_of)[:-KEEP_CHECKPOINTS]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _plain_lr(state: dict) -> dict:
+    """Learning rates as numbers in a saved state: a captured step keeps its LR in a GPU tensor
+    (jobs/graph_steps.py), and a checkpoint must resume into either kind of run."""
+    for group in state.get("param_groups", []):
+        if torch.is_tensor(group.get("lr")):
+            group["lr"] = float(group["lr"])
+    if "_last_lr" in state:
+        state["_last_lr"] = [float(lr) if torch.is_tensor(lr) else lr for lr in state["_last_lr"]]
+    return state
 
 
 def _step_of(path: Path) -> int:

@@ -117,8 +117,14 @@ def _label_tokens(labels: list[int]) -> int:
     return sum(1 for label in labels[1:] if label != IGNORE_INDEX)
 
 
-def collate_packed(rows: list[list[Example]], row_length: int, pad_id: int) -> Batch:
-    """[rows, row_length] tensors of packed examples (module doc)."""
+def collate_packed(rows: list[list[Example]], row_length: int, pad_id: int,
+                   fixed: tuple[int, int] | None = None) -> Batch:
+    """[rows, row_length] tensors of packed examples (module doc). `fixed` = (rows, boundaries):
+    the same shapes for every batch (a captured step, jobs/graph_steps.py): missing rows are all
+    padding, `cu_seq_lens` is padded with empty documents to `boundaries` entries, and
+    `max_length` is the row length."""
+    if fixed is not None:
+        rows = rows + [[] for _ in range(fixed[0] - len(rows))]
     shape = (len(rows), row_length)
     ids = torch.full(shape, pad_id, dtype=torch.long)
     labels = torch.full(shape, IGNORE_INDEX, dtype=torch.long)
@@ -138,7 +144,12 @@ def collate_packed(rows: list[list[Example]], row_length: int, pad_id: int) -> B
             positions[r, offset:] = torch.arange(row_length - offset)
             starts.append(r * row_length + offset)
             longest = max(longest, row_length - offset)
-    cu = torch.tensor(starts + [len(rows) * row_length], dtype=torch.int32)
+    bounds = starts + [len(rows) * row_length]
+    if fixed is not None:
+        if len(bounds) > fixed[1]:
+            raise ValueError(f"{len(bounds) - 1} documents do not fit the fixed {fixed[1] - 1}")
+        bounds, longest = bounds + [bounds[-1]] * (fixed[1] - len(bounds)), row_length
+    cu = torch.tensor(bounds, dtype=torch.int32)
     tensors = {"input_ids": ids, "labels": labels, "position_ids": positions,
                "cu_seq_lens_q": cu, "cu_seq_lens_k": cu}
     return Batch(tensors, {"max_length_q": longest, "max_length_k": longest}, real, counted)
@@ -198,6 +209,15 @@ class BatchPlan:
         self.rows = pack(self.lengths, row_length, seed) if packed else None
         self._epoch, self._order = None, []
         self._mine_epoch, self._mine = None, []
+        self.fixed: tuple[int, int] | None = None
+
+    def fix_shapes(self) -> None:
+        """Every packed batch from now on has the same tensor shapes (`collate_packed`'s `fixed`):
+        batch_size rows and room for the most documents batch_size rows can hold."""
+        if not self.packed:
+            raise ValueError("fixed batch shapes need packed rows")
+        most = max(len(row) + 1 for row in self.rows)   # + the padding tail, a document of its own
+        self.fixed = (self.batch_size, self.batch_size * most + 1)
 
     @property
     def per_epoch(self) -> int:
@@ -249,7 +269,7 @@ class BatchPlan:
     def _collate(self, group: list[int]) -> Batch:
         if self.packed:
             rows = [[self.examples[i] for i in self.rows[r]] for r in group]
-            return collate_packed(rows, self.row_length, self.pad_id)
+            return collate_packed(rows, self.row_length, self.pad_id, self.fixed)
         return collate_padded([self.examples[i] for i in group], self.pad_id)
 
     def batch_at(self, micro_index: int) -> tuple[float, Batch]:

@@ -8,14 +8,13 @@ gradient accumulation bug).
 
 Lean on the GPU (docs/training.md): batches are built ahead on a thread and copied from pinned
 memory without blocking (jobs/loader.py); the loss is summed on the device and the step's loss and
-gradient norm reach the host once, one step late (`_Pending`), so the CPU queues step N+1 while the
+gradient norm reach the host once, one step late (`PendingStep`), so the CPU queues step N+1 while the
 GPU still runs step N and the step event never stalls the GPU; NVML/psutil are read by a 1 Hz
 background sampler (jobs/telemetry.py). tokens_per_s counts real (non-pad) tokens."""
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,9 +24,11 @@ from jobs.data import load_conversations
 from jobs.distributed import Distributed, resume_position
 from jobs.events import EventWriter
 from jobs.export import model_card
+from jobs.graph_steps import graphed_steps
 from jobs.loader import Prefetcher
 from jobs.packing import BatchPlan, resolve_packing
 from jobs.spec import JobSpec
+from jobs.steps import PendingStep, cosine_with_warmup
 
 
 class NonFiniteLoss(RuntimeError):
@@ -41,32 +42,6 @@ class Cancelled(RuntimeError):
 class OutOfMemory(torch.OutOfMemoryError):
     """A CUDA OOM with a message for people (estimate, peak seen, what to change)."""
     for_people = True
-
-
-@dataclass
-class _Pending:
-    """A step whose numbers are still on the GPU: [loss, grad_norm] copied into pinned memory."""
-    values: torch.Tensor
-    done: object            # a CUDA event recorded after the copy (None on CPU)
-    tokens: int
-    epoch: float
-    lr: float
-
-    def read(self) -> tuple[float, float]:
-        if self.done is not None:
-            self.done.synchronize()
-        loss, grad_norm = self.values.tolist()
-        return loss, grad_norm
-
-
-def cosine_with_warmup(warmup: int, total: int):
-    """LR multiplier: linear warm-up, then cosine decay to 0 (the usual HF schedule)."""
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        progress = (step - warmup) / max(1, total - warmup)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-    return factor
 
 
 class Trainer:
@@ -108,12 +83,13 @@ class Trainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=spec.learning_rate, weight_decay=spec.weight_decay)
         self.max_steps = self._total_steps()
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, cosine_with_warmup(spec.warmup_steps, self.max_steps))
+        self.lr_factor = cosine_with_warmup(spec.warmup_steps, self.max_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
         self.trainable = sum(p.numel() for p in self.params)
         self._estimate_fit()
         if spec.resume_from:
             self._resume(Path(spec.resume_from))
+        self.graphed = graphed_steps(self)
 
     def _load_examples(self) -> None:
         spec = self.spec
@@ -203,7 +179,7 @@ class Trainer:
         self.log(f"resumed from {folder} at step {self.step}")
 
     # ---- the loop ----------------------------------------------------------------------
-    def train_step(self, stream) -> _Pending | None:
+    def train_step(self, stream) -> PendingStep | None:
         """One optimizer step, queued on the device; nothing here waits for the GPU. None when a
         stop was requested (on any rank: all ranks stop at the same step).
 
@@ -218,20 +194,15 @@ class Trainer:
         self.micro_index += len(group)
         count = torch.tensor(max(1.0, labels))
         count = (count.pin_memory() if self.device.type == "cuda" else count).to(self.device, non_blocking=True)
-        total = torch.zeros((), dtype=torch.float32, device=self.device)
-        self.model.train()
-        for i, (_, batch) in enumerate(group):
-            with self.dist.accumulating(self.ddp, last=i == len(group) - 1):
-                out = self.ddp(**batch.to(self.device), num_items_in_batch=count)
-                out.loss.backward()
-            total += out.loss.detach().float()
-        self.dist.all_reduce_(total)  # the global batch's loss, queued on the device
-        clip = self.spec.max_grad_norm if self.spec.max_grad_norm > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
-        lr = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
+        lr = self.scheduler.base_lrs[0] * self.lr_factor(self.scheduler.last_epoch)   # a host number: no sync
+        batches = [batch for _, batch in group]
+        replayed = self.graphed.step(batches, count, self.device) if self.graphed and not self.graphed.failed else None
+        if replayed is None:
+            total, grad_norm = self._device_step([batch.to(self.device) for batch in batches], count)
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            total, grad_norm = replayed
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         values = torch.stack([total, grad_norm.float().to(total.device)])
         done = None
         if self.device.type == "cuda":
@@ -239,7 +210,23 @@ class Trainer:
             host.copy_(values, non_blocking=True)
             values, done = host, torch.cuda.Event(enable_timing=True)
             done.record()
-        return _Pending(values, done, int(real), group[-1][0], lr)
+        return PendingStep(values, done, int(real), group[-1][0], lr)
+
+    def _device_step(self, micro_batches: list[dict], count: torch.Tensor):
+        """Forward and backward of each micro-batch, clipping and the optimizer step: device work
+        only (no host sync), so jobs/graph_steps.py can capture it. Returns (loss sum, grad norm)."""
+        total = torch.zeros((), dtype=torch.float32, device=self.device)
+        self.model.train()
+        for i, kwargs in enumerate(micro_batches):
+            with self.dist.accumulating(self.ddp, last=i == len(micro_batches) - 1):
+                out = self.ddp(**kwargs, num_items_in_batch=count)
+                out.loss.backward()
+            total += out.loss.detach().float()
+        self.dist.all_reduce_(total)  # the global batch's loss, queued on the device
+        clip = self.spec.max_grad_norm if self.spec.max_grad_norm > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
+        self.optimizer.step()
+        return total, grad_norm
 
     def run(self) -> Path:
         self.prepare()
@@ -298,7 +285,7 @@ class Trainer:
         if spec.save_steps and self.step % spec.save_steps == 0 and self.step < self.max_steps:
             self.save_checkpoint()
 
-    def _flush(self, pending: _Pending | None, step: int | None = None) -> None:
+    def _flush(self, pending: PendingStep | None, step: int | None = None) -> None:
         """Read a finished step's numbers (waits for that step only) and report it."""
         if pending is None:
             return
@@ -317,7 +304,7 @@ class Trainer:
         self.last_loss = loss
         self._emit_step(step, loss, grad_norm, pending, step_s)
 
-    def _emit_step(self, step: int, loss: float, grad_norm: float, pending: _Pending, step_s: float) -> None:
+    def _emit_step(self, step: int, loss: float, grad_norm: float, pending: PendingStep, step_s: float) -> None:
         elapsed = time.time() - self.began
         per_step = elapsed / max(1, step - self.first_step)
         event = dict(step=step, max_steps=self.max_steps, epoch=round(pending.epoch, 4), loss=loss,

@@ -138,3 +138,56 @@ def test_packed_job_evaluates_and_keeps_the_best_adapter(tmp_path, tiny_model):
     assert adapter == (out / "adapter-best" / "adapter_model.safetensors").read_bytes()
     assert f"at step {best_step}" in (out / "adapter" / "README.md").read_text()
     assert (out / "checkpoints" / "step-12" / "optim.pt").is_file()   # the last weights are kept too
+
+
+def test_fixed_shapes_give_every_batch_the_same_tensors_and_the_same_counts():
+    """BatchPlan.fix_shapes (a captured step, jobs/graph_steps.py): every batch has batch_size rows
+    and room for the most documents; the extra rows and boundaries are empty, the counts unchanged."""
+    examples = make_examples(long_tailed(29, 128, seed=8))
+    loose = BatchPlan(examples, 3, 128, True, seed=2, pad_id=0)
+    fixed = BatchPlan(examples, 3, 128, True, seed=2, pad_id=0)
+    fixed.fix_shapes()
+    shapes = set()
+    for index in range(2 * fixed.per_epoch):
+        (_, a), (_, b) = loose.batch_at(index), fixed.batch_at(index)
+        shapes.add(tuple((k, tuple(v.shape)) for k, v in sorted(b.tensors.items())) + tuple(sorted(b.ints.items())))
+        assert (a.real_tokens, a.label_tokens) == (b.real_tokens, b.label_tokens)
+        rows = a.tensors["input_ids"].shape[0]
+        assert torch.equal(b.tensors["labels"][:rows], a.tensors["labels"])
+        assert bool((b.tensors["labels"][rows:] == -100).all())
+        cu_a, cu_b = a.tensors["cu_seq_lens_q"], b.tensors["cu_seq_lens_q"]
+        assert torch.equal(cu_b[:len(cu_a)], cu_a) or rows < 3      # a short last batch: its pad rows add documents
+        assert int(cu_b[-1]) == 3 * 128 and bool((cu_b[1:] >= cu_b[:-1]).all())
+    assert len(shapes) == 1 and fixed.per_epoch > 2
+    assert dict(shapes.pop()[-2:]) == {"max_length_k": 128, "max_length_q": 128}
+
+
+def test_fixed_shapes_need_packing():
+    plan = BatchPlan(make_examples(long_tailed(6, 64, seed=1)), 2, 64, False, seed=0, pad_id=0)
+    with pytest.raises(ValueError, match="packed rows"):
+        plan.fix_shapes()
+
+
+def test_a_fixed_batch_gives_the_same_loss_and_grads_as_the_packed_one():
+    """Empty documents and all-padding rows change nothing: the model's loss and LoRA gradients on
+    the fixed-shape batch equal those on the plain packed batch (packed attention, CPU reference)."""
+    from kernels.packed_attention import use_packed_attention
+    from tests.kernels.test_patch import tiny_model, with_lora
+    model = with_lora(tiny_model("llama"))
+    use_packed_attention(model)
+    examples = make_examples(long_tailed(9, 40, seed=5))
+    loose = BatchPlan(examples, 4, 48, True, seed=1, pad_id=0)
+    fixed = BatchPlan(examples, 4, 48, True, seed=1, pad_id=0)
+    fixed.fix_shapes()
+    assert len(loose.rows) % 4 != 0                      # so the last batch is short
+    results = []
+    for plan in (loose, fixed):
+        model.zero_grad(set_to_none=True)
+        _, batch = plan.batch_at(plan.per_epoch - 1)     # the last batch: the one with missing rows
+        loss = model(**batch.to(torch.device("cpu")), num_items_in_batch=torch.tensor(float(batch.label_tokens))).loss
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    torch.testing.assert_close(loss_b, loss_a, rtol=1e-5, atol=1e-6)
+    for name, grad in grads_a.items():
+        torch.testing.assert_close(grads_b[name], grad, rtol=1e-4, atol=1e-6)

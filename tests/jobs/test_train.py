@@ -124,6 +124,7 @@ def test_fused_kernels_on_cpu_fall_back_and_say_why(tmp_path, tiny_model):
     report = "\n".join(summarize(out).start["patch_report"])
     assert "backend=torch" in report and "no CUDA device" in report
     assert "checkpointing:" in report
+    assert "cuda graph: off (the job runs on cpu)" in report
     log = (out / "train.log").read_text() if (out / "train.log").exists() else proc.stdout
     assert "no CUDA device" in log
 
