@@ -131,9 +131,11 @@ def run_job(stack: str, args) -> dict:
     result.update(window_stats(steps, args.warmup), packing=start.get("packing"),
                   memory_estimate=start.get("memory_estimate"), patch_report=start.get("patch_report"))
     result["gpu_util_mean"] = sampler.mean(result["window_start"], result["window_end"])
+    result["losses"] = [step["loss"] for step in steps]   # step by step: graph vs eager runs compare exactly
+    result["cuda_graph_env"] = os.environ.get("FUSETUNE_CUDA_GRAPH", "auto")
     log = proc.stdout.splitlines()
-    result["log_head"] = [line for line in log if "packing" in line or "checkpointing" in line
-                          or "packed" in line or "memory estimate" in line][:8]
+    result["log_head"] = [line for line in log if "packing" in line or "checkpointing" in line or "cuda graph" in line
+                          or "packed" in line or "memory estimate" in line][:10]
     return result
 
 

@@ -68,10 +68,46 @@ def check(heads: int, kv_heads: int, dim: int, rows: int, window: int | None) ->
             "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
 
 
+def padding_cost(heads: int, kv_heads: int, dim: int, rows: int) -> dict:
+    """What fixed shapes (jobs/packing.py `fix_shapes`, for a captured step) cost the varlen kernel:
+    fwd+bwd ms with the real boundaries and longest document, with the boundaries padded by empty
+    documents to the plan's worst case, with max_length the row length, and both; outputs equal."""
+    lengths = [min(n, 4096) for n in example_lengths(4000, seed=1)]
+    bins = pack(lengths, 4096, seed=0)
+    capacity = rows * max(len(b) + 1 for b in bins) + 1
+    docs = documents(rows, 4096)
+    total = sum(docs)
+    cu = torch.tensor([0] + list(torch.tensor(docs).cumsum(0)), dtype=torch.int32, device="cuda")
+    padded = torch.cat([cu, cu[-1:].repeat(capacity - len(cu))])
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(total, h, dim, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+               for h in (heads, kv_heads, kv_heads))
+    grad = torch.randn(total, heads, dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+    def run(bounds, longest):
+        return torch.autograd.grad(op.varlen_attention(q, k, v, bounds, longest), (q, k, v), grad)
+    exact, fixed = run(cu, max(docs)), run(padded, 4096)
+    times = {name: round(timed(lambda b=b, m=m: run(b, m)), 3) for name, (b, m) in {
+        "exact": (cu, max(docs)), "padded_bounds": (padded, max(docs)), "row_length_max": (cu, 4096),
+        "fixed_both": (padded, 4096)}.items()}
+    return {"padding_cost": True, "heads": heads, "kv_heads": kv_heads, "head_dim": dim, "rows": rows,
+            "documents": len(docs), "boundaries_fixed": capacity, "longest": max(docs), "fwd_bwd_ms": times,
+            "fixed_equals_exact": all(torch.equal(a, b) for a, b in zip(exact, fixed)),
+            "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--padding", action="store_true", help="only the fixed-shape cost (padding_cost)")
     args = parser.parse_args()
+    if args.padding:
+        with open(args.out, "a") as fh:
+            for heads, kv_heads, dim, rows in ((32, 8, 64, 4), (32, 8, 128, 2)):
+                result = padding_cost(heads, kv_heads, dim, rows)
+                fh.write(json.dumps(result) + "\n")
+                print(json.dumps(result), flush=True)
+        return
     with open(args.out, "a") as fh:
         for heads, kv_heads, dim, rows, window in ((32, 8, 64, 4, None), (32, 8, 128, 2, None), (32, 8, 128, 2, 1024)):
             try:

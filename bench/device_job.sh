@@ -3,6 +3,8 @@
 #   bash bench/device_job.sh 1b     # varlen check, Llama-3.2-1B shape: (a) (b) (c), bench_lora at the
 #                                   # same tokens per step, a profile of (a), then (a) with auto checkpointing
 #   bash bench/device_job.sh 8b     # Llama-3.1-8B shape: (a) (b) (c), bench_lora at the same tokens per step
+#   bash bench/device_job.sh jobgraph  # jobs.train, packed, no recompute: the captured step vs eager,
+#                                   # 1B bf16 and 8B FP8 (jobs/graph_steps.py)
 #   bash bench/device_job.sh smoke  # CPU: the same scripts on a tiny model (run here, not on the GPU)
 # Needs (carried): .carry/tok (tokenizer, `python bench/job_data.py` docs) and .whl/site (Unsloth, TRL,
 # datasets... unzipped wheels; see bench/NOTES.md "Real jobs"). Results: $OUT/job.jsonl (one line a run),
@@ -32,6 +34,19 @@ if [ "$what" = smoke ]; then
 fi
 python3 -c 'import torch, triton, transformers, peft; print("torch", torch.__version__, "triton", triton.__version__,
   "transformers", transformers.__version__, "peft", peft.__version__, torch.cuda.get_device_name(0))' | tee -a "$LOG"
+
+if [ "$what" = jobgraph ]; then   # jobs.train with the captured step (jobs/graph_steps.py) vs FUSETUNE_CUDA_GRAPH=0
+  step gpu_check_graph 60 python3 bench/gpu_check.py --only step_graph --out "$OUT/gpu_check.jsonl"
+  S=llama-3.2-1b
+  step prepare 120 python3 bench/bench_job.py prepare --shape $S --dir "$DIR"
+  step a_graph 110 env FUSETUNE_CUDA_GRAPH=1 $job --stack fusetune --shape $S --rows 4 --checkpointing off --steps 25
+  step a_eager 110 env FUSETUNE_CUDA_GRAPH=0 $job --stack fusetune --shape $S --rows 4 --checkpointing off --steps 25
+  S=llama-3.1-8b
+  step prepare8 120 python3 bench/bench_job.py prepare --shape $S --dir "$DIR"
+  step a8_graph 130 env FUSETUNE_CUDA_GRAPH=1 $job --stack fusetune --shape $S --rows 2 --checkpointing off --base-precision fp8 --steps 20
+  step a8_eager 130 env FUSETUNE_CUDA_GRAPH=0 $job --stack fusetune --shape $S --rows 2 --checkpointing off --base-precision fp8 --steps 20
+  tail -c 3000 "$LOG"; exit 0
+fi
 
 if [ "$what" = 1b ]; then
   S=llama-3.2-1b; ROWS=4          # 4 x 4096 = 16,384 tokens a step
