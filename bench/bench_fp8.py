@@ -3,8 +3,9 @@ one model (same weights, same data, adapters reset before each variant), in benc
 format and timing (median of 8 steps after 3 warm-ups, peak = max_memory_allocated).
 
 A variant is PRECISION[+SWITCH...]:CHECKPOINTING, e.g. bf16:off, fp8:off, fp8:offload,
-fp8:budget=16.6, fp8+savex:off. Switches (module flags, read at call time, restored after):
-savex (fused nodes keep X as FP8 codes for dA), fastbwd (fast FP8 accumulation in backward too),
+fp8:budget=16.6, fp8+fullx:off. Switches (module flags, read at call time, restored after):
+savex (fused nodes keep X as FP8 codes for dA; the default since 2026-12-01, so rows before that
+date without it had fullx), fullx (they keep the bf16 X: the old default), fastbwd (fast FP8 accumulation in backward too),
 torchT (weight codes transposed by torch's copy_ instead of the Triton kernel), nogc (Python's cyclic
 GC off while the variant runs: does a collection mid-step idle the GPU?), packed (attention through
 kernels/packed_attention.py with each row one fixed document: FlashAttention varlen, no mask),
@@ -35,7 +36,8 @@ from bench.bench_lora import (ROOT, SHAPES, USEFUL_PEAK_TFLOPS, _write, add_lora
                               make_batches, run, useful_flops_per_token)
 
 GIB = 2 ** 30
-SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),
+SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),   # the default since 2026-12-01
+            "fullx": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", False),
             "fastbwd": ("kernels.ops.fp8_linear", "FAST_ACCUM_BACKWARD", True),
             "torchT": ("kernels.ops.fp8_transpose", "BACKEND", "torch")}
 

@@ -10,7 +10,7 @@
 # part1  correctness, 8B rows (ours bf16/FP8 + Unsloth no-GC and GC), profile, microbenchmark
 # part2  1B rows (ours + Unsloth), quality run
 # gc8b   8B rows with checkpointing (bf16 first: FP8 frees the bf16 weights) and Unsloth beside them
-# graph8b  the graph check, then 8B no-recompute rows eager / packed / CUDA graph (bf16, FP8, FP8 savex)
+# graph8b  the graph check, then 8B no-recompute rows eager / packed / CUDA graph (bf16, FP8, FP8 fullx)
 #        and Unsloth without checkpointing, in one call
 # part3  1B rows, the quality run with fast backward accumulation too, then the 8B rows again with
 #        Unsloth with and without checkpointing in the same call (to decide FAST_ACCUM_BACKWARD)
@@ -38,7 +38,7 @@ stage() {  # stage NAME TIMEOUT_S CMD...: runs unless the deadline has passed, n
 
 rows_8b() {
   stage "ours 8B bf16+fp8" 330 "$PY" bench/bench_fp8.py --shape llama-3.1-8b --bs 2 --seq 2048 \
-    --save-model /tmp/m8b --variants "${VARIANTS_8B:-bf16:off,bf16:offload,fp8:off,fp8+savex:off,fp8+fastbwd:off,fp8:offload,fp8:budget=16.6}" \
+    --save-model /tmp/m8b --variants "${VARIANTS_8B:-bf16:off,bf16:offload,fp8:off,fp8+fullx:off,fp8+fastbwd:off,fp8:offload,fp8:budget=16.6}" \
     --profile-variant fp8:off --profile-out "$OUT/profile_fp8_8b.json" --out "$OUT/lora.jsonl"
   stage "unsloth 8B no GC" 170 "$PY" bench/unsloth_rows.py --model-dir /tmp/m8b --shape llama-3.1-8b \
     --bs 2 --gc off --out "$OUT/lora.jsonl"
@@ -65,7 +65,7 @@ micro() {
 
 quality() {
   stage "quality 1B 200 steps" "${QUALITY_S:-200}" "$PY" bench/fp8_quality.py \
-    --variants "${QUALITY_VARIANTS:-bf16,fp8,fp8+savex}" --out "$OUT/fp8_quality.jsonl"
+    --variants "${QUALITY_VARIANTS:-bf16,fp8,fp8+fullx}" --out "$OUT/fp8_quality.jsonl"
 }
 
 case "$what" in
@@ -77,7 +77,7 @@ case "$what" in
   gc8b)  VARIANTS_8B=bf16:offload,fp8:offload,fp8:budget=16.6 rows_8b ;;   # 8B with checkpointing + Unsloth
   graph8b)   # the step captured as one CUDA graph (kernels/step_graph.py) beside eager and Unsloth (no GC)
          stage "gpu_check step_graph" 120 "$PY" bench/gpu_check.py --only step_graph --out "$OUT/gpu_check.jsonl"
-         UNSLOTH_GC=0 VARIANTS_8B=${VARIANTS_8B:-bf16:off,bf16+graph:off,fp8:off,fp8+packed:off,fp8+graph:off,fp8+graph+savex:off} \
+         UNSLOTH_GC=0 VARIANTS_8B=${VARIANTS_8B:-bf16:off,bf16+graph:off,fp8:off,fp8+packed:off,fp8+graph:off,fp8+graph+fullx:off} \
            rows_8b ;;
   smoke)
     export TRITON_INTERPRET=1; DEADLINE=100000; HARD=100000

@@ -141,7 +141,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--eval-seqs", type=int, default=32)
-    parser.add_argument("--variants", default="bf16,fp8,fp8+savex", help="bf16 first, then what to compare with it")
+    parser.add_argument("--variants", default="bf16,fp8,fp8+fullx", help="bf16 first, then what to compare with it")
     parser.add_argument("--dump-data", default=None, help="also write the train/eval token ids as JSON lines here")
     parser.add_argument("--smoke", action="store_true", help="tiny model on CPU (TRITON_INTERPRET=1), a few steps")
     parser.add_argument("--out", default="fp8_quality.jsonl")

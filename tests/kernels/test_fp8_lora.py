@@ -1,13 +1,16 @@
 """The fused LoRA ops with FP8 base weights (lora_o, lora_qkv, lora_mlp) vs a PyTorch reference that
 quantizes the same way (kernels.ops.fp8_linear.fp8_group_reference: X once per node, the k output
-gradients of a node together), forward and backward: outputs, dX and every adapter gradient."""
+gradients of a node together), forward and backward: outputs, dX and every adapter gradient. With
+fp8_linear.SAVE_INPUT_FP8 (the default) the nodes' dA reads X's e4m3 codes: the reference does too."""
 import pytest
 import torch
 import torch.nn.functional as F
 
+from kernels.ops import fp8_linear
 from kernels.ops.fp8_linear import fp8_group_reference, quantize_weight
+from kernels.ops.fp8_quant import dequantize_rows, quantize_rows_reference
 from kernels.ops.lora_mlp import lora_mlp
-from kernels.ops.lora_o import lora_o, lora_o_reference
+from kernels.ops.lora_o import lora_o
 from kernels.ops.lora_qkv import lora_qkv
 from tests.kernels.lora_cases import REL_TOL, compare_op, projection
 
@@ -21,19 +24,40 @@ def fp8_projection(out_f, in_f, dtype, **kwargs):
     return p._replace(weight=quantize_weight(p.weight * (1 + torch.rand(out_f, 1))), bias=bias)
 
 
-def _lora_term(x, p):
+def input_for_a(x):
+    """What a node's dA reads in place of X under SAVE_INPUT_FP8 (X's e4m3 codes times their row
+    scales, a constant), or None when it reads X."""
+    if not fp8_linear.SAVE_INPUT_FP8:
+        return None
+    codes, scale = quantize_rows_reference(x.detach())
+    return dequantize_rows(codes, scale, x.dtype).reshape(x.shape)
+
+
+def _lora_term(x, p, x_for_a=None):
     if p.lora_A is None:
         return 0
-    return p.scaling * F.linear(F.linear(x, p.lora_A.to(x.dtype)), p.lora_B.to(x.dtype))
+    a = p.lora_A.to(x.dtype)
+    xa = F.linear(x, a if x_for_a is None else a.detach())
+    if x_for_a is not None:   # adds exactly 0 to the value; dA = dXA^T x_for_a
+        seen = F.linear(x_for_a, a)
+        xa = xa + (seen - seen.detach())
+    return p.scaling * F.linear(xa, p.lora_B.to(x.dtype))
+
+
+def o_reference(x, p):
+    (y,) = fp8_group_reference(x, [p.weight], [p.bias])
+    return y + _lora_term(x, p, input_for_a(x))
 
 
 def qkv_reference(x, *projections):
     bases = fp8_group_reference(x, [p.weight for p in projections], [p.bias for p in projections])
-    return tuple(y + _lora_term(x, p) for y, p in zip(bases, projections))
+    xa = input_for_a(x)
+    return tuple(y + _lora_term(x, p, xa) for y, p in zip(bases, projections))
 
 
 def mlp_reference(x, gate, up, down, activation="swiglu"):
-    e, g = (y + _lora_term(x, p) for y, p in zip(fp8_group_reference(x, [gate.weight, up.weight]), (gate, up)))
+    xa = input_for_a(x)
+    e, g = (y + _lora_term(x, p, xa) for y, p in zip(fp8_group_reference(x, [gate.weight, up.weight]), (gate, up)))
     h = (F.silu(e) if activation == "swiglu" else F.gelu(e, approximate="tanh")) * g
     (y,) = fp8_group_reference(h, [down.weight], [down.bias])
     return y + _lora_term(h, down)
@@ -44,11 +68,13 @@ def test_lora_o_fp8(dtype):
     torch.manual_seed(0)
     x = torch.randn(3, 37, HIDDEN).to(dtype)
     p = fp8_projection(HIDDEN, HIDDEN, dtype, bias=True)
-    compare_op(lambda x_, p_: lora_o(x_, *p_), lambda x_, p_: lora_o_reference(x_, *p_), x, [p], TOL[dtype])
+    compare_op(lambda x_, p_: lora_o(x_, *p_), o_reference, x, [p], TOL[dtype])
 
 
+@pytest.mark.parametrize("save_input_fp8", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_lora_qkv_fp8_one_backward_gemm_for_three_projections(dtype):
+def test_lora_qkv_fp8_one_backward_gemm_for_three_projections(dtype, save_input_fp8, monkeypatch):
+    monkeypatch.setattr(fp8_linear, "SAVE_INPUT_FP8", save_input_fp8)
     torch.manual_seed(1)
     x = torch.randn(2, 29, HIDDEN).to(dtype)
     qkv = [fp8_projection(HIDDEN, HIDDEN, dtype, bias=True), fp8_projection(KV_OUT, HIDDEN, dtype, lora=False),
@@ -81,7 +107,6 @@ def test_lora_mlp_fp8_bf16_activations():
 def test_saving_the_input_as_fp8_codes(op, monkeypatch):
     """SAVE_INPUT_FP8: the node keeps X as e4m3 codes + row scales (no full-precision copy of X is
     saved); outputs, dX and dB are unchanged, dA moves by e4m3 rounding only."""
-    from kernels.ops import fp8_linear
     torch.manual_seed(4)
     x = torch.randn(19, 64)
     if op == "qkv":
@@ -101,6 +126,7 @@ def test_saving_the_input_as_fp8_codes(op, monkeypatch):
         grads = torch.autograd.grad(outs, [xx] + params, [torch.ones_like(o) for o in outs])
         return outs, grads, saved
 
+    monkeypatch.setattr(fp8_linear, "SAVE_INPUT_FP8", False)
     outs, grads, saved = run()
     monkeypatch.setattr(fp8_linear, "SAVE_INPUT_FP8", True)
     outs_q, grads_q, saved_q = run()
