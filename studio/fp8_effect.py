@@ -1,6 +1,10 @@
 """The FP8 toggle's measured effect, read from bench/results (never a number typed into the UI).
 
-Rows are bench/bench_fp8.py's lines (in lora.jsonl, or any fp8*.jsonl): our engine ("stack":
+What a user feels is a training job, so job rows come first: bench/bench_job.py's lines in
+job.jsonl (`python -m jobs.train` on generated chat data, real tokens/s), our engine, an fp8 and a
+bf16 job of the same GPU, shape, batch, row length and checkpointing, the eager step (no captured
+CUDA graph, the default). Shapes without such a pair fall back to the benchmark step:
+bench/bench_fp8.py's lines (in lora.jsonl, or any fp8*.jsonl): our engine ("stack":
 "fusetune"), a variant "PRECISION[+SWITCH]:CHECKPOINTING" or a "base_precision" key, tokens/s and
 peak GiB. An fp8 row is paired with the bf16 row of the same run conditions (GPU, model shape,
 batch, sequence length, checkpointing), as bench/fp8_summary.py pairs them; the newest pair per
@@ -26,6 +30,7 @@ class Fp8Effect:
     bf16_tokens_per_s: float
     fp8_gib: float
     bf16_gib: float
+    source: str = "benchmark"   # "job": through jobs.train; "benchmark": bench_fp8's training step
 
     @property
     def speedup(self) -> float:
@@ -54,10 +59,31 @@ def _rows(folder: Path) -> list[dict]:
     return rows
 
 
-def measured_effects(folder: Path = RESULTS) -> list[Fp8Effect]:
-    """The newest fp8/bf16 pair per model shape, largest shape first (by bf16 peak memory)."""
+def _job_rows(folder: Path) -> list[dict]:
+    """job.jsonl's finished eager jobs of our engine, as benchmark-like rows (shape, bs, seq, ...)."""
+    path = folder / "job.jsonl"
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        config = row.get("config") if isinstance(row, dict) else None
+        if (not isinstance(config, dict) or not str(row.get("stack", "")).startswith("fusetune")
+                or row.get("returncode") != 0 or not row.get("real_tokens_per_s") or not row.get("peak_gib")
+                or row.get("cuda_graph_env") not in (None, "0") or not config.get("fused_kernels", True)):
+            continue
+        rows.append({"gpu": row.get("gpu"), "shape": row.get("shape"), "bs": config.get("batch_size"),
+                     "seq": config.get("max_seq_length"), "checkpointing": config.get("gradient_checkpointing"),
+                     "base_precision": config.get("base_precision", "bf16"), "time": row.get("time", ""),
+                     "tokens_per_s": row["real_tokens_per_s"], "peak_gib": row["peak_gib"]})
+    return rows
+
+
+def _newest_pairs(rows: list[dict], source: str) -> dict[str, Fp8Effect]:
+    """The newest fp8/bf16 pair of the same run conditions, per model shape."""
     newest: dict[tuple, dict[str, dict]] = {}
-    for row in sorted(_rows(folder), key=lambda r: r.get("time", "")):
+    for row in sorted(rows, key=lambda r: r.get("time", "")):
         key = (row.get("gpu"), row["shape"], row.get("bs"), row.get("seq"), str(row.get("checkpointing")))
         newest.setdefault(key, {})[_precision(row)] = row
     by_shape: dict[str, Fp8Effect] = {}
@@ -65,8 +91,24 @@ def measured_effects(folder: Path = RESULTS) -> list[Fp8Effect]:
         if "fp8" in pair and "bf16" in pair:
             fp8, bf16 = pair["fp8"], pair["bf16"]
             by_shape[shape] = Fp8Effect(gpu or "?", shape, mode, fp8["tokens_per_s"], bf16["tokens_per_s"],
-                                        fp8["peak_gib"], bf16["peak_gib"])
+                                        fp8["peak_gib"], bf16["peak_gib"], source)
+    return by_shape
+
+
+def measured_effects(folder: Path = RESULTS) -> list[Fp8Effect]:
+    """Per model shape the newest job pair, else the newest benchmark pair; largest shape first
+    (by bf16 peak memory)."""
+    by_shape = {**_newest_pairs(_rows(folder), "benchmark"), **_newest_pairs(_job_rows(folder), "job")}
     return sorted(by_shape.values(), key=lambda e: -e.bf16_gib)
+
+
+def _sentence(e: Fp8Effect, lang: str) -> str:
+    numbers = dict(shape=e.shape, checkpointing=e.checkpointing, fp8=f"{e.fp8_tokens_per_s:,.0f}",
+                   bf16=f"{e.bf16_tokens_per_s:,.0f}", ratio=f"{e.speedup:.2f}", fp8_gib=f"{e.fp8_gib:.1f}",
+                   bf16_gib=f"{e.bf16_gib:.1f}")
+    if e.source == "job":
+        return t("fp8.measured_job", lang, **numbers)
+    return t("fp8.measured_benchmark", lang, **numbers)
 
 
 def effect_text(lang: str, folder: Path = RESULTS) -> str:
@@ -74,7 +116,5 @@ def effect_text(lang: str, folder: Path = RESULTS) -> str:
     effects = measured_effects(folder)
     if not effects:
         return t("fp8.not_measured", lang)
-    parts = [t("fp8.measured_one", lang, shape=e.shape, checkpointing=e.checkpointing,
-               fp8=f"{e.fp8_tokens_per_s:,.0f}", bf16=f"{e.bf16_tokens_per_s:,.0f}", ratio=f"{e.speedup:.2f}",
-               fp8_gib=f"{e.fp8_gib:.1f}", bf16_gib=f"{e.bf16_gib:.1f}") for e in effects[:2]]
+    parts = [_sentence(e, lang) for e in effects[:2]]
     return t("fp8.measured", lang, gpu=effects[0].gpu, effects="; ".join(parts))

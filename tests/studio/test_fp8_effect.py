@@ -29,6 +29,35 @@ def test_newest_pair_per_shape_largest_first(tmp_path):
     assert [e.shape for e in effects] == ["llama-3.1-8b", "llama-3.2-1b"]
     assert (effects[0].fp8_tokens_per_s, effects[0].bf16_tokens_per_s) == (12350, 9500)
     text = effect_text("en", tmp_path)
-    assert text.startswith("Measured on NVIDIA H200, FP8 against bf16: llama-3.1-8b (checkpointing off): "
+    assert text.startswith("Measured on NVIDIA H200, FP8 against bf16: llama-3.1-8b benchmark step (checkpointing off): "
                            "12,350 vs 9,500 tokens/s (1.30x), 23.5 vs 30.0 GiB peak")
     assert "llama-3.2-1b" in text and "1.20x" in text
+
+
+def job(precision, tokens, gib, time, mode="offload", graph=None, stack="fusetune (a)", returncode=0):
+    config = {"batch_size": 2, "max_seq_length": 4096, "gradient_checkpointing": mode, "fused_kernels": True}
+    if precision != "bf16":   # older job rows have no base_precision: they ran bf16
+        config["base_precision"] = precision
+    return {"gpu": "NVIDIA H200", "stack": stack, "shape": "llama-3.1-8b", "returncode": returncode,
+            "real_tokens_per_s": tokens, "peak_gib": gib, "time": time, "config": config, "cuda_graph_env": graph}
+
+
+def test_a_training_job_pair_wins_over_the_benchmark_step_of_its_shape(tmp_path):
+    bench = [row("bf16", "llama-3.1-8b", 11597, 16.4, "t1", mode="offload"),
+             row("fp8", "llama-3.1-8b", 11277, 10.2, "t1", mode="offload"),
+             row("bf16", "llama-3.2-1b", 40000, 8.0, "t1"), row("fp8", "llama-3.2-1b", 48000, 7.1, "t1")]
+    jobs = [job("bf16", 11688, 16.96, "t2"), job("fp8", 17081, 10.79, "t3"),
+            job("fp8", 99999, 1.0, "t4", graph="auto"),              # a captured step: not the default
+            job("fp8", 99999, 1.0, "t4", stack="unsloth+trl (c)"),
+            job("fp8", 99999, 1.0, "t4", returncode=1),
+            job("fp8", 50000, 20.0, "t4", mode="off")]                  # no bf16 job of that mode: no pair
+    (tmp_path / "lora.jsonl").write_text("\n".join(json.dumps(r) for r in bench) + "\n")
+    (tmp_path / "job.jsonl").write_text("\n".join(json.dumps(r) for r in jobs) + "\ncut li\n")
+    effects = measured_effects(tmp_path)
+    assert [(e.shape, e.source) for e in effects] == [("llama-3.1-8b", "job"), ("llama-3.2-1b", "benchmark")]
+    assert (effects[0].fp8_tokens_per_s, effects[0].bf16_tokens_per_s, effects[0].fp8_gib) == (17081, 11688, 10.79)
+    text = effect_text("en", tmp_path)
+    assert ("llama-3.1-8b training job (checkpointing offload): 17,081 vs 11,688 tokens/s (1.46x), "
+            "10.8 vs 17.0 GiB peak") in text
+    assert "llama-3.2-1b benchmark step (checkpointing off): 48,000 vs 40,000 tokens/s (1.20x)" in text
+    assert "训练任务" in effect_text("zh-CN", tmp_path)
