@@ -18,8 +18,12 @@ IDS = torch.tensor([[1, 5, 9, 14, 20, 33, 41, 7]])
 def peft_logits(base_dir, adapter_dir, **load):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
+
+    from jobs.models import keep_cpu_4bit_trainable
     with torch.no_grad():
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir, **load), adapter_dir)
+        base = AutoModelForCausalLM.from_pretrained(base_dir, **load)
+        keep_cpu_4bit_trainable(base)   # a 4-bit base computes as the job did (no bf16 CPU repack)
+        model = PeftModel.from_pretrained(base, adapter_dir)
         return model(IDS).logits.float()
 
 
