@@ -189,10 +189,19 @@ def nf4_case():
             "ms_bitsandbytes": ms(lambda: bnbf.dequantize_4bit(packed, state))}
 
 
+def seeded_lora_model(config):
+    """A random-init bf16 model of `config` on DEV (seed 0) with LoRA r16 on every linear."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(0)
+    with torch.device(DEV):
+        model = AutoModelForCausalLM.from_config(config, dtype=BF16)
+    return get_peft_model(model, LoraConfig(r=16, lora_alpha=16, target_modules="all-linear"))
+
+
 def model_parity(model_type: str):
     """A small random model with PEFT LoRA: patched (triton) vs unpatched loss and LoRA grads."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
     from kernels import patch_model
     extra = {"head_dim": 64} if model_type in ("gemma2", "gemma3_text", "qwen3") else {}
     hidden, layers, vocab, seq = (64, 2, 128, 17) if SMALL else (512, 4, 32000, 512)
@@ -204,10 +213,7 @@ def model_parity(model_type: str):
     x = torch.randint(0, vocab, (2, seq), device=DEV)
     results = []
     for patched in (False, True):
-        torch.manual_seed(0)
-        with torch.device(DEV):
-            model = AutoModelForCausalLM.from_config(config, dtype=BF16)
-        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=16, target_modules="all-linear"))
+        model = seeded_lora_model(config)
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 torch.nn.init.normal_(p, std=0.02)  # non-zero B so every LoRA gradient is exercised
@@ -226,8 +232,7 @@ def model_parity(model_type: str):
 def step_graph_case(precision: str):
     """kernels/step_graph.py: the same 4 training steps eager and as one captured step (1 eager
     warm-up + 3 replays) from the same init and data; losses and final adapters must agree."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
     from bench.bench_lora import static_documents
     from kernels import patch_model
     from kernels.packed_attention import use_packed_attention
@@ -239,10 +244,7 @@ def step_graph_case(precision: str):
     extra = static_documents(2, 256)
     runs = []
     for graphed in (False, True):
-        torch.manual_seed(0)
-        with torch.device(DEV):
-            model = AutoModelForCausalLM.from_config(config, dtype=BF16)
-        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=16, target_modules="all-linear"))
+        model = seeded_lora_model(config)
         patch_model(model, backend="triton", base_precision=precision)
         use_packed_attention(model)
         params = [p for p in model.parameters() if p.requires_grad]
