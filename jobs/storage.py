@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -134,9 +135,20 @@ def open_private(path: str | os.PathLike, mode: str = "a", encoding: str | None 
 
 
 def write_private_text(path: str | os.PathLike, text: str) -> Path:
-    with open_private(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    return Path(path)
+    """Replace a small private file as a whole: written beside it, then renamed over it, so a
+    reader sees the old text or the new, never a truncated file (a job's ranks read config.yaml
+    while rank 0 rewrites it: a reader of the half-written file failed its rank, seen in CI)."""
+    path = Path(path)
+    staging = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open_private(staging, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(staging, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            staging.unlink()
+        raise
+    return path
 
 
 def replace_dir(staging: Path, final: Path) -> None:

@@ -1,6 +1,7 @@
 """Disk errors are recognised (also torch's and safetensors' own wording), reported with path and
 free space, and a folder is written whole or not at all."""
 import errno
+import os
 import subprocess
 import sys
 
@@ -56,6 +57,25 @@ def test_private_files_are_0600_whatever_the_umask(tmp_path):
     with open_private(tmp_path / "b.log", "ab") as fh:
         fh.write(b"line\n")
     assert {(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()} == {0o600}
+
+
+def test_a_rewrite_replaces_the_file_whole_so_a_reader_never_sees_it_truncated(tmp_path):
+    """A job's ranks read config.yaml while rank 0 rewrites it: a reader that opened the file
+    before the rewrite still reads the old text (a truncating write would have left it "")."""
+    path = write_private_text(tmp_path / "config.yaml", "output_dir: /jobs/a\n")
+    with open(path, encoding="utf-8") as reader:
+        write_private_text(path, "output_dir: /jobs/a\ngpus: '0'\n")
+        assert reader.read() == "output_dir: /jobs/a\n"
+    assert path.read_text() == "output_dir: /jobs/a\ngpus: '0'\n" and (path.stat().st_mode & 0o777) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]   # no staging file left
+
+
+def test_a_failed_rewrite_keeps_the_old_file_and_leaves_no_staging_file(tmp_path, monkeypatch):
+    path = write_private_text(tmp_path / "config.yaml", "old\n")
+    monkeypatch.setattr(os, "replace", lambda *_: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")))
+    with pytest.raises(OSError, match="No space"):
+        write_private_text(path, "new\n")
+    assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 
 def test_a_real_failed_torch_save_is_a_storage_error(tmp_path):
