@@ -44,31 +44,36 @@ def _precision(row: dict) -> str | None:
     return name if name in ("fp8", "bf16") else None
 
 
-def _rows(folder: Path) -> list[dict]:
-    rows = []
-    for path in sorted({*folder.glob("lora.jsonl"), *folder.glob("fp8*.jsonl")}):
+def _records(paths) -> list[dict]:
+    """The JSON objects of these JSON-lines files; a line cut by a killed run is skipped, the
+    others still count."""
+    records = []
+    for path in paths:
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 row = json.loads(line)
             except ValueError:
-                continue   # a line cut by a killed run: the others still count
-            plain = str(row.get("variant", "")).split(":")[0] in ("fp8", "bf16")   # no +switches
-            if (isinstance(row, dict) and row.get("stack") == "fusetune" and _precision(row) and plain
-                    and row.get("tokens_per_s") and row.get("peak_gib") and row.get("fits", True)):
-                rows.append(row)
+                continue
+            if isinstance(row, dict):
+                records.append(row)
+    return records
+
+
+def _rows(folder: Path) -> list[dict]:
+    rows = []
+    for row in _records(sorted({*folder.glob("lora.jsonl"), *folder.glob("fp8*.jsonl")})):
+        plain = str(row.get("variant", "")).split(":")[0] in ("fp8", "bf16")   # no +switches
+        if (row.get("stack") == "fusetune" and _precision(row) and plain
+                and row.get("tokens_per_s") and row.get("peak_gib") and row.get("fits", True)):
+            rows.append(row)
     return rows
 
 
 def _job_rows(folder: Path) -> list[dict]:
     """job.jsonl's finished eager jobs of our engine, as benchmark-like rows (shape, bs, seq, ...)."""
-    path = folder / "job.jsonl"
     rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        config = row.get("config") if isinstance(row, dict) else None
+    for row in _records(folder.glob("job.jsonl")):
+        config = row.get("config")
         if (not isinstance(config, dict) or not str(row.get("stack", "")).startswith("fusetune")
                 or row.get("returncode") != 0 or not row.get("real_tokens_per_s") or not row.get("peak_gib")
                 or row.get("cuda_graph_env") not in (None, "0") or not config.get("fused_kernels", True)):
