@@ -120,20 +120,17 @@ def load_base_model(source: str, dtype: torch.dtype, device: torch.device, load_
     return model
 
 
-def keep_cpu_4bit_trainable(model) -> int:
-    """Turn off bitsandbytes' CPU inference repack on every 4-bit linear; returns how many.
+def keep_cpu_4bit_trainable(model) -> None:
+    """Turn off bitsandbytes' CPU inference repack on every 4-bit linear.
 
     On CPUs with AVX512-BF16, bitsandbytes (0.50) repacks a Linear4bit's weights for a bf16 kernel
     the first time it runs in eval mode without grad, i.e. at the job's first eval pass. From
     then on its output is bf16-rounded (absmax stored in bf16; 0.15 off on a [64, 128] layer) and
     training steps after it send no gradient through the layer (seen on an AMD EPYC host), so
     the adapters below it stop learning. A job needs the same fp32 path in training and eval."""
-    count = 0
     for module in model.modules():
         if hasattr(module, "support_avx512bf16_for_cpu"):
             module.support_avx512bf16_for_cpu = False
-            count += 1
-    return count
 
 
 def add_lora(model, spec: JobSpec):

@@ -16,7 +16,9 @@ What the step must satisfy (checked where it can be, else capture fails with CUD
   given (transformers' own mask code otherwise probes `position_ids` with a host-side `.all()`);
   the fused loss divides by a device-side token count;
 - an optimizer that keeps its step count on the GPU (`capturable=True` for Adam/AdamW);
-- no gradient accumulation, no activation offload (host copies), no dropout randomness.
+- gradients start from nothing in every step (`zero_grad(set_to_none=True)` inside it; micro-batches
+  of one step may accumulate, steps may not), no activation offload (host copies), no dropout
+  randomness.
 
 `StepGraph(step, inputs)` takes the step as a function of a flat dict of inputs (tensors, and host
 values that are baked in) returning device tensors; `language_model_step(model, optimizer)` is the
