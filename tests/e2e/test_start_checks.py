@@ -43,3 +43,20 @@ def test_bad_rows_are_refused_at_start_and_nothing_is_queued(studio, browser_con
     page.locator("#ft-start").click()
     assert "is not available to the studio" in status_has(page, "Not started")
     page.close()
+
+
+def test_the_fp8_switch_is_off_with_its_reason_and_states_what_it_measured(studio, browser_context):
+    """On this CPU box the FP8 switch cannot be turned on (a click leaves it off), its help says
+    why, and it states the effect measured through a training job (bench/results/job.jsonl)."""
+    url, _, _ = studio
+    page = open_studio(browser_context, url)
+    field = page.locator("#ft-field-base_precision")
+    box = field.locator("input[type=checkbox]")
+    assert box.is_disabled() and not box.is_checked()
+    field.click(force=True)
+    page.wait_for_timeout(500)
+    assert not box.is_checked()
+    text = field.inner_text()
+    assert "Unavailable here: FP8 matrix products need a CUDA GPU" in text, text   # why it is off here
+    assert "Measured on NVIDIA H200, FP8 against bf16: llama-3.1-8b training job" in text, text
+    page.close()
