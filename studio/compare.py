@@ -58,7 +58,7 @@ def config_table_html(labels: list[str], specs: list[dict[str, Any]], only_diff:
     if not specs:
         return ""
     rows = config_rows(specs)
-    differing = sum(1 for _, _, differs in rows if differs)
+    total, differing = len(rows), sum(1 for _, _, differs in rows if differs)
     if only_diff:
         rows = [row for row in rows if row[2]]
     head = "".join(f'<th style="{CELL_STYLE}">{html.escape(h)}</th>' for h in [t("compare.key", lang), *labels])
@@ -69,7 +69,7 @@ def config_table_html(labels: list[str], specs: list[dict[str, Any]], only_diff:
         style = DIFF_STYLE if differs else ""
         body.append(f'<tr class="{"ft-diff" if differs else "ft-same"}" data-key="{html.escape(key)}" '
                     f'style="{style}"><td style="{CELL_STYLE}"><code>{mark}{html.escape(key)}</code></td>{cells}</tr>')
-    summary = html.escape(t("compare.differing", lang, count=differing, total=len(config_rows(specs))))
+    summary = html.escape(t("compare.differing", lang, count=differing, total=total))
     return (f'<div id="ft-compare-rows"><div style="font-size:13px;margin:4px 0 8px">{summary}</div>'
             f'<div style="overflow-x:auto"><table style="border-collapse:collapse;font-size:13px">'
             f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div></div>')

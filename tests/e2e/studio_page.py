@@ -97,7 +97,9 @@ def pick_option(page, elem_id: str, text: str, timeout_s: float = 60) -> None:
             page.locator("#ft-header").click()
 
 
-def command_has(page, *parts: str, timeout_ms: int = 20_000) -> None:
+def command_has(page, *parts: str, timeout_ms: int = 60_000) -> None:
+    """Wait for the command box to show every part. It is redrawn after each field's change event,
+    and those queue behind the fit estimate: on a busy 2-core machine that took over 20 s."""
     page.wait_for_function("(parts) => { const t = document.querySelector('#ft-command').innerText;"
                            " return parts.every((p) => t.includes(p)); }", arg=list(parts), timeout=timeout_ms)
 
@@ -140,11 +142,14 @@ def start_job(page) -> str:
 
     Start runs the preflight first (the model's tokenizer and the whole dataset): on a loaded
     2-core CI machine that can take most of a minute the first time."""
+    # the Jobs tab may not be rendered yet (then nothing is picked)
+    before = page.evaluate("() => document.querySelector('#ft-job-select input')?.value ?? ''")
     page.locator("#ft-start").click()
     page.wait_for_function("() => document.querySelector('#ft-tabs [role=tab][aria-selected=true]')"
                            "?.dataset.tabId === 'jobs'", timeout=120_000)
-    page.wait_for_function("() => document.querySelector('#ft-job-select input').value.includes(' · ')",
-                           timeout=30_000)
+    # a job picked earlier is still shown until the new one replaces it: wait for a different one
+    page.wait_for_function("(before) => { const v = document.querySelector('#ft-job-select input')?.value ?? '';"
+                           " return v.includes(' · ') && v !== before; }", arg=before, timeout=30_000)
     return picked_job(page)
 
 

@@ -3,8 +3,8 @@ and delete only the picked job and only after saying yes; two runs compared on o
 their differing config keys marked."""
 from __future__ import annotations
 
-from tests.e2e.studio_page import (fill_job_form, open_studio, pick_job, pick_option, set_text, start_job,
-                                   wait_for_state)
+from tests.e2e.studio_page import (command_has, fill_job_form, open_studio, pick_job, pick_option, set_text,
+                                   start_job, wait_for_state)
 
 
 def confirm(page, button: str, job_id: str, answer: str) -> str:
@@ -74,7 +74,9 @@ def test_compare_two_runs(studio, browser_context):
         page.get_by_role("tab", name="Train").click()
         fill_job_form(page, model_dir, steps, name=name)
         set_text(page, "ft-field-lora_r", rank)
+        command_has(page, f"lora_r: {rank}")  # Start sends what the form holds once it has taken the rank
         ids.append(start_job(page))
+    assert ids[0] != ids[1]
     for job_id in ids:
         pick_job(page, job_id)
         wait_for_state(page, ("done",), 240)
@@ -82,10 +84,12 @@ def test_compare_two_runs(studio, browser_context):
     page.get_by_role("tab", name="Compare").click()
     for job_id in ids:
         pick_option(page, "ft-compare-select", job_id)
-    page.wait_for_selector('#ft-compare-config tr[data-key="lora_r"]', timeout=30_000)
+    # the table is drawn for the first pick too: wait until it compares both runs
+    page.wait_for_function("() => document.querySelectorAll('#ft-compare-config th').length >= 3"
+                           " && document.querySelector('#ft-compare-config tr[data-key=\"lora_r\"]')", timeout=30_000)
     assert page.locator("#ft-compare-plot canvas, #ft-compare-plot svg").count() > 0
     lora = page.locator('#ft-compare-config tr[data-key="lora_r"]')
-    assert lora.get_attribute("class") == "ft-diff" and "≠" in lora.inner_text()
+    assert lora.get_attribute("class") == "ft-diff" and "≠" in lora.inner_text(), (ids, lora.inner_text())
     assert "8" in lora.inner_text() and "16" in lora.inner_text()
     assert page.locator('#ft-compare-config tr[data-key="seed"]').get_attribute("class") == "ft-same"
     page.locator("#ft-compare-only-diff input").check()
