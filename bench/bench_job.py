@@ -104,7 +104,7 @@ def run_job(stack: str, args) -> dict:
     import yaml
     model_dir, data = args.dir / args.shape, args.dir / "data.jsonl"
     name = (f"{args.shape}-{stack}-{args.checkpointing}-{args.base_precision}" if stack == "fusetune"
-            else f"{args.shape}-{stack}")
+            else f"{args.shape}-{stack}") + (f"-{args.switch}" if args.switch else "")
     out = args.dir / f"job-{name}"
     shutil.rmtree(out, ignore_errors=True)   # events.jsonl appends: a rerun must not read the last run's steps
     config = job_config(stack, args, model_dir, data, out)
@@ -113,7 +113,7 @@ def run_job(stack: str, args) -> dict:
     sampler = UtilSampler()
     began = time.time()
     try:
-        proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT, capture_output=True,
+        proc = subprocess.run(job_command(path, args.switch), cwd=ROOT, capture_output=True,
                               text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired as exc:   # the job is killed; what it logged still counts
         proc = subprocess.CompletedProcess(exc.cmd, -9, _text(exc.stdout), _text(exc.stderr) + "\n(timed out)")
@@ -133,10 +133,23 @@ def run_job(stack: str, args) -> dict:
     result["gpu_util_mean"] = sampler.mean(result["window_start"], result["window_end"])
     result["losses"] = [step["loss"] for step in steps]   # step by step: graph vs eager runs compare exactly
     result["cuda_graph_env"] = os.environ.get("FUSETUNE_CUDA_GRAPH", "auto")
+    result["switch"] = args.switch
     log = proc.stdout.splitlines()
     result["log_head"] = [line for line in log if "packing" in line or "checkpointing" in line or "cuda graph" in line
                           or "packed" in line or "memory estimate" in line][:10]
     return result
+
+
+def job_command(config: Path, switch: str | None) -> list[str]:
+    """`python -m jobs.train CONFIG`; with a switch (bench_fp8.SWITCHES, e.g. fullx) the same job with
+    one engine constant set first, so an engine default is measured on the product path."""
+    if not switch:
+        return [sys.executable, "-m", "jobs.train", str(config)]
+    from bench.bench_fp8 import SWITCHES
+    module, attr, value = SWITCHES[switch]
+    code = (f"import importlib, sys; setattr(importlib.import_module({module!r}), {attr!r}, {value!r}); "
+            f"from jobs.train import main; sys.exit(main([{str(config)!r}]))")
+    return [sys.executable, "-c", code]
 
 
 def _text(output) -> str:
@@ -189,6 +202,7 @@ def main(argv=None) -> None:
     parser.add_argument("--checkpointing", default="auto")
     parser.add_argument("--base-precision", default="bf16", choices=["bf16", "fp8"], help="(a): the JobSpec key")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--switch", default=None, help="(a): an engine switch from bench_fp8.SWITCHES, e.g. fullx")
     parser.add_argument("--timeout", type=int, default=int(os.environ.get("BENCH_STEP_LIMIT", 500)) - 20,
                         help="seconds for the job (device_job.sh sets BENCH_STEP_LIMIT to its step's limit)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "job.jsonl")

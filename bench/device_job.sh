@@ -5,6 +5,8 @@
 #   bash bench/device_job.sh 8b     # Llama-3.1-8B shape: (a) (b) (c), bench_lora at the same tokens per step
 #   bash bench/device_job.sh jobgraph  # jobs.train, packed, no recompute: the captured step vs eager,
 #                                   # 1B bf16 and 8B FP8 (jobs/graph_steps.py)
+#   bash bench/device_job.sh fp8job # jobs.train, 8B FP8, offload and no recompute: the default (FP8 codes kept
+#                                   # for dA, "savex") vs the old full input ("fullx"), and Unsloth's job
 #   bash bench/device_job.sh smoke  # CPU: the same scripts on a tiny model (run here, not on the GPU)
 # Needs (carried): .carry/tok (tokenizer, `python bench/job_data.py` docs) and .whl/site (Unsloth, TRL,
 # datasets... unzipped wheels; see bench/NOTES.md "Real jobs"). Results: $OUT/job.jsonl (one line a run),
@@ -48,6 +50,16 @@ if [ "$what" = jobgraph ]; then   # jobs.train with the captured step (jobs/grap
   tail -c 3000 "$LOG"; exit 0
 fi
 
+if [ "$what" = fp8job ]; then   # the savex default (kernels/ops/fp8_linear.SAVE_INPUT_FP8) on the product path
+  S=llama-3.1-8b; ROWS=2
+  step prepare8 150 python3 bench/bench_job.py prepare --shape $S --dir "$DIR" --examples 2000
+  for x in savex fullx; do
+    sw=""; [ $x = fullx ] && sw="--switch fullx"
+    step "off_$x" 110 $job --stack fusetune --shape $S --rows $ROWS --checkpointing off --base-precision fp8 --steps 20 $sw
+    step "offload_$x" 120 $job --stack fusetune --shape $S --rows $ROWS --checkpointing offload --base-precision fp8 --steps 25 $sw
+  done
+  step c_unsloth 150 $unsloth_job --shape $S --rows $ROWS --steps 25
+fi
 if [ "$what" = 1b ]; then
   S=llama-3.2-1b; ROWS=4          # 4 x 4096 = 16,384 tokens a step
   step check_varlen 90 python3 bench/check_varlen.py --out "$OUT/check_varlen.jsonl"
