@@ -3,7 +3,7 @@
 What a user feels is a training job, so job rows come first: bench/bench_job.py's lines in
 job.jsonl (`python -m jobs.train` on generated chat data, real tokens/s), our engine, an fp8 and a
 bf16 job of the same GPU, shape, batch, row length and checkpointing, the eager step (no captured
-CUDA graph, the default). Shapes without such a pair fall back to the benchmark step:
+CUDA graph, the default) and no engine switch set by the benchmark (bench_job --switch). Shapes without such a pair fall back to the benchmark step:
 bench/bench_fp8.py's lines (in lora.jsonl, or any fp8*.jsonl): our engine ("stack":
 "fusetune"), a variant "PRECISION[+SWITCH]:CHECKPOINTING" or a "base_precision" key, tokens/s and
 peak GiB. An fp8 row is paired with the bf16 row of the same run conditions (GPU, model shape,
@@ -69,14 +69,26 @@ def _rows(folder: Path) -> list[dict]:
     return rows
 
 
+def _captured(row: dict) -> bool:
+    """Whether a job replayed a captured step. What the job logged decides, not the environment it was
+    started in: an unset FUSETUNE_CUDA_GRAPH ("auto" in the row) meant capture in some rows and eager
+    in later ones, when the default changed."""
+    if "cuda_graph" in row:
+        return row["cuda_graph"] == "on"
+    if row.get("log_head"):
+        return any("training step was captured" in line for line in row["log_head"])
+    return row.get("cuda_graph_env") == "1"
+
+
 def _job_rows(folder: Path) -> list[dict]:
-    """job.jsonl's finished eager jobs of our engine, as benchmark-like rows (shape, bs, seq, ...)."""
+    """job.jsonl's finished eager jobs of our engine with its defaults (no bench switch), as
+    benchmark-like rows (shape, bs, seq, ...)."""
     rows = []
     for row in _records(folder.glob("job.jsonl")):
         config = row.get("config")
         if (not isinstance(config, dict) or not str(row.get("stack", "")).startswith("fusetune")
                 or row.get("returncode") != 0 or not row.get("real_tokens_per_s") or not row.get("peak_gib")
-                or row.get("cuda_graph_env") not in (None, "0") or not config.get("fused_kernels", True)):
+                or _captured(row) or row.get("switch") or not config.get("fused_kernels", True)):
             continue
         rows.append({"gpu": row.get("gpu"), "shape": row.get("shape"), "bs": config.get("batch_size"),
                      "seq": config.get("max_seq_length"), "checkpointing": config.get("gradient_checkpointing"),
@@ -92,11 +104,12 @@ def _newest_pairs(rows: list[dict], source: str) -> dict[str, Fp8Effect]:
         key = (row.get("gpu"), row["shape"], row.get("bs"), row.get("seq"), str(row.get("checkpointing")))
         newest.setdefault(key, {})[_precision(row)] = row
     by_shape: dict[str, Fp8Effect] = {}
-    for (gpu, shape, _bs, _seq, mode), pair in newest.items():
-        if "fp8" in pair and "bf16" in pair:
-            fp8, bf16 = pair["fp8"], pair["bf16"]
-            by_shape[shape] = Fp8Effect(gpu or "?", shape, mode, fp8["tokens_per_s"], bf16["tokens_per_s"],
-                                        fp8["peak_gib"], bf16["peak_gib"], source)
+    complete = [(key, pair) for key, pair in newest.items() if "fp8" in pair and "bf16" in pair]
+    complete.sort(key=lambda item: max(row.get("time", "") for row in item[1].values()))
+    for (gpu, shape, _bs, _seq, mode), pair in complete:   # the newest pair is the last one written
+        fp8, bf16 = pair["fp8"], pair["bf16"]
+        by_shape[shape] = Fp8Effect(gpu or "?", shape, mode, fp8["tokens_per_s"], bf16["tokens_per_s"],
+                                    fp8["peak_gib"], bf16["peak_gib"], source)
     return by_shape
 
 

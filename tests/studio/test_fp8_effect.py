@@ -34,12 +34,18 @@ def test_newest_pair_per_shape_largest_first(tmp_path):
     assert "llama-3.2-1b" in text and "1.20x" in text
 
 
-def job(precision, tokens, gib, time, mode="offload", graph=None, stack="fusetune (a)", returncode=0):
+def job(precision, tokens, gib, time, mode="offload", graph=None, stack="fusetune (a)", returncode=0, **extra):
     config = {"batch_size": 2, "max_seq_length": 4096, "gradient_checkpointing": mode, "fused_kernels": True}
     if precision != "bf16":   # older job rows have no base_precision: they ran bf16
         config["base_precision"] = precision
     return {"gpu": "NVIDIA H200", "stack": stack, "shape": "llama-3.1-8b", "returncode": returncode,
-            "real_tokens_per_s": tokens, "peak_gib": gib, "time": time, "config": config, "cuda_graph_env": graph}
+            "real_tokens_per_s": tokens, "peak_gib": gib, "time": time, "config": config, "cuda_graph_env": graph,
+            **extra}
+
+
+CAPTURED = ["  cuda graph: on (the step is captured once and replayed)",
+            "cuda graph: the training step was captured; every later step replays it"]
+EAGER = ["  cuda graph: off (not switched on: FUSETUNE_CUDA_GRAPH=1 captures it)"]
 
 
 def test_a_training_job_pair_wins_over_the_benchmark_step_of_its_shape(tmp_path):
@@ -47,7 +53,10 @@ def test_a_training_job_pair_wins_over_the_benchmark_step_of_its_shape(tmp_path)
              row("fp8", "llama-3.1-8b", 11277, 10.2, "t1", mode="offload"),
              row("bf16", "llama-3.2-1b", 40000, 8.0, "t1"), row("fp8", "llama-3.2-1b", 48000, 7.1, "t1")]
     jobs = [job("bf16", 11688, 16.96, "t2"), job("fp8", 17081, 10.79, "t3"),
-            job("fp8", 99999, 1.0, "t4", graph="auto"),              # a captured step: not the default
+            job("fp8", 99999, 1.0, "t4", graph="auto", log_head=CAPTURED),   # a captured step: not the default
+            job("fp8", 99999, 1.0, "t4", graph="1"),                  # captured, from before rows kept the log
+            job("fp8", 99999, 1.0, "t4", cuda_graph="on"),
+            job("fp8", 99999, 1.0, "t4", graph="auto", switch="fullx", log_head=EAGER),  # an engine switch
             job("fp8", 99999, 1.0, "t4", stack="unsloth+trl (c)"),
             job("fp8", 99999, 1.0, "t4", returncode=1),
             job("fp8", 50000, 20.0, "t4", mode="off")]                  # no bf16 job of that mode: no pair
@@ -61,3 +70,17 @@ def test_a_training_job_pair_wins_over_the_benchmark_step_of_its_shape(tmp_path)
             "10.8 vs 17.0 GiB peak") in text
     assert "llama-3.2-1b benchmark step (checkpointing off): 48,000 vs 40,000 tokens/s (1.20x)" in text
     assert "训练任务" in effect_text("zh-CN", tmp_path)
+
+
+def test_eager_jobs_with_the_graph_switch_unset_pair_up(tmp_path):
+    """Since capture became opt-in, an unset switch ("auto") is the eager default: what the job logged
+    decides, and of a shape's pairs the one measured last is shown (not the first conditions seen)."""
+    jobs = [job("bf16", 11688, 16.96, "t1"), job("fp8", 17081, 10.79, "t2"),
+            job("bf16", 17000, 43.0, "t1.5", mode="off"), job("fp8", 24000, 36.0, "t2.5", mode="off"),  # older
+            job("bf16", 12267, 16.96, "t3", graph="auto", log_head=EAGER, cuda_graph="off"),
+            job("fp8", 17122, 10.76, "t4", graph="auto", log_head=EAGER, cuda_graph="off"),
+            job("fp8", 17185, 10.79, "t5", graph="auto", log_head=EAGER, cuda_graph="off", switch="fullx")]
+    (tmp_path / "job.jsonl").write_text("\n".join(json.dumps(r) for r in jobs) + "\n")
+    [effect] = measured_effects(tmp_path)
+    assert (effect.source, effect.fp8_tokens_per_s, effect.bf16_tokens_per_s) == ("job", 17122, 12267)
+    assert "17,122 vs 12,267 tokens/s (1.40x)" in effect_text("en", tmp_path)
