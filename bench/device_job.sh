@@ -7,6 +7,9 @@
 #                                   # 1B bf16 and 8B FP8 (jobs/graph_steps.py)
 #   bash bench/device_job.sh fp8job # jobs.train, 8B FP8, offload and no recompute: the default (FP8 codes kept
 #                                   # for dA, "savex") vs the old full input ("fullx"), and Unsloth's job
+#   bash bench/device_job.sh fp8pair [SHAPE]  # jobs.train, bf16 vs FP8 (the defaults) in one call, offload and
+#                                   # no recompute, 8B (default) or llama-3.2-1b: the pairs the studio's FP8 help
+#                                   # text reads (studio/fp8_effect.py)
 #   bash bench/device_job.sh smoke  # CPU: the same scripts on a tiny model (run here, not on the GPU)
 # Needs (carried): .carry/tok (tokenizer, `python bench/job_data.py` docs) and .whl/site (Unsloth, TRL,
 # datasets... unzipped wheels; see bench/NOTES.md "Real jobs"). Results: $OUT/job.jsonl (one line a run),
@@ -59,6 +62,15 @@ if [ "$what" = fp8job ]; then   # the savex default (kernels/ops/fp8_linear.SAVE
     step "offload_$x" 120 $job --stack fusetune --shape $S --rows $ROWS --checkpointing offload --base-precision fp8 --steps 25 $sw
   done
   step c_unsloth 150 $unsloth_job --shape $S --rows $ROWS --steps 25
+fi
+if [ "$what" = fp8pair ]; then  # the toggle's effect with both precisions measured on the same host
+  S=${2:-llama-3.1-8b}; ROWS=2; [ "$S" = llama-3.2-1b ] && ROWS=4
+  step prepare 150 python3 bench/bench_job.py prepare --shape $S --dir "$DIR" --examples 2000
+  for ckpt in offload off; do
+    for p in bf16 fp8; do
+      step "${ckpt}_$p" 120 $job --stack fusetune --shape $S --rows $ROWS --checkpointing $ckpt --base-precision $p --steps 25
+    done
+  done
 fi
 if [ "$what" = 1b ]; then
   S=llama-3.2-1b; ROWS=4          # 4 x 4096 = 16,384 tokens a step
