@@ -28,6 +28,8 @@ import os
 import torch
 
 SWITCH = "FUSETUNE_CUDA_GRAPH"   # "1": capture where the job allows it (off by default, see below)
+# the job log's line once its step is captured: bench_job and the studio's FP8 help read it back
+CAPTURED_LINE = "cuda graph: the training step was captured; every later step replays it"
 
 
 def graph_off_reason(spec, device: torch.device, packed: bool, world: int, recomputes: bool) -> str | None:
@@ -101,7 +103,7 @@ class GraphedSteps:
             self.log(f"cuda graph: capture failed ({str(exc)[:300]}); eager steps from here")
         else:
             self.graph = graph
-            self.log("cuda graph: the training step was captured; every later step replays it")
+            self.log(CAPTURED_LINE)
         return graph.warmup_outputs[0]
 
 

@@ -3,12 +3,12 @@
 What a user feels is a training job, so job rows come first: bench/bench_job.py's lines in
 job.jsonl (`python -m jobs.train` on generated chat data, real tokens/s), our engine, an fp8 and a
 bf16 job of the same GPU, shape, batch, row length and checkpointing, the eager step (no captured
-CUDA graph, the default) and no engine switch set by the benchmark (bench_job --switch). Shapes without such a pair fall back to the benchmark step:
-bench/bench_fp8.py's lines (in lora.jsonl, or any fp8*.jsonl): our engine ("stack":
-"fusetune"), a variant "PRECISION[+SWITCH]:CHECKPOINTING" or a "base_precision" key, tokens/s and
-peak GiB. An fp8 row is paired with the bf16 row of the same run conditions (GPU, model shape,
-batch, sequence length, checkpointing), as bench/fp8_summary.py pairs them; the newest pair per
-shape is shown, the largest model first.
+CUDA graph, the default) and no engine switch set by the benchmark (bench_job --switch). Shapes
+without such a pair fall back to the benchmark step: bench/bench_fp8.py's lines (in lora.jsonl, or
+any fp8*.jsonl): our engine ("stack": "fusetune"), a variant "PRECISION[+SWITCH]:CHECKPOINTING" or
+a "base_precision" key, tokens/s and peak GiB. An fp8 row is paired with the bf16 row of the same
+run conditions (GPU, model shape, batch, sequence length, checkpointing), as bench/fp8_summary.py
+pairs them; per shape the pair measured last is shown, the largest model first.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.graph_steps import CAPTURED_LINE
 from studio.i18n import t
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
@@ -76,7 +77,7 @@ def _captured(row: dict) -> bool:
     if "cuda_graph" in row:
         return row["cuda_graph"] == "on"
     if row.get("log_head"):
-        return any("training step was captured" in line for line in row["log_head"])
+        return any(CAPTURED_LINE in line for line in row["log_head"])
     return row.get("cuda_graph_env") == "1"
 
 

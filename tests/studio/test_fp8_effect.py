@@ -1,6 +1,7 @@
 """The FP8 switch's help: the measured effect read from bench/results rows, or "not measured"."""
 import json
 
+from jobs.graph_steps import CAPTURED_LINE
 from studio.fp8_effect import effect_text, measured_effects
 
 
@@ -43,8 +44,7 @@ def job(precision, tokens, gib, time, mode="offload", graph=None, stack="fusetun
             **extra}
 
 
-CAPTURED = ["  cuda graph: on (the step is captured once and replayed)",
-            "cuda graph: the training step was captured; every later step replays it"]
+CAPTURED = ["  cuda graph: on (the step is captured once and replayed)", CAPTURED_LINE]
 EAGER = ["  cuda graph: off (not switched on: FUSETUNE_CUDA_GRAPH=1 captures it)"]
 
 
