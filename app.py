@@ -10,13 +10,13 @@ import sqlite3
 import sys
 import threading
 
-# Before torch loads: see jobs/train.py (two OpenMP runtimes must not busy-wait against each other).
+# Before torch loads: see jobs/train/cli.py (two OpenMP runtimes must not busy-wait against each other).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from jobs import paths  # noqa: E402
-from jobs.access import use_allowed_dirs  # noqa: E402
-from jobs.runner import Runner  # noqa: E402
-from jobs.storage import PRIVATE_UMASK, StorageError  # noqa: E402
+from jobs.io import paths  # noqa: E402
+from jobs.checks.access import use_allowed_dirs  # noqa: E402
+from jobs.queue.runner import Runner  # noqa: E402
+from jobs.io.storage import PRIVATE_UMASK, StorageError  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -76,7 +76,7 @@ def warm_builtin_model(data_dir, start_check=None) -> None:
     """Convert the built-in GGUF once in the background, so the first job starts quickly; then run
     Start's check on the default job once, so the first press of Start finds the preflight's
     modules imported and the built-in tokenizer loaded (studio/start_check.py)."""
-    from jobs.models import ModelError, resolve_model
+    from jobs.models.load import ModelError, resolve_model
     from jobs.spec import BUILTIN_MODEL, JobSpec
     try:
         resolve_model(BUILTIN_MODEL, data_dir, log=lambda line: print(f"[studio] {line}", flush=True))
@@ -89,9 +89,9 @@ def warm_builtin_model(data_dir, start_check=None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    use_allowed_dirs(args.allow_dir)  # the studio's read policy (jobs/access.py) picks them up
+    use_allowed_dirs(args.allow_dir)  # the studio's read policy (jobs/checks/access.py) picks them up
     os.umask(PRIVATE_UMASK)  # uploads, jobs and caches are the user's alone (0600 files, 0700 folders)
-    # Same as in jobs/train.py: an optional bitsandbytes hub kernel, whose absence is harmless.
+    # Same as in jobs/train/cli.py: an optional bitsandbytes hub kernel, whose absence is harmless.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     auth = parse_auth(choose_auth(args.auth, os.environ.get("FUSETUNE_AUTH")))
     if auth is None and args.host not in ("127.0.0.1", "localhost", "::1"):

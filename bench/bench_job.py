@@ -135,7 +135,7 @@ def run_job(stack: str, args) -> dict:
     result["cuda_graph_env"] = os.environ.get("FUSETUNE_CUDA_GRAPH", "auto")
     result["switch"] = args.switch
     log = proc.stdout.splitlines()
-    from jobs.graph_steps import CAPTURED_LINE
+    from jobs.train.graph_steps import CAPTURED_LINE
     result["cuda_graph"] = "on" if any(CAPTURED_LINE in line for line in log) else "off"
     result["log_head"] = [line for line in log if "packing" in line or "checkpointing" in line or "cuda graph" in line
                           or "packed" in line or "memory estimate" in line][:10]

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.job_data import example_lengths  # noqa: E402
-from jobs.packing import pack  # noqa: E402
+from jobs.data.packing import pack  # noqa: E402
 from kernels.ops import varlen_attention as op  # noqa: E402
 
 
@@ -69,7 +69,7 @@ def check(heads: int, kv_heads: int, dim: int, rows: int, window: int | None) ->
 
 
 def padding_cost(heads: int, kv_heads: int, dim: int, rows: int) -> dict:
-    """What fixed shapes (jobs/packing.py `fix_shapes`, for a captured step) cost the varlen kernel:
+    """What fixed shapes (jobs/data/packing.py `fix_shapes`, for a captured step) cost the varlen kernel:
     fwd+bwd ms with the real boundaries and longest document, with the boundaries padded by empty
     documents to the plan's worst case, with max_length the row length, and both; outputs equal."""
     lengths = [min(n, 4096) for n in example_lengths(4000, seed=1)]

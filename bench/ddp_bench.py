@@ -89,7 +89,7 @@ def run_job(name: str, work: Path, model: Path, log, steps: int, where: list[str
         os.killpg(proc.pid, signal.SIGKILL)
         code = f"timed out after {timeout_s}s"
         proc.wait()
-    from jobs.events import summarize
+    from jobs.io.events import summarize
     summary = summarize(out)
     return {"name": name, "exit_code": code, "wall_s": round(time.time() - began, 1),
             "start": summary.start or {}, "steps": summary.steps, "final": summary.final}
@@ -119,7 +119,7 @@ def placements(cpu: bool) -> tuple[list[str], list[str]]:
     (the studio's way), else processes on the GPUs CUDA shows (a machine without nvidia-ml-py)."""
     if cpu:
         return ["--processes", "1"], ["--processes", "2"]
-    from jobs.gpus import read_gpus
+    from jobs.io.gpus import read_gpus
     if len(read_gpus()) >= 2:
         return ["--gpus", "0"], ["--gpus", "0,1"]
     print("note: NVML reads fewer than 2 GPUs here; placing by --processes on CUDA's devices", flush=True)

@@ -17,7 +17,7 @@ if [ "${1:-}" = smoke ]; then
   exec timeout 600 python3 bench/ddp_bench.py --cpu-smoke --work /tmp/ddp-smoke --out "$OUT/ddp.jsonl" --steps 4
 fi
 timeout 20 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv >"$OUT/gpus.txt" 2>&1
-timeout 60 python3 -c 'import torch, triton, transformers, peft; from jobs.gpus import read_gpus
+timeout 60 python3 -c 'import torch, triton, transformers, peft; from jobs.io.gpus import read_gpus
 print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__,
       "peft", peft.__version__, "cuda devices", torch.cuda.device_count(), "NVML", [g.label() for g in read_gpus()])' \
   2>&1 | tee -a "$OUT/gpus.txt"

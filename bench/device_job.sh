@@ -4,7 +4,7 @@
 #                                   # same tokens per step, a profile of (a), then (a) with auto checkpointing
 #   bash bench/device_job.sh 8b     # Llama-3.1-8B shape: (a) (b) (c), bench_lora at the same tokens per step
 #   bash bench/device_job.sh jobgraph  # jobs.train, packed, no recompute: the captured step vs eager,
-#                                   # 1B bf16 and 8B FP8 (jobs/graph_steps.py)
+#                                   # 1B bf16 and 8B FP8 (jobs/train/graph_steps.py)
 #   bash bench/device_job.sh fp8job # jobs.train, 8B FP8, offload and no recompute: the default (FP8 codes kept
 #                                   # for dA, "savex") vs the old full input ("fullx"), and Unsloth's job
 #   bash bench/device_job.sh fp8pair [SHAPE]  # jobs.train, bf16 vs FP8 (the defaults) in one call, offload and
@@ -40,7 +40,7 @@ fi
 python3 -c 'import torch, triton, transformers, peft; print("torch", torch.__version__, "triton", triton.__version__,
   "transformers", transformers.__version__, "peft", peft.__version__, torch.cuda.get_device_name(0))' | tee -a "$LOG"
 
-if [ "$what" = jobgraph ]; then   # jobs.train with the captured step (jobs/graph_steps.py) vs FUSETUNE_CUDA_GRAPH=0
+if [ "$what" = jobgraph ]; then   # jobs.train with the captured step (jobs/train/graph_steps.py) vs FUSETUNE_CUDA_GRAPH=0
   step gpu_check_graph 60 python3 bench/gpu_check.py --only step_graph --out "$OUT/gpu_check.jsonl"
   S=llama-3.2-1b
   step prepare 120 python3 bench/bench_job.py prepare --shape $S --dir "$DIR"

@@ -97,7 +97,7 @@ def build_job(job: Path, base: Path, shape: str, rank: int = 16) -> None:
     """A finished-job folder: config.yaml, a start event naming the base, a LoRA adapter."""
     from safetensors.torch import save_file
 
-    from jobs.events import EventWriter
+    from jobs.io.events import EventWriter
     from jobs.spec import JobSpec
     from tests.tiny import make_tokenizer
     if (job / "adapter" / "adapter_model.safetensors").is_file():

@@ -94,7 +94,7 @@ def export_tokenizer(target: Path) -> Path:
     """Copy the built-in model's tokenizer files to `target` (run here, carried to the GPU)."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from jobs.models import resolve_model
+    from jobs.models.load import resolve_model
     from jobs.spec import BUILTIN_MODEL
     source = Path(resolve_model(BUILTIN_MODEL))
     target.mkdir(parents=True, exist_ok=True)

@@ -41,10 +41,10 @@ def profile(config: Path, warmup: int, steps: int) -> dict:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from jobs.events import EventWriter
-    from jobs.loader import Prefetcher
+    from jobs.io.events import EventWriter
+    from jobs.train.loader import Prefetcher
     from jobs.spec import JobSpec
-    from jobs.trainer import Trainer
+    from jobs.train.loop import Trainer
 
     spec = JobSpec.from_yaml(config)
     spec.output_dir = tempfile.mkdtemp(prefix="profile-job-")

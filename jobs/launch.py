@@ -111,7 +111,7 @@ def _job_dir(args) -> Path | None:
 
 
 def _report(job_dir: Path | None, rank: int, failure, began: float) -> None:
-    from jobs.events import EventWriter, read_events
+    from jobs.io.events import EventWriter, read_events
     if job_dir is None:
         return
     recent = [e for e in read_events(job_dir) if e.get("time", 0) >= began]
@@ -124,7 +124,7 @@ def _report(job_dir: Path | None, rank: int, failure, began: float) -> None:
 def _report_launch_error(job_dir: Path | None, exc: BaseException) -> None:
     message = f"torchrun could not start the ranks: {type(exc).__name__}: {exc}"
     if job_dir is not None:
-        from jobs.events import EventWriter
+        from jobs.io.events import EventWriter
         EventWriter(job_dir).emit("error", kind="internal", message=message)
     print(f"fusetune: {message}", file=sys.stderr, flush=True)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,29 @@ PACKING = ("auto", "on", "off")
 BASE_PRECISIONS = ("bf16", "fp8")
 DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 MODULE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+
+
+# owner/name as the Hub spells it: letters, digits, '-', '_' and '.', not starting or ending with
+# '-' or '.', at most 96 characters each; '..' anywhere is refused by hub_id_problem.
+_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+HUB_ID = re.compile(rf"{_PART}/{_PART}")
+
+
+def hub_id_problem(value: str) -> str | None:
+    """Why `value` is not a usable hub id (None when it is one): the strict owner/name shape, and
+    never the name of something on this machine."""
+    if not HUB_ID.fullmatch(value) or ".." in value:
+        return (f"{value!r} is not a hub id: a hub id looks like owner/name (letters, digits, '-', '_', "
+                "'.'); a file must be uploaded or picked from the list")
+    if os.path.lexists(value):
+        return (f"{value!r} names a local path, which is never read as a hub id; upload the data file "
+                "or give a hub id that is not a local folder name")
+    return None
+
+
+def is_local_reference(value: str, suffixes: tuple[str, ...]) -> bool:
+    """A path (absolute, ~, ./ or ../, or ending in one of `suffixes`) rather than a hub id."""
+    return value.startswith(("/", "~", ".", "\\")) or Path(value).suffix.lower() in suffixes
 
 
 def short_name(value: str) -> str:

@@ -79,3 +79,16 @@ def find_arch(model_config) -> tuple[str | None, ArchSpec | None]:
     """(model_type, table row or None) for a transformers config."""
     model_type = getattr(text_config(model_config), "model_type", None)
     return model_type, ARCHITECTURES.get(model_type)
+
+
+def base_model(model):
+    """The transformers model under a PEFT wrapper (or the model itself)."""
+    getter = getattr(model, "get_base_model", None)
+    return getter() if callable(getter) else model
+
+
+def decoder_layers(model) -> list:
+    """The model's decoder layers in forward order (transformers' GradientCheckpointingLayer)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in base_model(model).modules() if isinstance(m, GradientCheckpointingLayer)]

@@ -23,8 +23,7 @@ import functools
 import torch
 import torch.utils.checkpoint
 
-from kernels.arch import text_config
-from kernels.patch import base_model
+from kernels.arch import base_model, decoder_layers, text_config
 
 MODES = ("auto", "on", "off", "offload")
 GIB = 1024 ** 3
@@ -136,13 +135,6 @@ def _plain_checkpoint(run_layer, *args):
 def _offload_checkpoint(offloader, index, run_layer, hidden, *args):
     anchor = torch.empty(0, device=hidden.device, requires_grad=True)
     return _OffloadedCheckpoint.apply(run_layer, offloader, index, anchor, hidden, *args)
-
-
-def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's decoder layers in forward order (transformers' GradientCheckpointingLayer)."""
-    from transformers.modeling_layers import GradientCheckpointingLayer
-
-    return [m for m in base_model(model).modules() if isinstance(m, GradientCheckpointingLayer)]
 
 
 def _set_policy(layers, recompute: list[bool], offload: bool, device: torch.device) -> None:

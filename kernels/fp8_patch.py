@@ -82,7 +82,7 @@ def _swap(owner, attribute: str, linear, sizes: list[int]) -> None:
 
 def quantize_base_fp8(model: torch.nn.Module, report, use_triton: bool) -> int:
     """Replace the frozen decoder linears of `model` by Fp8Linear; returns how many. See module doc."""
-    from kernels.checkpoint import decoder_layers
+    from kernels.arch import decoder_layers
 
     layers = decoder_layers(model)
     reason = fp8_unavailable(model, use_triton) if layers else "no transformers decoder layers found"

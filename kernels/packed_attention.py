@@ -33,7 +33,7 @@ import importlib
 import torch
 
 from kernels.ops.varlen_attention import kernel_unavailable_reason, varlen_attention
-from kernels.patch import base_model
+from kernels.arch import base_model
 
 NAME = "fusetune_packed"
 PREVIOUS_ATTR = "_fusetune_previous_attn_implementation"

@@ -21,7 +21,7 @@ import types
 
 import torch
 
-from kernels.arch import ARCHITECTURES, GATED_ACTIVATIONS, ArchSpec, find_arch, text_config
+from kernels.arch import ARCHITECTURES, GATED_ACTIVATIONS, ArchSpec, base_model, find_arch, text_config
 from kernels.ops.geglu import geglu
 from kernels.ops.rms_norm import rms_norm
 from kernels.ops.rope import rope
@@ -34,12 +34,6 @@ HELPERS = (  # (module, function, op label used when the helper is missing)
     ("kernels.lora_patch", "patch_lora_layers", "lora"),
     ("kernels.loss_patch", "patch_causal_lm_loss", "fused_linear_cross_entropy"),
 )
-
-
-def base_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The transformers model under a PEFT wrapper (or the model itself)."""
-    getter = getattr(model, "get_base_model", None)
-    return getter() if callable(getter) else model
 
 
 def _resolve_backend(model: torch.nn.Module, backend: str) -> tuple[str, str]:

@@ -22,7 +22,7 @@ What the step must satisfy (checked where it can be, else capture fails with CUD
 
 `StepGraph(step, inputs)` takes the step as a function of a flat dict of inputs (tensors, and host
 values that are baked in) returning device tensors; `language_model_step(model, optimizer)` is the
-plain one (jobs/trainer.py builds its own: accumulation, clipping). The warm-up steps train the
+plain one (jobs/train/loop.py builds its own: accumulation, clipping). The warm-up steps train the
 model for real on the first inputs (they are steps of the run), and their outputs are kept
 (`warmup_outputs`) so that a caller can report them.
 """

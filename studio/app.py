@@ -53,7 +53,7 @@ def tab_labels_js() -> str:
 
 
 def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = None) -> gr.Blocks:
-    """The studio for `data_dir`, submitting jobs through `runner` (a jobs.runner.Runner)."""
+    """The studio for `data_dir`, submitting jobs through `runner` (a jobs.queue.runner.Runner)."""
     ctx = context or StudioContext(data_dir=Path(data_dir), runner=runner)
     fused = ctx.fused_kernels()
     bind = ctx.page.bind

@@ -1,6 +1,6 @@
 """The chat engine behind the Chat tab: load a base model (+ a job's LoRA adapter), stream replies.
 
-Models come from jobs.models.load_for_chat and stay in a small LRU cache (loading is the slow
+Models come from jobs.models.load.load_for_chat and stay in a small LRU cache (loading is the slow
 part; one model by default, since a training job may be sharing the GPU). With an adapter the model
 is a PeftModel, and the base and tuned answers come from ONE batched generate: PEFT's mixed
 adapter batches (``adapter_names``, where ``"__base__"`` runs a row without any adapter; PEFT docs,
@@ -27,7 +27,7 @@ import torch
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from jobs.encode import ensure_chat_template
+from jobs.data.encode import ensure_chat_template
 
 Loader = Callable[[str, "str | None", Path], tuple[Any, Any]]
 
@@ -104,7 +104,7 @@ class ChatEngine:
 
     def _load_fn(self) -> Loader:
         if self._loader is None:
-            from jobs.models import load_for_chat  # heavy import, only when a chat happens
+            from jobs.models.load import load_for_chat  # heavy import, only when a chat happens
             self._loader = load_for_chat
         return self._loader
 

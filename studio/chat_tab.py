@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from jobs.access import AccessError, DataAccess
+from jobs.checks.access import AccessError, DataAccess
 from jobs.export import list_exports
 from jobs.spec import BUILTIN_MODEL
 from studio import jobs_view as view
@@ -52,7 +52,7 @@ def is_export(model_id: str | None) -> bool:
 
 def readable_model(ctx: StudioContext, model_id: str, lang: str = "en") -> str | None:
     """The model to load under the studio's read policy (a path typed into a web page must not
-    open the server's files: jobs/access.py), or None after a notice naming the field."""
+    open the server's files: jobs/checks/access.py), or None after a notice naming the field."""
     try:
         return DataAccess.for_studio(ctx.data_dir).chat_model(model_id)
     except AccessError as refused:

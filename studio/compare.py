@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from jobs.events import JobSummary
+from jobs.io.events import JobSummary
 from jobs.spec import JobSpec
 from studio.i18n import t
 from studio.jobs_view import loss_points

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from jobs.events import read_events
-from jobs.layout import JobLayout
+from jobs.io.events import read_events
+from jobs.io.layout import JobLayout
 from jobs.spec import BUILTIN_MODEL
 from studio.chat import ChatEngine
 from studio.i18n import PageText
@@ -20,7 +20,7 @@ from studio.start_check import StartCheck
 @dataclass
 class StudioContext:
     data_dir: Path
-    runner: Any  # jobs.runner.Runner (duck-typed so tests can pass a fake)
+    runner: Any  # jobs.queue.runner.Runner (duck-typed so tests can pass a fake)
     events: EventCache = field(default_factory=lambda: EventCache(read_events))
     chat: ChatEngine | None = None
     page: PageText = field(default_factory=PageText)
@@ -34,7 +34,7 @@ class StudioContext:
 
     @functools.cached_property
     def _fused(self) -> tuple[bool, str]:
-        from jobs.telemetry import fused_kernels_available
+        from jobs.io.telemetry import fused_kernels_available
         return fused_kernels_available()
 
     def fused_kernels(self) -> tuple[bool, str]:

@@ -20,7 +20,7 @@ import yaml
 from jobs.export import ExportError, estimate_sizes, export_adapter_zip
 from jobs.export.files import human_size
 from jobs.export.protocol import ERROR_PREFIX, NOTE_PREFIX, PROGRESS_LINE, RESULT_PREFIX
-from jobs.layout import JobLayout
+from jobs.io.layout import JobLayout
 from studio import jobs_view as view
 from studio import render
 from studio.context import StudioContext

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.graph_steps import CAPTURED_LINE
+from jobs.train.graph_steps import CAPTURED_LINE
 from studio.i18n import t
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"

@@ -3,7 +3,7 @@
 Every action names the job it acts on (the one the user picked; nothing here picks a job by
 itself) and is confirmed in the page first (studio.jobs_tab). Messages are in the page language.
 
-Runner calls (jobs.runner.Runner, docs/contracts.md "Runner API"): ``cancel(job_id)`` stops a
+Runner calls (jobs.queue.runner.Runner, docs/contracts.md "Runner API"): ``cancel(job_id)`` stops a
 running job; ``delete(job_id)`` removes a finished or queued job's row and folder, returns False
 for an unknown job and raises RunnerError for a running one.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.runner import RunnerError
-from jobs.store import JobState
+from jobs.queue.runner import RunnerError
+from jobs.queue.store import JobState
 from studio.i18n import t
 
 CANCEL, REMOVE, DELETE = "cancel", "remove", "delete"

@@ -17,8 +17,8 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from jobs.events import tail_log
-from jobs.layout import JobLayout
+from jobs.io.events import tail_log
+from jobs.io.layout import JobLayout
 from studio import job_actions
 from studio import jobs_view as view
 from studio import render

@@ -1,6 +1,6 @@
 """Pure views of jobs for the Jobs and Compare tabs: table rows, plot frames, report and failure text.
 
-Inputs are JobRecords (jobs.store) and JobSummaries (jobs.events: the one reader of events.jsonl,
+Inputs are JobRecords (jobs.queue.store) and JobSummaries (jobs.io.events: the one reader of events.jsonl,
 schema in docs/contracts.md); outputs are plain lists / pandas DataFrames that Gradio components
 take as values, with their text in the page's language.
 """
@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from jobs.events import JobSummary, read_events, summarize_events
-from jobs.layout import JobLayout
-from jobs.store import JobState
+from jobs.io.events import JobSummary, read_events, summarize_events
+from jobs.io.layout import JobLayout
+from jobs.queue.store import JobState
 from studio.i18n import t
 
 def table_headers(lang: str) -> list[str]:

@@ -1,6 +1,6 @@
 """`python -m studio.preflight_child DATA_DIR` with a JobSpec as JSON on stdin: the Start check of
 a large dataset in its own process (studio/start_check.py), so the studio's memory stays flat. The
-last line of stdout is the preflight report as JSON (jobs.preflight.PreflightReport.as_dict). The
+last line of stdout is the preflight report as JSON (jobs.checks.preflight.PreflightReport.as_dict). The
 studio's read policy was applied to the spec already; it is applied again here (the same
 $FUSETUNE_ALLOW_DIRS reaches this process)."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import sys
 
-from jobs import paths
-from jobs.access import DataAccess
-from jobs.preflight import run_preflight
+from jobs.io import paths
+from jobs.checks.access import DataAccess
+from jobs.checks.preflight import run_preflight
 from jobs.spec import JobSpec
 
 

@@ -21,7 +21,7 @@ BLOCK_STYLE = ("white-space:pre-wrap;word-break:break-word;font-family:ui-monosp
 def row_segments(row: dict[str, Any]) -> list[tuple[str, bool]]:
     """A preview row as (text, trained) pieces in order.
 
-    jobs.data.preview_rows gives either {"segments": [(text, trained), ...]} (multi-turn) or
+    jobs.data.dataset.preview_rows gives either {"segments": [(text, trained), ...]} (multi-turn) or
     {"prompt": ..., "answer": ...} where the full text is prompt + answer.
     """
     if row.get("segments") is not None:

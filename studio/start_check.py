@@ -1,14 +1,14 @@
 """What Start checks before anything is queued, and the fit check beside the form.
 
-1. The studio's read policy (jobs/access.py) on the raw form values, before JobSpec sees them
+1. The studio's read policy (jobs/checks/access.py) on the raw form values, before JobSpec sees them
    (JobSpec's "does not exist" would tell a visitor which files exist).
 2. The preflight `python -m jobs.train CONFIG --dry-run` runs (jobs/preflight.run_preflight): the
    model resolves, target modules exist, the whole dataset is read and every bad row counted.
    Small data is checked in the studio process with the model's config and tokenizer kept between
-   clicks (jobs.preflight.ModelFiles); a data file over IN_PROCESS_BYTES, or a hub dataset, is
+   clicks (jobs.checks.preflight.ModelFiles); a data file over IN_PROCESS_BYTES, or a hub dataset, is
    checked by a child process (studio/preflight_child.py) that answers with the report as JSON and
    exits, so a huge file never sits in the studio's memory (issue 12's bounded reading).
-3. The predicted peak GPU memory (jobs/fit.py) against the free memory of the job's GPU.
+3. The predicted peak GPU memory (jobs/models/fit.py) against the free memory of the job's GPU.
 """
 from __future__ import annotations
 
@@ -60,11 +60,11 @@ class FitView:
 
 
 class StartCheck:
-    """One studio's checks; `free_memory(index)` is jobs.fit.free_gpu_memory (tests pass their own)."""
+    """One studio's checks; `free_memory(index)` is jobs.models.fit.free_gpu_memory (tests pass their own)."""
 
     def __init__(self, data_dir: Path, free_memory: Callable[[int], float | None] | None = None,
                  in_process_bytes: int = IN_PROCESS_BYTES):
-        from jobs.preflight import ModelFiles
+        from jobs.checks.preflight import ModelFiles
         self.data_dir = Path(data_dir)
         self.in_process_bytes = in_process_bytes
         self._free_memory = free_memory
@@ -74,7 +74,7 @@ class StartCheck:
 
     def spec(self, names: list[str], values: list[Any]) -> JobSpec:
         """The form's job after the read policy; SpecError (AccessError) naming the field."""
-        from jobs.access import DataAccess
+        from jobs.checks.access import DataAccess
         data = DataAccess.for_studio(self.data_dir).check_values(form.values_to_dict(names, values))
         return JobSpec.from_dict(data)
 
@@ -82,8 +82,8 @@ class StartCheck:
         if self._large_data(spec):
             verdict = self._in_child(spec)
         else:
-            from jobs.access import DataAccess
-            from jobs.preflight import run_preflight
+            from jobs.checks.access import DataAccess
+            from jobs.checks.preflight import run_preflight
             with self._lock:
                 report = run_preflight(spec, data_dir=self.data_dir, access=DataAccess.for_studio(self.data_dir),
                                        log=lambda _line: None, model_files=self._files)
@@ -121,24 +121,25 @@ class StartCheck:
         source = source or self._known_source(spec.model)
         estimate = None
         if source is not None:
-            from jobs import fit
-            from jobs.models import ModelError
+            from jobs.models import fit
+            from jobs.models.load import ModelError
             try:
                 estimate = fit.estimate_peak(spec, self._files.config(source), **_gpu_bytes(free))
             except (ModelError, ValueError, AttributeError, KeyError, TypeError):
-                estimate = None   # an architecture jobs/fit.py cannot size: no number rather than a wrong one
+                estimate = None   # an architecture jobs/models/fit.py cannot size: no number rather than a wrong one
         return FitView(estimate, gpu, free)
 
     def _free_gb(self, gpu: int) -> float | None:
         if self._free_memory is None:
-            from jobs.fit import free_gpu_memory
+            from jobs.models.fit import free_gpu_memory
             self._free_memory = free_gpu_memory
         return self._free_memory(gpu)
 
     def _known_source(self, model: str) -> str | None:
         """The model's folder when finding it costs nothing (no conversion, no download)."""
-        from jobs import hub, paths
-        from jobs.builtin import smollm2
+        from jobs.models import hub
+        from jobs.io import paths
+        from jobs.models import builtin as smollm2
         if model in self._sources:
             return self._sources[model]
         if model == BUILTIN_MODEL:

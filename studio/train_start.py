@@ -18,7 +18,7 @@ from studio import form, render
 from studio.i18n import t
 from studio.start_check import FitView, StartCheck, Verdict
 
-# The fields the fit check reads (jobs/fit.py); a change in any of them redraws it.
+# The fields the fit check reads (jobs/models/fit.py); a change in any of them redraws it.
 FIT_FIELDS = ("model", "load_in_4bit", "fused_kernels", "base_precision", "gradient_checkpointing", "packing",
               "dtype", "gpus", "lora_r", "target_modules", "batch_size", "max_seq_length")
 
@@ -85,7 +85,7 @@ def fit_html(spec: JobSpec | None, view: FitView | None, lang: str) -> str:
                "checkpointing": view.estimate.checkpointing}
     if view.fits:
         return render.notice_html(t("fit.fits", lang, **numbers), "ok")
-    from jobs.fit import advice
+    from jobs.models.fit import advice
     tips = "; ".join(advice(spec, view.estimate))
     return render.notice_html(t("fit.too_big", lang, tips=tips, **numbers), "warn")
 

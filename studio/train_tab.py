@@ -11,7 +11,7 @@ from typing import Any
 
 import gradio as gr
 
-from jobs import paths
+from jobs.io import paths
 from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, JobSpec, SpecError
 from studio import form, render
 from studio.context import StudioContext
@@ -51,7 +51,7 @@ class TrainTab:
 
 
 def gpu_inventory(ctx: StudioContext) -> list[Any]:
-    """jobs.gpus.GpuInfo of every GPU of this machine ([] without NVIDIA GPUs or NVML)."""
+    """jobs.io.gpus.GpuInfo of every GPU of this machine ([] without NVIDIA GPUs or NVML)."""
     inventory = getattr(ctx.runner, "gpu_inventory", None)
     return inventory() if inventory else []
 
@@ -98,14 +98,14 @@ def known_datasets(data_dir: Path) -> list[str]:
 
 def describe_dataset(path: Path) -> tuple[str, int]:
     """(detected format, row count) of a data file, read the way training reads it."""
-    from jobs import data  # pandas & co: imported on first use, not with the UI
+    from jobs.data import dataset as data  # pandas & co: imported on first use, not with the UI
     rows = data.load_rows(JobSpec(dataset=str(path)))
     return data.detect_format(rows), len(rows)
 
 
 def upload_notice(path: Path, lang: str) -> str:
     """What an upload turned out to be: its format and row count, or why it cannot be read."""
-    from jobs import data
+    from jobs.data import dataset as data
     try:
         fmt, count = describe_dataset(path)
     except (data.DataError, OSError, ValueError) as exc:
@@ -116,7 +116,7 @@ def upload_notice(path: Path, lang: str) -> str:
 def command_text(runner: Any, data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:
     """The YAML plus the command Start would run, or the validation error naming the field (the
     studio's read policy first: a path it may not read and a missing one get the same answer)."""
-    from jobs.access import DataAccess
+    from jobs.checks.access import DataAccess
     try:
         data = DataAccess.for_studio(data_dir).check_values(form.values_to_dict(names, values))
         spec = JobSpec.from_dict(data)
@@ -306,8 +306,8 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
 
 def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:
     """The preview HTML, or an error box naming what is wrong (spec field, file/row/field)."""
-    from jobs import data  # loads a tokenizer: imported on first use, not with the UI
-    from jobs.access import DataAccess
+    from jobs.data import dataset as data  # loads a tokenizer: imported on first use, not with the UI
+    from jobs.checks.access import DataAccess
     try:
         access = DataAccess.for_studio(data_dir)
         spec = JobSpec.from_dict(access.check_values(form.values_to_dict(names, values)))

@@ -7,7 +7,7 @@ from pathlib import Path
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see jobs/train.py
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see jobs/train/cli.py
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _restore_environment():
-    """Each test gets the environment it started with back: `jobs.train.main` run in-process points
+    """Each test gets the environment it started with back: `jobs.train.cli.main` run in-process points
     the library caches at its data dir through os.environ, which must not leak into later tests."""
     saved = dict(os.environ)
     yield

@@ -11,7 +11,7 @@ CHATML = (
 
 
 def _corpus() -> list[str]:
-    from jobs.builtin.identity import ANSWERS_EN, ANSWERS_ZH, QUESTIONS_EN, QUESTIONS_ZH, SYSTEM_LINE
+    from jobs.data.builtin.identity import ANSWERS_EN, ANSWERS_ZH, QUESTIONS_EN, QUESTIONS_ZH, SYSTEM_LINE
     system = SYSTEM_LINE.format(name="Fusetune", author="Fusetune Studio")  # the default bot
     text = QUESTIONS_EN + QUESTIONS_ZH + ANSWERS_EN + ANSWERS_ZH + [SYSTEM_LINE, system] * 3
     return text + ["user assistant system", "The capital of France is Paris."] * 3

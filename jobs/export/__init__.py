@@ -10,7 +10,7 @@ from pathlib import Path
 from jobs.export.adapter import default_zip_path, export_adapter_zip
 from jobs.export.card import model_card
 from jobs.export.files import ExportError, ExportResult, Progress, no_progress
-from jobs.layout import JobLayout
+from jobs.io.layout import JobLayout
 from jobs.spec import JobSpec, short_name
 
 FORMATS = ("adapter", "merged", "gguf")

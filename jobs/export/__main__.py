@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-# As in jobs/train.py: bitsandbytes (QLoRA merges) and torch each bring an OpenMP runtime whose
+# As in jobs/train/cli.py: bitsandbytes (QLoRA merges) and torch each bring an OpenMP runtime whose
 # busy-waiting threads slow each other down; must be set before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 

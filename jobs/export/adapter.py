@@ -7,7 +7,7 @@ from pathlib import Path
 
 from jobs.export.card import BASE_MODEL_KEY, portable_base_model
 from jobs.export.files import ExportError, atomic_output
-from jobs.layout import ADAPTER_CONFIG, ADAPTER_WEIGHTS, JobLayout
+from jobs.io.layout import ADAPTER_CONFIG, ADAPTER_WEIGHTS, JobLayout
 from jobs.spec import JobSpec, SpecError
 
 REQUIRED = (ADAPTER_WEIGHTS, ADAPTER_CONFIG)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from jobs.builtin import smollm2
+from jobs.models import builtin as smollm2
 from jobs.spec import BUILTIN_MODEL, JobSpec
 
 BASE_MODEL_KEY = "base_model_name_or_path"

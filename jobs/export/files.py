@@ -2,7 +2,7 @@
 
 Everything is written to a hidden temporary sibling (same folder, so the final rename is atomic on
 one filesystem) and renamed into place only when complete; on any failure the temporary is removed.
-A full disk (or another disk failure, recognised by jobs.storage) is reported as such, and too
+A full disk (or another disk failure, recognised by jobs.io.storage) is reported as such, and too
 little free space is refused before anything is written."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from jobs.storage import describe, free_bytes, human_bytes, is_disk_error
+from jobs.io.storage import describe, free_bytes, human_bytes, is_disk_error
 
 Progress = Callable[[float, str], None]
 MARGIN_BYTES = 64 * 1024 ** 2
@@ -78,7 +78,7 @@ def atomic_output(final: Path, folder: bool) -> Iterator[Path]:
         _move_into_place(tmp, final)
     except BaseException as exc:
         _remove(tmp)
-        # safetensors and torch report a full disk as RuntimeError, hence jobs.storage's test
+        # safetensors and torch report a full disk as RuntimeError, hence jobs.io.storage's test
         if isinstance(exc, Exception) and not isinstance(exc, ExportError) and is_disk_error(exc):
             raise ExportError(f"the disk failed while writing {final.name}, nothing was left behind: "
                               f"{describe(final, exc)}; or pass --out on another disk") from exc

@@ -17,7 +17,7 @@ from jobs.export import card, families
 from jobs.export.adapter import export_adapter_zip
 from jobs.export.files import ExportError, ExportResult, Progress, atomic_output, no_progress
 from jobs.export.source import LoraPair, locate_base, read_lora
-from jobs.layout import JobLayout
+from jobs.io.layout import JobLayout
 from jobs.spec import JobSpec, SpecError, short_name
 
 
@@ -93,5 +93,5 @@ def export_adapter(job_dir: Path, zip_path: Path, data_dir=None, progress: Progr
 
 
 def _start_source(layout: JobLayout) -> str | None:
-    from jobs.events import summarize
+    from jobs.io.events import summarize
     return (summarize(layout.root).start or {}).get("source")

@@ -8,7 +8,7 @@ and one tensor, never the model (bench/export_memory.py measures the peak).
 A QLoRA job trained against NF4-quantized base weights; to reproduce what it learned on, its
 linear weights are first sent through the same NF4 round trip (bitsandbytes' quantize_4bit /
 dequantize_4bit, blocksize 64 with double quantization, as transformers' BitsAndBytesConfig
-in jobs/models.py), i.e. the merge goes into the dequantized base."""
+in jobs/models/load.py), i.e. the merge goes into the dequantized base."""
 from __future__ import annotations
 
 import json
@@ -155,8 +155,8 @@ def merged_config(source: JobSource, device: torch.device) -> dict:
 
 def write_tokenizer(source: JobSource, folder: Path) -> None:
     """The tokenizer the job trained with (the adapter folder's copy, chat template included)."""
-    from jobs.encode import ensure_chat_template
-    from jobs.models import load_tokenizer
+    from jobs.data.encode import ensure_chat_template
+    from jobs.models.load import load_tokenizer
     tokenizer = load_tokenizer(str(source.adapter_dir))
     ensure_chat_template(tokenizer)
     tokenizer.save_pretrained(folder)

@@ -215,8 +215,8 @@ def write_modelfile(gguf_path: Path, tokenizer_dir: Path, config: dict, generati
                     ) -> tuple[Path, list[str]]:
     """Write `Modelfile` beside the GGUF; returns (path, notes). `generation` is the base's
     generation_config.json (sampling defaults), possibly empty."""
-    from jobs.encode import ensure_chat_template
-    from jobs.models import load_tokenizer
+    from jobs.data.encode import ensure_chat_template
+    from jobs.models.load import load_tokenizer
     tokenizer = load_tokenizer(str(tokenizer_dir))
     ensure_chat_template(tokenizer)
     notes: list[str] = []

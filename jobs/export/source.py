@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from jobs.events import summarize
+from jobs.io.events import summarize
 from jobs.export.files import ExportError
-from jobs.layout import ADAPTER_CONFIG, ADAPTER_WEIGHTS, JobLayout
+from jobs.io.layout import ADAPTER_CONFIG, ADAPTER_WEIGHTS, JobLayout
 from jobs.spec import JobSpec, SpecError
 
 PEFT_PREFIX = "base_model.model."
@@ -98,7 +98,7 @@ def locate_base(spec: JobSpec, started_from: str | None, data_dir, log) -> Path:
     that still exists, else resolved again (the built-in model or a GGUF is converted once)."""
     if started_from and (Path(started_from) / "config.json").is_file():
         return Path(started_from)
-    from jobs.models import ModelError, resolve_model
+    from jobs.models.load import ModelError, resolve_model
     try:
         resolved = resolve_model(spec.model, data_dir, log=log)
     except ModelError as exc:

@@ -18,7 +18,7 @@ import gguf
 import numpy as np
 import torch
 
-from jobs.builtin import smollm2
+from jobs.models import builtin as smollm2
 from jobs.export import card, families, ollama, vocab
 from jobs.export.files import ExportResult, Progress, atomic_output, check_free_space, no_progress
 from jobs.export.merge import merge_device, merged_tensors

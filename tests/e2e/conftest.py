@@ -1,8 +1,8 @@
 """One studio (the real app on a fresh data dir) and one browser for all browser tests."""
 import pytest
 
-from jobs.runner import Runner
-from jobs.store import JobState
+from jobs.queue.runner import Runner
+from jobs.queue.store import JobState
 from tests.e2e.browser import CHROMIUM, chromium_browser, new_context
 from tests.e2e.studio_page import running_app
 from tests.tiny import make_tiny_model
@@ -19,7 +19,7 @@ def studio(tmp_path_factory):
     """(url, tiny model dir, data dir): the real app on a fresh data dir."""
     root = tmp_path_factory.mktemp("e2e")
     model_dir = make_tiny_model(root / "tiny")
-    # the studio reads only its data dir and the folders the operator allows (jobs/access.py)
+    # the studio reads only its data dir and the folders the operator allows (jobs/checks/access.py)
     with running_app(root, "--allow-dir", str(model_dir)) as (url, _):
         yield url, model_dir, root / "data"
 

@@ -20,7 +20,7 @@ def tiny_job(tmp_path_factory, tiny_model):
 
 @pytest.fixture
 def in_process_cli():
-    """jobs.train.main in this process changes the umask, the environment and the temp dir: undo."""
+    """jobs.train.cli.main in this process changes the umask, the environment and the temp dir: undo."""
     umask, tempdir = os.umask(0o022), tempfile.tempdir
     os.umask(umask)
     environ = dict(os.environ)

@@ -51,7 +51,7 @@ def starts(job_dir: str | Path) -> list[str]:
 def race(data_dir: str, fake: str, rounds: int, go_file: str) -> None:
     """One 'studio': submit `rounds` jobs while reconciling as fast as possible, then drain the
     queue. Two of these on one data dir race for every claim."""
-    from jobs.runner import Runner
+    from jobs.queue.runner import Runner
     from jobs.spec import JobSpec
 
     runner = Runner(data_dir, python=fake, max_running=1)

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from jobs import data
-from jobs.access import ALLOW_DIRS_ENV, AccessError, DataAccess, hub_id_problem, use_allowed_dirs
+from jobs.data import dataset as data
+from jobs.checks.access import ALLOW_DIRS_ENV, AccessError, DataAccess, hub_id_problem, use_allowed_dirs
 from jobs.spec import JobSpec
 
 ROW = {"instruction": "Add", "input": "2+2", "output": "4"}

@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from jobs.models import load_for_chat, load_tokenizer, resolve_model
+from jobs.models.load import load_for_chat, load_tokenizer, resolve_model
 from jobs.spec import BUILTIN_MODEL
 from tests.conftest import ROOT
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from jobs.data import DataError, detect_format, load_rows, to_conversations
+from jobs.data.dataset import DataError, detect_format, load_rows, to_conversations
 from jobs.spec import JobSpec
 
 

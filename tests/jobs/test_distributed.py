@@ -1,4 +1,4 @@
-"""Data-parallel jobs (jobs/distributed.py, jobs/launch.py) on CPU with gloo: the same update as
+"""Data-parallel jobs (jobs/train/distributed.py, jobs/launch.py) on CPU with gloo: the same update as
 one process with the same global batch, two nodes simulated on one host, resume, and the DDP hooks
 under the fused engine."""
 import os
@@ -14,9 +14,9 @@ import yaml
 from safetensors.torch import load_file
 
 from jobs import launch
-from jobs.distributed import Distributed, rescale_micro_index
-from jobs.events import summarize
-from jobs.layout import JobLayout
+from jobs.train.distributed import Distributed, rescale_micro_index
+from jobs.io.events import summarize
+from jobs.io.layout import JobLayout
 from tests.conftest import ROOT
 from tests.tiny import make_tiny_model
 
@@ -50,7 +50,7 @@ def test_every_step_is_dealt_to_the_ranks_whole_disjoint_and_balanced(packed, pe
     the others' by at most the step's longest unit."""
     from tests.jobs.test_packing import long_tailed, make_examples
 
-    from jobs.packing import BatchPlan
+    from jobs.data.packing import BatchPlan
     examples = make_examples(long_tailed(77, 256, seed=5))
     for world in (2, 3):
         def plan(rank, size, ranks=world):
@@ -141,7 +141,7 @@ def _free_port() -> int:
 
 
 def _lora_model(folder):
-    from jobs import models
+    from jobs.models import load as models
     from jobs.spec import JobSpec
     torch.manual_seed(0)
     base = models.load_base_model(str(folder), torch.float32, torch.device("cpu"))
@@ -322,7 +322,7 @@ def _ranks(launcher_pid):
 
 def test_cancel_stops_every_rank_at_the_same_step_and_rank_0_saves(tmp_path, tiny_model):
     """A QLoRA job (4-bit base weights, the LoRA weights under DDP) on two CPU processes."""
-    from jobs.runner import Runner
+    from jobs.queue.runner import Runner
     from tests.jobs.test_runner import wait_for
     runner = Runner(tmp_path)
     record = runner.submit(_runner_spec(tiny_model, load_in_4bit=True))
@@ -343,7 +343,7 @@ def test_cancel_stops_every_rank_at_the_same_step_and_rank_0_saves(tmp_path, tin
 
 
 def test_a_rank_that_dies_fails_the_job_naming_it_and_frees_the_slot(tmp_path, tiny_model):
-    from jobs.runner import Runner
+    from jobs.queue.runner import Runner
     from tests.jobs.test_runner import wait_for
     runner = Runner(tmp_path)
     record = runner.submit(_runner_spec(tiny_model))

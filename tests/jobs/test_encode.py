@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from jobs import encode
-from jobs.data import DataError
+from jobs.data import encode
+from jobs.data.dataset import DataError
 
 VOCAB = ["<pad>", "<|im_start|>", "<|im_end|>", "\n", " ", "user", "assistant", "system",
          "Who", "are", "you?", "I", "am", "Zed.", "Be", "brief.", "And", "Ok."]
@@ -86,7 +86,7 @@ def test_preview_is_cut_where_training_cuts(tokenizer):
 
 
 def test_cosine_schedule_warms_up_then_decays():
-    from jobs.trainer import cosine_with_warmup
+    from jobs.train.loop import cosine_with_warmup
     f = cosine_with_warmup(warmup=4, total=20)
     values = [f(s) for s in range(20)]
     assert values[0] < values[3] < values[4] == 1.0
@@ -95,11 +95,11 @@ def test_cosine_schedule_warms_up_then_decays():
 
 
 def test_encode_and_data_do_not_import_each_other():
-    """Issue 8 item 10: no import circle. Each imports only the shared jobs.conversation."""
+    """Issue 8 item 10: no import circle. Each imports only the shared jobs.data.conversation."""
     import subprocess
     import sys
     from tests.conftest import ROOT
-    for first, other in (("jobs.encode", "jobs.data"), ("jobs.data", "jobs.encode")):
+    for first, other in (("jobs.data.encode", "jobs.data.dataset"), ("jobs.data.dataset", "jobs.data.encode")):
         code = f"import sys, {first}; print({other!r} in sys.modules)"
         out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
         assert out.stdout.strip() == "False", f"importing {first} imported {other}"

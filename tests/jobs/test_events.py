@@ -2,8 +2,8 @@
 that append to the same file without repeating steps."""
 import pytest
 
-from jobs.events import ERROR_KINDS, EventWriter, read_events, summarize, tail_log
-from jobs.layout import JobLayout
+from jobs.io.events import ERROR_KINDS, EventWriter, read_events, summarize, tail_log
+from jobs.io.layout import JobLayout
 
 
 def run(writer: EventWriter, first: int, last: int, resumed_at: int = 0, save_every: int = 2) -> None:

@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from jobs.builtin import smollm2
+from jobs.models import builtin as smollm2
 from jobs.export import ExportError, export_adapter_zip, model_card
 from jobs.export.card import hub_id, portable_base_model
 from jobs.spec import BUILTIN_MODEL, JobSpec

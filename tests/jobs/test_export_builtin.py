@@ -3,7 +3,7 @@ back by transformers and by the studio's chat loader, answering as the merged mo
 import pytest
 import torch
 
-from jobs.builtin import smollm2
+from jobs.models import builtin as smollm2
 from jobs.export import export
 from jobs.spec import BUILTIN_MODEL
 from tests.jobs.export_jobs import train_job
@@ -23,7 +23,7 @@ def test_builtin_gguf_finetune_gguf_round_trip(tmp_path):
     import gguf
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from jobs.models import load_for_chat
+    from jobs.models.load import load_for_chat
     home = tmp_path / "home"
     job = train_job(tmp_path, BUILTIN_MODEL, "builtin", env={"FUSETUNE_HOME": str(home)}, max_steps=2,
                     batch_size=2, max_seq_length=48, learning_rate=1e-3)

@@ -19,7 +19,7 @@ def peft_logits(base_dir, adapter_dir, **load):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from jobs.models import keep_cpu_4bit_trainable
+    from jobs.models.load import keep_cpu_4bit_trainable
     with torch.no_grad():
         base = AutoModelForCausalLM.from_pretrained(base_dir, **load)
         keep_cpu_4bit_trainable(base)   # a 4-bit base computes as the job did (no bf16 CPU repack)

@@ -15,12 +15,12 @@ import psutil
 import pytest
 import yaml
 
-from jobs import procs
-from jobs.events import summarize
-from jobs.layout import JobLayout
-from jobs.runner import Runner, RunnerError
+from jobs.queue import procs
+from jobs.io.events import summarize
+from jobs.io.layout import JobLayout
+from jobs.queue.runner import Runner, RunnerError
 from jobs.spec import JobSpec
-from jobs.store import FINISHED, JobState, JobStore
+from jobs.queue.store import FINISHED, JobState, JobStore
 from tests.conftest import ROOT
 from tests.jobs.fakes import starts, write_fake_trainer
 from tests.jobs.test_runner import wait_for
@@ -187,7 +187,7 @@ def test_a_full_disk_during_a_checkpoint_is_an_io_error_and_the_last_checkpoint_
         tmp_path, tiny_model, monkeypatch, capsys, in_process_cli):
     import torch
 
-    from jobs import train
+    from jobs.train import cli as train
     out, real_save, saves = tmp_path / "job", torch.save, []
 
     def disk_fills_up(obj, path, *args, **kwargs):

@@ -5,7 +5,7 @@ import json
 import pytest
 from transformers import AutoConfig
 
-from jobs import fit
+from jobs.models import fit
 from jobs.spec import JobSpec
 from tests.conftest import ROOT
 
@@ -110,8 +110,9 @@ def test_an_oom_ends_the_job_with_kind_oom_advice_and_an_intact_checkpoint(tmp_p
     import torch
     import yaml
 
-    from jobs import train, trainer
-    from jobs.events import read_events
+    from jobs.train import cli as train
+    from jobs.train import loop as trainer
+    from jobs.io.events import read_events
     real_step, calls = trainer.Trainer.train_step, []
 
     def step_then_oom(self, stream):

@@ -2,7 +2,7 @@
 the fix), and on a machine without an FP8 GPU the job trains in bf16 and its report says why."""
 import pytest
 
-from jobs.events import summarize
+from jobs.io.events import summarize
 from jobs.spec import JobSpec, SpecError
 from tests.jobs.test_train import run_job
 

@@ -1,9 +1,9 @@
-"""The GPU queue's rules (jobs/gpus.py) on made-up NVML readings."""
+"""The GPU queue's rules (jobs/io/gpus.py) on made-up NVML readings."""
 import pytest
 import yaml
 
-from jobs import gpus
-from jobs.gpus import GpuInfo, Placement, Wait
+from jobs.io import gpus
+from jobs.io.gpus import GpuInfo, Placement, Wait
 from jobs.spec import SpecError
 
 
@@ -121,7 +121,7 @@ def test_the_runner_runs_jobs_on_disjoint_gpus_together_and_queues_the_third(tmp
     saying why, and starts when GPU 0 is free."""
     import psutil
 
-    from jobs.runner import Runner
+    from jobs.queue.runner import Runner
     from jobs.spec import JobSpec
     from tests.jobs.test_runner import wait_for
     monkeypatch.setattr(gpus, "read_gpus", lambda: machine(0.3, 0.3))
@@ -146,7 +146,7 @@ def test_the_runner_runs_jobs_on_disjoint_gpus_together_and_queues_the_third(tmp
 
 
 def test_the_start_preview_shows_torchrun_for_several_processes(tmp_path, monkeypatch):
-    from jobs.runner import Runner
+    from jobs.queue.runner import Runner
     from jobs.spec import JobSpec
     monkeypatch.setattr(gpus, "read_gpus", lambda: machine(0.0, 0.0))
     runner = Runner(tmp_path)
@@ -156,9 +156,9 @@ def test_the_start_preview_shows_torchrun_for_several_processes(tmp_path, monkey
 
 
 def test_preflight_refuses_gpus_this_machine_cannot_give(tiny_model, monkeypatch):
-    """The studio's Start (jobs/preflight.py) lists an impossible GPU request with the other
+    """The studio's Start (jobs/checks/preflight.py) lists an impossible GPU request with the other
     problems, naming the key; a busy GPU is no problem there (the job waits in the queue)."""
-    from jobs.preflight import run_preflight
+    from jobs.checks.preflight import run_preflight
     from jobs.spec import JobSpec
     monkeypatch.setattr(gpus, "read_gpus", lambda: machine(60.0))
     for key, processes, field in (("0,1", 0, "gpus"), ("auto", 2, "processes")):

@@ -1,4 +1,4 @@
-"""jobs/graph_steps.py: which jobs get a captured step (and the reason for the others), the optimizer
+"""jobs/train/graph_steps.py: which jobs get a captured step (and the reason for the others), the optimizer
 made capturable (also after a resume), checkpoints that resume into either kind of run, and the
 step function's plumbing. The capture itself needs a GPU: bench/device_job.sh jobgraph runs jobs
 with and without it and compares their losses step by step (bench/results/job.jsonl)."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from jobs.checkpoints import _plain_lr
-from jobs.graph_steps import SWITCH, GraphedSteps, graph_off_reason, make_capturable
-from jobs.packing import Batch
+from jobs.train.checkpoints import _plain_lr
+from jobs.train.graph_steps import SWITCH, GraphedSteps, graph_off_reason, make_capturable
+from jobs.data.packing import Batch
 from jobs.spec import JobSpec
 
 CUDA = torch.device("cuda")

@@ -5,9 +5,11 @@ import re
 
 import pytest
 
-from jobs import data, encode
-from jobs.builtin import general, identity
-from jobs.builtin.general_prompts import PROMPTS_EN, PROMPTS_ZH
+from jobs.data import dataset as data
+from jobs.data import encode
+from jobs.data.builtin import general
+from jobs.data.builtin import identity
+from jobs.data.builtin.general_prompts import PROMPTS_EN, PROMPTS_ZH
 from jobs.spec import JobSpec
 from tests.tiny import make_tokenizer
 

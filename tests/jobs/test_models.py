@@ -1,4 +1,4 @@
-"""jobs/models.py: a QLoRA model loaded for training on the CPU keeps one numeric path."""
+"""jobs/models/load.py: a QLoRA model loaded for training on the CPU keeps one numeric path."""
 from types import SimpleNamespace
 
 import pytest
@@ -12,7 +12,7 @@ def test_a_cpu_qlora_model_trains_through_its_4bit_layers_after_an_eval_pass(tin
     AVX512-BF16 CPUs, after which no gradient flows through them; pretend this CPU has it."""
     import bitsandbytes.nn.modules as bnb_modules
 
-    from jobs.models import add_lora, load_base_model
+    from jobs.models.load import add_lora, load_base_model
     monkeypatch.setattr(bnb_modules, "has_avx512bf16", lambda: True)
     model = load_base_model(str(tiny_model), torch.float32, torch.device("cpu"), load_in_4bit=True)
     linears = [m for m in model.modules() if isinstance(m, bnb_modules.Linear4bit)]

@@ -4,9 +4,9 @@ import random
 import pytest
 import torch
 
-from jobs.encode import Example
-from jobs.loader import Prefetcher
-from jobs.packing import BatchPlan, collate_packed, length_grouped, pack, resolve_packing
+from jobs.data.encode import Example
+from jobs.train.loader import Prefetcher
+from jobs.data.packing import BatchPlan, collate_packed, length_grouped, pack, resolve_packing
 
 
 def long_tailed(n: int, cap: int, seed: int = 0) -> list[int]:
@@ -118,7 +118,7 @@ def test_prefetcher_yields_the_plans_batches_in_order_from_any_start():
 
 
 def test_packed_job_evaluates_and_keeps_the_best_adapter(tmp_path, tiny_model):
-    from jobs.events import summarize
+    from jobs.io.events import summarize
     from tests.jobs.test_train import run_job
     proc, out = run_job(tmp_path, "packed", tiny_model, packing="on", eval_fraction=0.2, eval_steps=4,
                         keep_best=True, max_steps=12, save_steps=0, batch_size=2)
@@ -141,7 +141,7 @@ def test_packed_job_evaluates_and_keeps_the_best_adapter(tmp_path, tiny_model):
 
 
 def test_fixed_shapes_give_every_batch_the_same_tensors_and_the_same_counts():
-    """BatchPlan.fix_shapes (a captured step, jobs/graph_steps.py): every batch has batch_size rows
+    """BatchPlan.fix_shapes (a captured step, jobs/train/graph_steps.py): every batch has batch_size rows
     and room for the most documents; the extra rows and boundaries are empty, the counts unchanged."""
     examples = make_examples(long_tailed(29, 128, seed=8))
     loose = BatchPlan(examples, 3, 128, True, seed=2, pad_id=0)

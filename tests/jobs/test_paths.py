@@ -1,8 +1,8 @@
 """The data dir: created private, and every library cache and temp location pointed inside it."""
 import pytest
 
-from jobs import paths
-from jobs.storage import StorageError
+from jobs.io import paths
+from jobs.io.storage import StorageError
 
 
 def test_caches_and_temp_files_go_under_the_data_dir(tmp_path):

@@ -11,8 +11,8 @@ import types
 
 import pytest
 
-from jobs.access import DataAccess
-from jobs.preflight import PreflightError, run_preflight
+from jobs.checks.access import DataAccess
+from jobs.checks.preflight import PreflightError, run_preflight
 from jobs.spec import JobSpec
 from tests.conftest import ROOT
 
@@ -174,15 +174,15 @@ def test_the_studio_policy_refuses_before_reading(tmp_path, tiny_model):
 
 
 def test_the_gpu_memory_estimate_comes_from_jobs_fit_when_present(tmp_path, tiny_model, monkeypatch):
-    fake = types.ModuleType("jobs.fit")
-    fake.__spec__ = importlib.machinery.ModuleSpec("jobs.fit", None)
+    fake = types.ModuleType("jobs.models.fit")
+    fake.__spec__ = importlib.machinery.ModuleSpec("jobs.models.fit", None)
     seen = []
 
     def estimate_peak(spec, config):
         seen.append((spec.batch_size, config.num_hidden_layers))
         return types.SimpleNamespace(summary=lambda: "1.23 GiB peak")
     fake.estimate_peak = estimate_peak
-    monkeypatch.setitem(sys.modules, "jobs.fit", fake)
+    monkeypatch.setitem(sys.modules, "jobs.models.fit", fake)
     import jobs
     monkeypatch.setattr(jobs, "fit", fake, raising=False)
     report = run_preflight(_spec(tiny_model, _jsonl(tmp_path / "d.jsonl", [ROW])), log=lambda _: None)

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from jobs.conversation import DataError
-from jobs.data import scan_rows
-from jobs.readers import MAX_ROW_BYTES_ENV, Problem, iter_rows, max_row_bytes
+from jobs.data.conversation import DataError
+from jobs.data.dataset import scan_rows
+from jobs.data.readers import MAX_ROW_BYTES_ENV, Problem, iter_rows, max_row_bytes
 from tests.conftest import ROOT
 
 ROW = {"instruction": "Add", "input": "2+2", "output": "4"}
@@ -51,8 +51,8 @@ def test_jsonl_names_each_bad_line_and_keeps_reading(tmp_path):
 
 @pytest.mark.parametrize("chunk", [3, 1 << 16])
 def test_json_array_is_read_row_by_row_at_any_chunk_size(tmp_path, monkeypatch, chunk):
-    import jobs.json_stream
-    monkeypatch.setattr(jobs.json_stream, "CHUNK", chunk)
+    import jobs.data.json_stream
+    monkeypatch.setattr(jobs.data.json_stream, "CHUNK", chunk)
     big = {"output": "y" * 500, "note": "a ] and a \" and a \\ inside"}
     text = json.dumps({"train": [ROW, big, ROW, 7]}, indent=1).encode()
     got = _items(_write(tmp_path, "d.json", text), limit=300)
@@ -125,8 +125,8 @@ def test_scan_collects_every_bad_row_and_shows_the_first_ten(tmp_path):
 
 HUGE_ROW_PREVIEW = r"""
 import json, sys, psutil
-from jobs import encode
-from jobs.data import scan_rows
+from jobs.data import encode
+from jobs.data.dataset import scan_rows
 process = psutil.Process()
 before = process.memory_info().rss
 rows, problems = scan_rows(sys.argv[1], first=int(sys.argv[2]))
@@ -171,7 +171,7 @@ def test_preview_of_a_file_with_a_50mb_row_stays_small(tmp_path, suffix):
 
 STUDIO_PREVIEW = r"""
 import json, sys, psutil
-from jobs.data import DataError, preview_rows
+from jobs.data.dataset import DataError, preview_rows
 from jobs.spec import JobSpec
 model, small, huge = sys.argv[1:4]
 preview_rows(JobSpec.from_dict({"model": model, "dataset": small}), n=3)  # tokenizer and imports warm
@@ -188,7 +188,7 @@ print(json.dumps({"grew_mb": (after - before) / 2**20, "answer": answer[:2000], 
 
 @pytest.mark.parametrize("huge_first", [True, False])
 def test_studio_preview_of_a_huge_file_keeps_memory_flat(tmp_path, tiny_model, huge_first):
-    """The Train tab's Preview (jobs.data.preview_rows) on a JSONL file with a 50 MB row: the rows
+    """The Train tab's Preview (jobs.data.dataset.preview_rows) on a JSONL file with a 50 MB row: the rows
     before it are shown without reading it; a huge first row is refused by its line number."""
     path = _huge_file(tmp_path, ".jsonl", huge_first)
     small = tmp_path / "small.jsonl"

@@ -6,9 +6,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jobs import paths
-from jobs.events import summarize
-from jobs.runner import Runner, default_name
+from jobs.io import paths
+from jobs.io.events import summarize
+from jobs.queue.runner import Runner, default_name
 from jobs.spec import JobSpec, SpecError
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from jobs.storage import StorageError, describe, is_disk_error, open_private, staged_dir, write_private_text
+from jobs.io.storage import StorageError, describe, is_disk_error, open_private, staged_dir, write_private_text
 from tests.conftest import ROOT
 
 TORCH_FULL_DISK = ("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
@@ -84,7 +84,7 @@ def test_a_real_failed_torch_save_is_a_storage_error(tmp_path):
     script = f"""
 import resource, signal, sys, torch
 from pathlib import Path
-from jobs.storage import StorageError, staged_dir
+from jobs.io.storage import StorageError, staged_dir
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 root = Path(sys.argv[1])

@@ -1,6 +1,6 @@
 import pytest
 
-from jobs.store import JobStore
+from jobs.queue.store import JobStore
 
 
 def test_add_get_list_update(tmp_path):

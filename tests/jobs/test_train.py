@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from jobs.events import read_events, summarize
+from jobs.io.events import read_events, summarize
 from tests.conftest import ROOT
 
 
@@ -176,7 +176,8 @@ def test_an_unusable_data_dir_is_one_line(tmp_path, tiny_model):
 
 
 def test_the_data_dir_reaches_the_trainer(tmp_path, tiny_model, monkeypatch, in_process_cli):
-    from jobs import train, trainer
+    from jobs.train import cli as train
+    from jobs.train import loop as trainer
     seen = {}
 
     class RecordingTrainer:

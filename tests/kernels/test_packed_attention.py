@@ -6,8 +6,8 @@ import copy
 import pytest
 import torch
 
-from jobs.encode import Example
-from jobs.packing import collate_packed
+from jobs.data.encode import Example
+from jobs.data.packing import collate_packed
 from kernels import patch_model
 from kernels.arch import ARCHITECTURES
 from kernels.ops.varlen_attention import varlen_attention, varlen_attention_reference

@@ -1,6 +1,6 @@
 """Runner stand-ins for studio tests: a fixed list of JobRecords (newest first), and one that
 records what Start submits."""
-from jobs.store import JobRecord
+from jobs.queue.store import JobRecord
 
 
 class ListRunner:

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from jobs.runner import Runner
+from jobs.queue.runner import Runner
 from studio.app import build_studio, header_text
 from studio.context import StudioContext
 from studio.i18n import t

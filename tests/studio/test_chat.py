@@ -4,7 +4,7 @@ generation whose reader went away."""
 import pytest
 import torch
 
-from jobs.models import load_for_chat
+from jobs.models.load import load_for_chat
 from studio.chat import ChatEngine, Sampling, history_to_messages, message_text, render_prompt
 from tests.tiny import make_tiny_model
 

@@ -2,9 +2,9 @@
 the differing keys marked."""
 import re
 
-from jobs.events import EventWriter, summarize
+from jobs.io.events import EventWriter, summarize
 from jobs.spec import JobSpec
-from jobs.store import JobRecord
+from jobs.queue.store import JobRecord
 from studio import compare
 from studio.compare_tab import comparison
 from studio.context import StudioContext

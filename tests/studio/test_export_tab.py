@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from jobs.export import model_card
-from jobs.layout import JobLayout
+from jobs.io.layout import JobLayout
 from jobs.spec import JobSpec
-from jobs.store import JobRecord
+from jobs.queue.store import JobRecord
 from studio.chat_tab import is_export, model_choices
 from studio.context import StudioContext
 from studio.export_tab import (ExportOutcome, ExportTab, downloadable, model_card_text, outcome_html, run_export,

@@ -1,7 +1,7 @@
 """The FP8 switch's help: the measured effect read from bench/results rows, or "not measured"."""
 import json
 
-from jobs.graph_steps import CAPTURED_LINE
+from jobs.train.graph_steps import CAPTURED_LINE
 from studio.fp8_effect import effect_text, measured_effects
 
 

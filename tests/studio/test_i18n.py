@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobs.spec import JobSpec
-from jobs.store import JobState
+from jobs.queue.store import JobState
 from studio import export_tab, form, i18n, job_actions
 from studio.i18n import PageText, catalogue, normalize, t
 

@@ -2,9 +2,9 @@
 the folder with it and refuses an active job."""
 import pytest
 
-from jobs.runner import Runner, RunnerError
+from jobs.queue.runner import Runner, RunnerError
 from jobs.spec import JobSpec
-from jobs.store import JobState
+from jobs.queue.store import JobState
 from studio import job_actions
 
 

@@ -1,7 +1,7 @@
 """The Jobs tab's poll: everything from disk, only what changed is re-sent, and the poll never picks
 a job by itself; the actions a job offers follow its state."""
-from jobs.events import EventWriter
-from jobs.store import JobRecord
+from jobs.io.events import EventWriter
+from jobs.queue.store import JobRecord
 from studio.context import StudioContext
 from studio.jobs_tab import DETAIL_LEN, refresh
 from tests.studio.fakes import ListRunner

@@ -1,8 +1,8 @@
 """Jobs tab views: table rows, plot frames, reports from records and events.jsonl."""
 from pathlib import Path
 
-from jobs.events import EventWriter, read_events, summarize
-from jobs.store import JobRecord, JobState
+from jobs.io.events import EventWriter, read_events, summarize
+from jobs.queue.store import JobRecord, JobState
 from studio import jobs_view as view
 
 

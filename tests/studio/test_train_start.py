@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from jobs import models
+from jobs.models import load as models
 from jobs.spec import JobSpec
 from studio import form
 from studio.start_check import StartCheck

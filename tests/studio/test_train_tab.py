@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.runner import Runner
+from jobs.queue.runner import Runner
 from jobs.spec import BUILTIN_DATASET, JobSpec, SpecError
 from studio import form
 from studio.train_tab import command_text, known_datasets, safe_upload_name, store_upload, upload_notice
@@ -82,7 +82,7 @@ class GpuRunner(RecordingRunner):
 
 
 def test_gpu_boxes_list_each_gpu_with_free_memory_and_write_the_gpus_key(tmp_path):
-    from jobs.gpus import GpuInfo
+    from jobs.io.gpus import GpuInfo
     from studio.context import StudioContext
     from studio.train_tab import gpu_choices, gpus_value
     machine = [GpuInfo(0, "NVIDIA H200", 139.8, 140.4), GpuInfo(1, "NVIDIA H200", 12.25, 140.4, ("job-7",))]
@@ -99,10 +99,10 @@ def test_gpu_boxes_list_each_gpu_with_free_memory_and_write_the_gpus_key(tmp_pat
 
 def test_gpu_labels_follow_a_language_switch(tmp_path):
     """The GPU boxes are filled per page load, so the language switch refills their labels too."""
-    from jobs.gpus import GpuInfo
+    from jobs.io.gpus import GpuInfo
     from studio.app import build_studio
     from studio.context import StudioContext
-    from jobs.runner import Runner
+    from jobs.queue.runner import Runner
 
     class OneGpuRunner(Runner):
         def gpu_inventory(self):

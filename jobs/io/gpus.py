@@ -1,0 +1,206 @@
+"""Which GPUs a job runs on: the machine's GPUs (read through NVML), the ones our running jobs
+hold, and for a queued job either a placement or the reason it waits.
+
+Everything but the readers and writers at the end (NVML, the jobs' config.yaml) is a pure function
+of `GpuInfo` readings, so the queue's rules are tested with made-up machines. GPU numbers are NVML's (PCI bus order); jobs get them as
+CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers them the same way.
+
+For the Train tab: `inventory(held)` -> one `GpuInfo(index, name, free_gb, total_gb, busy_by_jobs)`
+per GPU (`Runner.gpu_inventory()` fills `busy_by_jobs` from the running jobs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from jobs.spec import SpecError
+
+# Memory another process may hold on a GPU that still counts as free: the driver's own context and
+# a monitoring tool fit; a model being trained or served does not.
+IDLE_USED_GB = 2.0
+PLACED_ENV = "FUSETUNE_GPUS_PLACED"  # set by whoever chose the job's GPUs, so the trainer keeps them
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    free_gb: float
+    total_gb: float
+    busy_by_jobs: tuple[str, ...] = ()
+
+    @property
+    def used_gb(self) -> float:
+        return round(max(0.0, self.total_gb - self.free_gb), 3)
+
+    def label(self) -> str:
+        """'GPU 1 · NVIDIA H200 · 139.8 of 140.4 GB free' (for checkboxes and messages)."""
+        text = f"GPU {self.index} · {self.name} · {self.free_gb:.1f} of {self.total_gb:.1f} GB free"
+        return text + (f" · used by {', '.join(self.busy_by_jobs)}" if self.busy_by_jobs else "")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job runs: physical GPU numbers (empty on a machine without GPUs) and processes."""
+
+    gpus: tuple[int, ...]
+    processes: int
+
+    @property
+    def gpus_key(self) -> str:
+        """The JobSpec `gpus` value that names exactly these GPUs ("auto" on CPU)."""
+        return ",".join(str(i) for i in self.gpus) if self.gpus else "auto"
+
+    def env(self) -> dict[str, str]:
+        env = {PLACED_ENV: "1"}
+        if self.gpus:
+            env.update(CUDA_VISIBLE_DEVICES=",".join(str(i) for i in self.gpus), CUDA_DEVICE_ORDER="PCI_BUS_ID")
+        return env
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Why a queued job cannot start yet, and the GPUs it keeps from later jobs meanwhile."""
+
+    reason: str
+    claims: frozenset[int] = field(default_factory=frozenset)
+
+
+def read_gpus() -> list[GpuInfo]:
+    """The GPUs this process may use (CUDA_VISIBLE_DEVICES respected), from NVML; [] without any."""
+    from jobs.io.telemetry import gpu_snapshot
+    return [GpuInfo(index=g["index"], name=g["name"], total_gb=g["mem_total_gb"],
+                    free_gb=round(g["mem_total_gb"] - g["mem_used_gb"], 3)) for g in gpu_snapshot()]
+
+
+def inventory(held: dict[int, list[str]] | None = None, machine: list[GpuInfo] | None = None) -> list[GpuInfo]:
+    """Every GPU with the names of our jobs running on it (`held`: GPU -> job names)."""
+    held = held or {}
+    machine = read_gpus() if machine is None else machine
+    return [GpuInfo(g.index, g.name, g.free_gb, g.total_gb, tuple(held.get(g.index, ()))) for g in machine]
+
+
+def parse_gpus(key: str) -> list[int] | None:
+    """"0,1" -> [0, 1]; None for auto / all (JobSpec has already normalised the text)."""
+    if key in ("auto", "all", ""):
+        return None
+    return [int(part) for part in key.split(",")]
+
+
+def check_request(key: str, processes: int, machine: list[GpuInfo]) -> None:
+    """Refuse (SpecError naming the key) a request this machine can never satisfy."""
+    present = [g.index for g in machine]
+    listed = parse_gpus(key)
+    if not machine:
+        if listed is not None:
+            raise SpecError("gpus", f"{key} names GPUs, but this machine has no NVIDIA GPU (NVML found "
+                            "none); use gpus: auto to train on the CPU")
+        return
+    have = ", ".join(str(i) for i in present)
+    if listed is not None:
+        missing = [i for i in listed if i not in present]
+        if missing:
+            raise SpecError("gpus", f"GPU {missing[0]} does not exist; this machine has GPU {have}")
+    wanted = len(listed) if listed is not None else len(present) if key == "all" else processes or 1
+    if processes and processes != wanted:
+        raise SpecError("processes", f"is {processes}, but the job gets {wanted} GPU(s) (gpus: {key}); "
+                        "use one process per GPU, or 0 for one per chosen GPU")
+    if wanted > len(present):
+        raise SpecError("processes", f"asks for {wanted} processes, one per GPU, but this machine has "
+                        f"{len(present)} GPU(s) ({have})")
+
+
+def _why_busy(gpu: GpuInfo, held: dict[int, str], claimed: set[int], idle_gb: float) -> str | None:
+    """Why `gpu` cannot be given to a job now (None: it is free)."""
+    if gpu.index in held:
+        return f"GPU {gpu.index} is in use by job '{held[gpu.index]}'"
+    if gpu.index in claimed:
+        return f"GPU {gpu.index} is kept for a job queued earlier"
+    if gpu.used_gb > idle_gb:
+        return f"GPU {gpu.index} has {gpu.used_gb:.1f} of {gpu.total_gb:.1f} GB in use by other processes"
+    return None
+
+
+def place(key: str, processes: int, machine: list[GpuInfo], held: dict[int, str],
+          claimed: set[int] | frozenset[int] = frozenset(), idle_gb: float = IDLE_USED_GB) -> Placement | Wait:
+    """Placement of a job asking for `key` GPUs ("auto": the first free ones, one per process;
+    "all"; or a list) given `held` (GPU -> our job using it) and GPUs `claimed` by jobs queued
+    earlier; or Wait with the reason. Assumes `check_request` passed."""
+    if not machine:
+        return Placement((), max(1, processes))
+    busy = {g.index: _why_busy(g, held, set(claimed), idle_gb) for g in machine}
+    listed = parse_gpus(key)
+    if listed is not None or key == "all":
+        wanted = listed if listed is not None else [g.index for g in machine]
+        reasons = [busy[i] for i in wanted if busy[i]]
+        if reasons:
+            return Wait("waiting: " + "; ".join(reasons), frozenset(wanted))
+        return Placement(tuple(wanted), len(wanted))
+    count = processes or 1
+    free = [g.index for g in machine if busy[g.index] is None]
+    if len(free) >= count:
+        return Placement(tuple(free[:count]), count)
+    reasons = [r for r in busy.values() if r]
+    need = "a free GPU" if count == 1 else f"{count} free GPUs ({len(free)} free now)"
+    return Wait(f"waiting for {need}: " + "; ".join(reasons), frozenset(free))
+
+
+def place_now(key: str, processes: int, machine: list[GpuInfo],
+              idle_gb: float = IDLE_USED_GB) -> tuple[Placement, str | None]:
+    """Placement for a job started by hand (no queue to wait in): the free GPUs when there are
+    enough, otherwise the ones asked for (or with the most free memory) and a warning."""
+    decision = place(key, processes, machine, held={}, idle_gb=idle_gb)
+    if isinstance(decision, Placement):
+        return decision, None
+    listed = parse_gpus(key)
+    if listed is None and key == "all":
+        listed = [g.index for g in machine]
+    if listed is None:
+        roomiest = sorted(machine, key=lambda g: (-g.free_gb, g.index))[: processes or 1]
+        listed = sorted(g.index for g in roomiest)
+    chosen = Placement(tuple(listed), len(listed))
+    return chosen, decision.reason.replace("waiting", f"starting on GPU {chosen.gpus_key} anyway", 1)
+
+
+def global_batch(batch_size: int, accumulation: int, processes: int) -> int:
+    """Examples per optimizer step over all processes (what the Train tab shows)."""
+    return batch_size * accumulation * max(1, processes)
+
+
+# ---- what the runner reads and writes ------------------------------------------------------------
+def planned_processes(key: str, processes: int) -> int:
+    """How many processes a job would run as on this machine now (1 where it cannot run here)."""
+    machine = read_gpus()
+    try:
+        check_request(key, processes, machine)
+    except SpecError:
+        return 1
+    return place_now(key, processes, machine)[0].processes
+
+
+def record_placement(config: Path, placement: Placement) -> None:
+    """Write the GPUs and processes a job got into its config.yaml (the config that ran), where
+    the trainer reads them and any runner finds which GPUs the job holds."""
+    from jobs.io.storage import write_private_text
+    data = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
+    data.update(gpus=placement.gpus_key, processes=placement.processes)
+    write_private_text(config, yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10_000))
+
+
+def held_by_jobs(running: list) -> dict[int, str]:
+    """GPU -> name of the running job (JobRecord) on it, from each job's recorded placement. A job
+    with none (started before this queue existed, or being started by another runner this moment)
+    is taken to hold every GPU."""
+    from jobs.io.layout import JobLayout
+    held: dict[int, str] = {}
+    for record in running:
+        try:
+            placed = yaml.safe_load(JobLayout(record.job_dir).config.read_text(encoding="utf-8"))
+            indices = parse_gpus(str(placed.get("gpus", "auto")))
+        except (OSError, yaml.YAMLError, AttributeError, ValueError):
+            indices = None
+        for index in indices if indices is not None else [g.index for g in read_gpus()]:
+            held[index] = record.name
+    return held

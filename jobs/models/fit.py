@@ -1,0 +1,277 @@
+"""Will this job fit on the GPU? A prediction of its peak GPU memory from the config alone.
+
+    from jobs.models.fit import estimate_peak, free_gpu_memory
+    est = estimate_peak(spec, AutoConfig.from_pretrained(source))
+    est.total_gb, est.allocated_gb, est.breakdown()      # GiB (2**30 bytes), like torch and NVML
+    free_gpu_memory(0)                                   # GiB free on NVML device 0, or None
+
+`allocated_gb` predicts `torch.cuda.max_memory_allocated()`; `total_gb` adds the CUDA context and
+allocator slack, i.e. what the job takes out of the card's free memory. The model (bytes):
+
+- weights: every base parameter in the training dtype; QLoRA stores the decoder's linear weights
+  as NF4 (0.5 B + one uint8 absmax per 64 values, double quantised), embeddings and lm_head stay
+  in the dtype, and the fused engine adds one dequantisation buffer per linear shape
+  (docs/kernels.md); fp8 base weights take 1 B per linear weight;
+- LoRA: r (in + out) per adapted projection, fp32 as PEFT makes them: parameter, gradient and two
+  AdamW moments, 16 B each;
+- activations for T = batch_size x max_seq_length tokens (packed rows are exactly that; padded
+  batches at most that). A decoder layer that is not recomputed keeps, per token, with the fused
+  engine 4h + 2 q + 2 kv + 2 I values (residual input, two norm outputs and the residual sum; q
+  and the attention output; k and v; gate and up: docs/kernels.md "Fused LoRA"); unfused PEFT
+  also keeps act(gate), the down input and fp32 copies of every LoRA input, about 10h + 2 q +
+  2 kv + 6 I. A recomputed layer keeps only its input (T h), or nothing on the GPU when offloaded
+  (two prefetch buffers instead). The checkpointing plan is the one kernels/checkpoint.py will
+  pick (`plan_auto` with the same free-memory budget) or, after loading, the one the model has;
+- the peak during the step: the kept activations plus the larger of the loss phase (fused: one
+  256 MiB logits chunk and the final hidden states; unfused: the N x V logits in the dtype, their
+  fp32 copy and fp32 gradient) and the backward of one layer (a recomputed layer's activations,
+  d(h) of width I and the attention gradients), plus the loss's gradient w.r.t. the hidden states.
+
+Checked against the measured peaks of bench/results/lora.jsonl (tests/jobs/test_fit.py): Llama-3.2-1B
+bs4x2048 on/offload, Llama-3.1-8B bs2x2048 on/offload/no recompute and QLoRA offload: within 3 %.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+GIB = 1024 ** 3
+CUDA_CONTEXT_BYTES = int(0.75 * GIB)   # CUDA context, cuBLAS workspace, loaded kernels (not "allocated")
+FRAGMENTATION = 0.03                   # caching-allocator slack over max_memory_allocated
+FLCE_CHUNK_BYTES = 256 * 1024 ** 2     # kernels/ops/fused_linear_cross_entropy.py's logits chunk
+LORA_BYTES_PER_PARAM = 16              # fp32 parameter, gradient, AdamW exp_avg and exp_avg_sq
+NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class FitEstimate:
+    """Predicted peak GPU memory of a job, with its parts (bytes) and the assumptions made."""
+
+    parts: dict[str, int]
+    checkpointing: str
+    tokens: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def allocated_gb(self) -> float:
+        return sum(self.parts.values()) / GIB
+
+    @property
+    def total_gb(self) -> float:
+        return self.allocated_gb * (1 + FRAGMENTATION) + CUDA_CONTEXT_BYTES / GIB
+
+    def breakdown(self) -> dict[str, float]:
+        """Each part in GiB, largest first."""
+        return {k: round(v / GIB, 3) for k, v in sorted(self.parts.items(), key=lambda kv: -kv[1])}
+
+    def summary(self) -> str:
+        top = ", ".join(f"{k} {v:.2f}" for k, v in list(self.breakdown().items())[:4])
+        return (f"about {self.total_gb:.1f} GiB peak on the GPU ({top} GiB; {self.tokens:,} tokens a "
+                f"micro-batch; checkpointing {self.checkpointing})")
+
+    def as_dict(self) -> dict:
+        return {"total_gb": round(self.total_gb, 2), "allocated_gb": round(self.allocated_gb, 2),
+                "breakdown_gb": self.breakdown(), "checkpointing": self.checkpointing,
+                "tokens": self.tokens, "notes": self.notes}
+
+    def fits(self, free_gb: float) -> bool:
+        return self.total_gb <= free_gb
+
+
+@dataclass(frozen=True)
+class _Shape:
+    hidden: int
+    inter: int
+    layers: int
+    q: int       # query width (heads x head_dim)
+    kv: int      # key (= value) width
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def of(cls, model_config) -> "_Shape":
+        from kernels.arch import text_config
+        c = text_config(model_config)
+        heads = c.num_attention_heads
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+        kv_heads = getattr(c, "num_key_value_heads", None) or heads
+        return cls(c.hidden_size, c.intermediate_size, c.num_hidden_layers, heads * head_dim,
+                   kv_heads * head_dim, c.vocab_size, bool(getattr(c, "tie_word_embeddings", False)))
+
+    def projections(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each decoder projection."""
+        h, i = self.hidden, self.inter
+        return {"q_proj": (h, self.q), "k_proj": (h, self.kv), "v_proj": (h, self.kv), "o_proj": (self.q, h),
+                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+    def linear_weights(self) -> int:
+        return self.layers * sum(a * b for a, b in self.projections().values())
+
+    def embedding_weights(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied else 2)
+
+
+def _dtype_bytes(spec, cuda: bool) -> int:
+    if spec.dtype == "fp32" or (spec.dtype == "auto" and not cuda):
+        return 4
+    return 2
+
+
+def _targets(spec) -> tuple[str, ...]:
+    if spec.target_modules == "all-linear":
+        return ALL_LINEAR
+    named = tuple(spec.target_modules)
+    fused_names = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+    return tuple(t for name in named for t in fused_names.get(name, (name,)) if t in ALL_LINEAR)
+
+
+def lora_params(spec, shape: _Shape) -> int:
+    projections = shape.projections()
+    return shape.layers * sum(spec.lora_r * sum(projections[t]) for t in _targets(spec))
+
+
+def _weights(spec, shape: _Shape, b: int, fused: bool) -> dict[str, int]:
+    linear, embed = shape.linear_weights(), shape.embedding_weights()
+    if spec.load_in_4bit:
+        parts = {"base weights (NF4)": int(linear * NF4_BYTES_PER_WEIGHT), "embeddings": embed * b}
+        if fused:
+            shapes = {tuple(sorted(p)) for p in shape.projections().values()}
+            parts["NF4 dequant buffers"] = sum(a * c for a, c in shapes) * b
+        return parts
+    if spec.base_precision == "fp8":
+        return {"base weights (fp8)": linear, "embeddings": embed * b}
+    return {"base weights": (linear + embed) * b}
+
+
+def _per_layer(shape: _Shape, tokens: int, b: int, fused: bool) -> int:
+    h, q, kv, i = shape.hidden, shape.q, shape.kv, shape.inter
+    per_token = 4 * h + 2 * q + 2 * kv + 2 * i if fused else 10 * h + 2 * q + 2 * kv + 6 * i
+    return tokens * per_token * b
+
+
+def _activations(shape: _Shape, tokens: int, b: int, fused: bool, recomputed: int, offload: bool) -> dict:
+    n, h = shape.layers, shape.hidden
+    layer = _per_layer(shape, tokens, b, fused)
+    layer_input = tokens * h * b
+    kept = (n - recomputed) * layer + (2 * layer_input if offload and recomputed else recomputed * layer_input)
+    backward = tokens * (shape.inter + shape.q + 2 * shape.kv) * b + (layer if recomputed else 0)
+    if fused:
+        loss = min(FLCE_CHUNK_BYTES, tokens * shape.vocab * b) + 2 * layer_input
+    else:
+        loss = tokens * shape.vocab * (b + 4 + 4)
+    return {"activations kept": kept, "step transient": max(backward, loss), "loss grad (hidden)": layer_input}
+
+
+def _auto_plan(spec, model_config, shape: _Shape, b: int, static: int, free_bytes: int | None,
+               total_bytes: int | None) -> tuple[int, bool, str]:
+    """What kernels/checkpoint.py's "auto" will choose, from the free memory before loading."""
+    from kernels.checkpoint import GIB as CK_GIB, _host_free_bytes, plan_auto
+    if free_bytes is None:
+        return shape.layers, False, "auto (no GPU to size it: assumed every layer recomputed)"
+    budget = max(free_bytes - static - int(0.10 * (total_bytes or free_bytes)) - 2 * CK_GIB, 0)
+    tokens = spec.batch_size * spec.max_seq_length
+    flags, offload, description = plan_auto(shape.layers, model_config, b, tokens, budget, "cuda",
+                                            _host_free_bytes())
+    return sum(flags), offload, description
+
+
+def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused, layers_now):
+    """(recomputed layers, offload, description)."""
+    if layers_now is not None:
+        return layers_now
+    mode = spec.gradient_checkpointing
+    if not fused and mode in ("auto", "offload"):
+        mode = "on"   # the PyTorch path recomputes every layer for auto/offload (jobs/train/loop.py)
+    if mode == "off":
+        return 0, False, "off"
+    if mode in ("on", "offload"):
+        return shape.layers, mode == "offload", mode
+    return _auto_plan(spec, model_config, shape, b, static, free_bytes, total_bytes)
+
+
+def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | None = None,
+                  trainable: int | None = None, free_bytes: int | None = None,
+                  total_bytes: int | None = None, model=None) -> FitEstimate:
+    """Predicted peak GPU memory of `spec` on a model of `model_config` (module doc).
+
+    free_bytes / total_bytes: the GPU's free and total memory before loading (sizes "auto"
+    checkpointing; default: read from GPU 0 when there is one). model: a loaded (and
+    checkpointing-configured) model, whose actual per-layer policy is then used. packed: whether
+    rows are packed (the estimate is for full rows either way; recorded in the notes).
+    """
+    fused = spec.fused_kernels if fused is None else fused
+    shape = _Shape.of(model_config)
+    b = _dtype_bytes(spec, cuda=True)
+    tokens = spec.batch_size * spec.max_seq_length
+    parts = _weights(spec, shape, b, fused)
+    adapters = trainable if trainable is not None else lora_params(spec, shape)
+    parts["LoRA + AdamW (fp32)"] = adapters * LORA_BYTES_PER_PARAM
+    if free_bytes is None and model is None:
+        free_bytes, total_bytes = _cuda_memory()
+    recomputed, offload, policy = _policy(spec, model_config, shape, b, sum(parts.values()), free_bytes,
+                                          total_bytes, fused, current_policy(model) if model is not None else None)
+    parts.update(_activations(shape, tokens, b, fused, recomputed, offload))
+    notes = [f"{'packed rows' if packed else 'padded rows, at most'} {spec.batch_size} x {spec.max_seq_length} tokens"]
+    if not fused:
+        notes.append("fused_kernels off: PyTorch keeps more activations and the full logits")
+    return FitEstimate(parts, policy, tokens, notes)
+
+
+def current_policy(model) -> tuple[int, bool, str]:
+    """(recomputed layers, offloaded, description) as set on a loaded model's decoder layers."""
+    from kernels.checkpoint import _offload_checkpoint, decoder_layers
+    layers = decoder_layers(model)
+    on = [layer for layer in layers if getattr(layer, "gradient_checkpointing", False)]
+    offload = any(isinstance(getattr(layer, "_gradient_checkpointing_func", None), functools.partial)
+                  and layer._gradient_checkpointing_func.func is _offload_checkpoint for layer in on)
+    return len(on), offload, f"{len(on)} of {len(layers)} layers recomputed" + (", inputs offloaded" if offload else "")
+
+
+def _cuda_memory() -> tuple[int | None, int | None]:
+    import torch
+    if not torch.cuda.is_available():
+        return None, None
+    free, total = torch.cuda.mem_get_info()
+    return free, total
+
+
+def free_gpu_memory(index: int = 0) -> float | None:
+    """Free memory of NVML device `index` in GiB (None without an NVIDIA driver or such a GPU)."""
+    from jobs.io.telemetry import _nvml
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        return nvml.nvmlDeviceGetMemoryInfo(handle).free / GIB
+    except Exception:  # pynvml.NVMLError (invalid index, lost GPU) derives from Exception only
+        return None
+
+
+def advice(spec, estimate: FitEstimate | None) -> list[str]:
+    """What would lower the peak, largest lever first."""
+    tips = []
+    if spec.batch_size > 1:
+        tips.append(f"batch_size {spec.batch_size} -> {max(1, spec.batch_size // 2)} "
+                    f"(with gradient_accumulation_steps {spec.gradient_accumulation_steps * 2} for the same step)")
+    if spec.max_seq_length > 512:
+        tips.append(f"max_seq_length {spec.max_seq_length} -> {spec.max_seq_length // 2}")
+    if estimate is None or not estimate.checkpointing.startswith(("on", "offload")):
+        tips.append("gradient_checkpointing: on (or offload: layer inputs in CPU memory)")
+    elif estimate.checkpointing == "on":
+        tips.append("gradient_checkpointing: offload (layer inputs in CPU memory)")
+    if not spec.load_in_4bit:
+        tips.append("load_in_4bit: true (QLoRA: base weights in 4-bit)")
+    if not spec.fused_kernels:
+        tips.append("fused_kernels: true (the fused engine keeps far fewer activations)")
+    return tips
+
+
+def oom_message(spec, estimate: FitEstimate | None, peak_bytes: int, step: int, policy: str, error: str) -> str:
+    """The `oom` error event's message: what was predicted, what was seen, what to change."""
+    predicted = f"predicted peak {estimate.total_gb:.1f} GiB" if estimate else "no prediction for this model"
+    first = error.splitlines()[0] if error else ""
+    return (f"out of GPU memory at step {step} ({predicted}; peak allocated before the failure "
+            f"{peak_bytes / GIB:.1f} GiB; {policy}). To fit: " + "; or ".join(advice(spec, estimate))
+            + f". The last checkpoint is intact. CUDA said: {first[:200]}")

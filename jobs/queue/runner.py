@@ -1,0 +1,400 @@
+"""The job runner: starts each job as `python -m jobs.train <job dir>/config.yaml --data-dir <data dir>`.
+
+No shell, its own process group (so cancel reaches every child), stdout and stderr appended to
+train.log (never a pipe the UI must drain). Jobs outlive the UI: a restarted runner finds running
+jobs by pid and keeps watching them.
+
+The queue is GPU-aware (jobs/io/gpus.py): jobs on disjoint GPU sets run at the same time, a job waits
+(its `reason` says for what) until the GPUs it asks for are free of our other jobs and of other
+processes' memory, and a job with several processes runs through torchrun (jobs/launch.py). On a
+machine without GPUs at most `max_running` jobs run at a time.
+
+Claim, then spawn: a queued job is first moved to running in SQLite by one runner instance, which
+records itself as the job's owner (`JobStore.claim`), and only the winner of that claim starts
+the trainer, so two studios on one data dir never start a job twice. Any instance can finish a job
+whose trainer has exited; the instance that spawned it also reaps it, so no zombies pile up.
+
+The monitor thread survives every exception (logged to stderr, retried with back-off), and the
+methods the UI calls restart it if it has died; one broken job never breaks a page that lists jobs.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from jobs.io import gpus, paths
+from jobs.io.events import summarize
+from jobs.io.layout import JobLayout
+from jobs.spec import BUILTIN_DATASET, JobSpec, short_name
+from jobs.io.storage import PRIVATE_UMASK, is_disk_error, as_storage_error, open_private, write_private_text
+from jobs.launch import launch_argv
+from jobs.queue import procs
+from jobs.queue.store import FINISHED, JobRecord, JobState, JobStore
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CANCEL_GRACE_S = 60.0
+CLAIM_GRACE_S = 120.0  # a claim with no trainer after this long is abandoned (its owner hung or died)
+MAX_BACKOFF_S = 30.0
+
+
+class RunnerError(RuntimeError):
+    """A request the runner refuses (deleting a running job, ...); the message says why and what to do."""
+
+
+class Runner:
+    def __init__(self, data_dir: str | Path, python: str | None = None, max_running: int = 1):
+        self.data_dir = paths.data_dir(data_dir)
+        self.store = JobStore(self.data_dir / "jobs.sqlite")
+        self.python = python or sys.executable
+        self.max_running = max_running
+        self.owner = procs.new_owner()
+        self._children: dict[str, subprocess.Popen] = {}
+        self._lock = threading.RLock()
+        self._monitor: threading.Thread | None = None
+        self._monitor_interval: float | None = None
+        self._stop = threading.Event()
+        self.monitor_restarts = 0
+        self._placements: dict[str, gpus.Placement] = {}  # chosen by _choose, used by _spawn
+        self._waiting: dict[str, str] = {}                 # queued job -> why it waits (changed ones)
+
+    # ---- what the UI calls ----------------------------------------------------------------
+    def preview_command(self, spec: JobSpec) -> tuple[str, list[str]]:
+        """The YAML and argv that Start would run, without creating anything."""
+        processes = gpus.planned_processes(spec.gpus, spec.processes)
+        return spec.to_yaml(), self.command(JobLayout(spec.output_dir or "<job dir>"), processes)
+
+    def command(self, layout: JobLayout, processes: int = 1) -> list[str]:
+        """The trainer's argv for a job folder (the only place it is built): through torchrun
+        (jobs.launch) when the job runs as several processes."""
+        return launch_argv(self.python, processes) + ["-m", "jobs.train", str(layout.config),
+                                                       "--data-dir", str(self.data_dir)]
+
+    def gpu_inventory(self) -> list[gpus.GpuInfo]:
+        """This machine's GPUs, each with the names of our jobs running on it (for the Train tab)."""
+        held: dict[int, list[str]] = {}
+        for index, name in gpus.held_by_jobs(self.store.list(states=(JobState.RUNNING,))).items():
+            held.setdefault(index, []).append(name)
+        return gpus.inventory(held)
+
+    def submit(self, spec: JobSpec) -> JobRecord:
+        """Validate, record and start (or queue) a job. Raises SpecError before anything exists,
+        and a StorageError (one line: path, free space, fix) when the data dir cannot be written."""
+        spec.validate()
+        gpus.check_request(spec.gpus, spec.processes, gpus.read_gpus())
+        spec.name = spec.name.strip() or default_name(spec)
+        job_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+        layout = JobLayout(paths.jobs_dir(self.data_dir) / job_id)
+        spec.output_dir = str(layout.root)
+        try:
+            layout.root.mkdir(mode=0o700)
+            write_private_text(layout.config, spec.to_yaml())
+        except OSError as exc:
+            shutil.rmtree(layout.root, ignore_errors=True)
+            raise as_storage_error(exc, layout.root) from None
+        record = self.store.add(job_id, spec.name, layout.root, spec.to_dict())
+        self._reconcile_quietly()
+        return self.store.get(job_id) or record
+
+    def cancel(self, job_id: str) -> bool:
+        """Stop this one job: a queued one becomes cancelled and never starts (it stays listed until
+        deleted); a running one gets SIGTERM, saves the adapter of its current step and exits; after
+        a grace period its whole process group is killed. False when there was nothing to stop."""
+        record = self.store.get(job_id)
+        if record is None or record.finished:
+            return False
+        if self.store.transition(job_id, (JobState.QUEUED,), state=JobState.CANCELLED, finished_at=time.time(),
+                                 reason="cancelled before it started"):
+            return True
+        record = self.store.get(job_id)  # claimed a moment ago by some runner: it is running now
+        if record is None or record.state != JobState.RUNNING:
+            return False
+        try:
+            write_private_text(JobLayout(record.job_dir).cancel_request, str(time.time()))
+        except OSError as exc:  # the signal below still stops it; only the "cancelled" label is lost
+            _log(f"job {job_id}: cannot record the cancel request: {exc}")
+        if self._alive(record):  # with no pid yet, its starter sees the request right after spawning
+            procs.signal_group(record.pid, signal.SIGTERM)
+        threading.Thread(target=self._kill_after_grace, args=(job_id,), daemon=True).start()
+        return True
+
+    def delete(self, job_id: str) -> bool:
+        """Remove a job and its folder: a finished one, or a queued one (which is first cancelled so
+        that no runner can claim it meanwhile). A running job is refused with a RunnerError: cancel
+        it first. False when there is no such job. Only folders inside <data dir>/jobs/ are deleted
+        (a row pointing elsewhere loses its row, never someone else's folder)."""
+        record = self.store.get(job_id)
+        if record is None:
+            return False
+        if record.state == JobState.QUEUED:
+            self.store.transition(job_id, (JobState.QUEUED,), state=JobState.CANCELLED,
+                                  finished_at=time.time(), reason="removed before it started")
+            record = self.store.get(job_id) or record
+        if not record.finished:
+            raise RunnerError(f"job {record.name!r} is running: cancel it first, then delete it")
+        folder = Path(record.job_dir)
+        trash = folder.with_name(f".deleting-{folder.name}")
+        owned = folder.parent.resolve() == paths.jobs_dir(self.data_dir).resolve()
+        if owned and folder.is_dir():
+            try:
+                folder.rename(trash)  # gone from view at once; an error below leaves it recoverable
+            except OSError as exc:
+                raise RunnerError(f"cannot delete {folder}: {exc.strerror or exc}") from None
+        if not self.store.delete(job_id, FINISHED):
+            if owned and trash.is_dir():
+                trash.rename(folder)
+            raise RunnerError(f"job {record.name!r} changed state while being deleted; try again")
+        shutil.rmtree(trash, ignore_errors=True)
+        return True
+
+    def list_jobs(self) -> list[JobRecord]:
+        self._ensure_monitor()
+        self._reconcile_quietly()
+        return self.store.list()
+
+    def get(self, job_id: str) -> JobRecord | None:
+        self._ensure_monitor()
+        self._reconcile_quietly()
+        return self.store.get(job_id)
+
+    # ---- the watcher ----------------------------------------------------------------------
+    def start_monitor(self, interval_s: float = 1.0) -> None:
+        """Watch jobs in the background so queued jobs start with no browser connected."""
+        self._monitor_interval = interval_s
+        if self._monitor and self._monitor.is_alive():
+            return
+        self._stop.clear()
+        self._monitor = threading.Thread(target=self._watch, args=(interval_s,), daemon=True,
+                                         name="fusetune-runner")
+        self._monitor.start()
+
+    def shutdown(self) -> None:
+        """Stop watching. Running jobs keep running; a new Runner reattaches to them."""
+        self._monitor_interval = None
+        self._stop.set()
+        if self._monitor:
+            self._monitor.join(timeout=5)
+
+    def _ensure_monitor(self) -> None:
+        """Restart the monitor if it was started and has died (the watchdog the UI's calls run)."""
+        monitor = self._monitor
+        if self._monitor_interval is None or self._stop.is_set() or (monitor and monitor.is_alive()):
+            return
+        self.monitor_restarts += 1
+        _log("the monitor thread had stopped; restarting it")
+        self.start_monitor(self._monitor_interval)
+
+    def _watch(self, interval_s: float) -> None:
+        failures, wait_s = 0, interval_s
+        while not self._stop.wait(wait_s):
+            try:
+                self.reconcile()
+                failures, wait_s = 0, interval_s
+            except Exception as exc:  # the monitor must outlive any failure (a full disk, a locked db)
+                failures += 1
+                wait_s = min(MAX_BACKOFF_S, interval_s * 2 ** failures)
+                detail = traceback.format_exc() if failures == 1 else f"{type(exc).__name__}: {exc}"
+                _log(f"monitor pass failed ({failures} in a row), retrying in {wait_s:.0f}s: {detail}")
+
+    def _reconcile_quietly(self) -> None:
+        """reconcile() for the UI's calls: a failure is logged, never raised into a page load."""
+        try:
+            self.reconcile()
+        except Exception as exc:
+            _log(f"could not update jobs: {type(exc).__name__}: {exc}")
+
+    def reconcile(self) -> None:
+        """Reap our exited children, finish jobs whose trainer has exited, then claim and start
+        queued jobs while there is room. A failure on one job is logged and the others go on."""
+        with self._lock:
+            self._reap_children()
+            for record in self.store.list(states=(JobState.RUNNING,)):
+                _guarded(record, self._check_running)
+            while (claimed := self.store.claim(self.owner, self._choose)) is not None:
+                _guarded(claimed, self._spawn)
+            self._note_waiting()
+
+    def _choose(self, running: list[JobRecord], queued: list[JobRecord]) -> str | None:
+        """The queued job to start now, decided inside the claim's transaction (so every instance
+        sees the same running jobs): the oldest whose GPUs are free (jobs/io/gpus.py; without GPUs,
+        while fewer than `max_running` run); the others wait, keeping the GPUs they ask for from
+        later jobs. Touches no store: `_spawn` gets the placement, `_note_waiting` the reasons."""
+        machine, held = gpus.read_gpus(), gpus.held_by_jobs(running)
+        claimed: set[int] = set()
+        for record in queued:
+            spec = record.spec
+            decision = gpus.place(spec.get("gpus", "auto"), spec.get("processes", 0), machine, held, claimed)
+            if not machine and len(running) >= self.max_running:
+                decision = gpus.Wait("waiting for the running job to finish")
+            if isinstance(decision, gpus.Placement):
+                self._placements[record.id] = decision
+                self._waiting.pop(record.id, None)
+                return record.id
+            claimed |= decision.claims
+            if record.reason != decision.reason:
+                self._waiting[record.id] = decision.reason
+        return None
+
+    def _note_waiting(self) -> None:
+        """Tell each queued job why it waits (only where that changed)."""
+        waiting, self._waiting = self._waiting, {}
+        for job_id, reason in waiting.items():
+            self.store.transition(job_id, (JobState.QUEUED,), reason=reason)
+
+    def _reap_children(self) -> None:
+        """Collect the exit status of every child of ours that has ended (so none stays a zombie),
+        and forget those whose job another instance has already finished."""
+        for job_id, child in list(self._children.items()):
+            if child.poll() is None:
+                continue
+            record = self.store.get(job_id)
+            if record is None or record.state != JobState.RUNNING or record.owner != self.owner:
+                self._children.pop(job_id, None)
+
+    def _check_running(self, record: JobRecord) -> None:
+        if record.pid is None and record.id not in self._children:
+            self._check_claim(record)
+        elif not self._alive(record):
+            self._finish(record)
+
+    def _check_claim(self, record: JobRecord) -> None:
+        """A running job with no trainer pid: its owner is spawning it, or died before it could."""
+        if record.owner == self.owner:
+            # We spawn under self._lock, which we hold: our spawn of it failed before it was recorded.
+            self._fail(record, "its trainer could not be started; the studio's log says why")
+            return
+        age = time.time() - (record.started_at or 0)
+        if not (procs.owner_gone(record.owner) or age > CLAIM_GRACE_S):
+            return
+        orphan = procs.find_trainer(record.job_dir)
+        if orphan is not None:  # the trainer started; only its pid was never recorded
+            self.store.transition(record.id, (JobState.RUNNING,), pid=orphan)
+            return
+        self.store.transition(record.id, (JobState.RUNNING,), state=JobState.FAILED, finished_at=time.time(),
+                              reason=f"the studio instance {record.owner} that took this job stopped "
+                                     "before starting its trainer; start the job again")
+
+    def _spawn(self, record: JobRecord) -> None:
+        """Start the trainer of a job this instance has just claimed."""
+        layout = JobLayout(record.job_dir)
+        if layout.cancel_request.exists():
+            self._fail(record, "cancelled before it started", JobState.CANCELLED)
+            return
+        if record.reason:  # "waiting for ..." no longer holds
+            self.store.transition(record.id, (JobState.RUNNING,), reason="")
+        placement = self._placements.pop(record.id, None) or gpus.place_now(
+            record.spec.get("gpus", "auto"), record.spec.get("processes", 0), gpus.read_gpus())[0]
+        argv = self.command(layout, placement.processes)
+        try:
+            gpus.record_placement(layout.config, placement)
+            with open_private(layout.log, "ab") as log:
+                proc = subprocess.Popen(argv, cwd=REPO_ROOT, env={**self._env(record), **placement.env()},
+                                        stdin=subprocess.DEVNULL,
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                        umask=PRIVATE_UMASK)
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            self._fail(record, _spawn_failure(argv, layout, exc))
+            return
+        self._children[record.id] = proc
+        if not self.store.set_pid(record.id, self.owner, proc.pid):
+            # Another instance gave up on this claim meanwhile: a lost claim must not train.
+            procs.signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            self._children.pop(record.id, None)
+            _log(f"job {record.id}: claim lost while starting; its trainer was stopped")
+        elif layout.cancel_request.exists():  # cancelled while we were spawning it
+            procs.signal_group(proc.pid, signal.SIGTERM)
+
+    def _fail(self, record: JobRecord, reason: str, state: JobState = JobState.FAILED) -> None:
+        if self.store.transition(record.id, (JobState.RUNNING,), state=state, reason=reason,
+                                 finished_at=time.time()) and state == JobState.FAILED:
+            try:
+                with open_private(JobLayout(record.job_dir).log, "a", encoding="utf-8") as log:
+                    log.write(f"fusetune: {reason}\n")
+            except OSError:
+                pass  # the reason is in the database, which is what the studio shows
+
+    def _env(self, record: JobRecord) -> dict[str, str]:
+        # Progress bars are \r-animated lines: unreadable in a log file, so they are turned off.
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "FUSETUNE_JOB_ID": record.id,
+               "FUSETUNE_HOME": str(self.data_dir), "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+        paths.cache_env(self.data_dir, env)
+        return env
+
+    def _alive(self, record: JobRecord) -> bool:
+        child = self._children.get(record.id)
+        if child is not None:
+            return child.poll() is None
+        return procs.is_trainer_of(record.pid, record.job_dir)
+
+    def _finish(self, record: JobRecord) -> None:
+        child = self._children.pop(record.id, None)
+        code = child.returncode if child is not None else None
+        procs.signal_group(record.pid, signal.SIGKILL)  # sweep any grandchildren the job left behind
+        for partial in JobLayout(record.job_dir).partials():  # a trainer killed mid-save
+            shutil.rmtree(partial, ignore_errors=True)
+        state, reason = _outcome(record, code)
+        self.store.transition(record.id, (JobState.RUNNING,), state=state, reason=reason, finished_at=time.time())
+
+    def _kill_after_grace(self, job_id: str) -> None:
+        deadline = time.time() + CANCEL_GRACE_S
+        while time.time() < deadline:
+            record = self.store.get(job_id)
+            if record is None or record.finished or (record.pid and not self._alive(record)):
+                break
+            time.sleep(0.5)
+        else:
+            record = self.store.get(job_id)
+            if record is not None and self._alive(record):
+                procs.signal_group(record.pid, signal.SIGKILL)
+        self._reconcile_quietly()
+
+
+def default_name(spec: JobSpec) -> str:
+    """"model · dataset", plus " · bot name" for the identity dataset (whose rows differ by it)."""
+    name = f"{short_name(spec.model)} · {short_name(spec.dataset)}"
+    return f"{name} · {spec.bot_name.strip()}" if spec.dataset == BUILTIN_DATASET and spec.bot_name.strip() else name
+
+
+def _guarded(record: JobRecord, action) -> None:
+    try:
+        action(record)
+    except Exception as exc:
+        if not is_disk_error(exc):  # a full disk is one line; anything else gets its traceback
+            _log(f"job {record.id}: {action.__name__} failed:\n{traceback.format_exc()}")
+        else:
+            _log(f"job {record.id}: {action.__name__} failed: {as_storage_error(exc, record.job_dir)}")
+
+
+def _spawn_failure(argv: list[str], layout: JobLayout, exc: BaseException) -> str:
+    if is_disk_error(exc) and getattr(exc, "filename", None) == str(layout.log):
+        return str(as_storage_error(exc, layout.log))
+    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return (f"could not start the trainer ({argv[0]} -m jobs.train): {detail}; check that the studio's "
+            "Python is still installed there")
+
+
+def _outcome(record: JobRecord, code: int | None) -> tuple[JobState, str]:
+    """The final state and a human reason, read from the job's own events first."""
+    final = summarize(record.job_dir).final
+    cancelled = JobLayout(record.job_dir).cancel_request.exists()
+    if final and final["type"] == "done":
+        return JobState.DONE, ""
+    if cancelled:
+        message = final.get("message", "") if final else ""
+        return JobState.CANCELLED, message or "cancelled by the user"
+    if final and final["type"] == "error":
+        return JobState.FAILED, final.get("message", "the job reported an error")
+    return JobState.FAILED, (f"the training process ended with {procs.describe_exit(code)} without "
+                             "reporting why; see train.log")
+
+
+def _log(message: str) -> None:
+    print(f"[runner] {message}", file=sys.stderr, flush=True)

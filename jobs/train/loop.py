@@ -1,0 +1,387 @@
+"""The training loop a job runs: LoRA (or QLoRA) on answer tokens, AdamW with cosine warm-up,
+gradient clipping, evaluation, checkpoints, and an event for every step.
+
+The loss of one optimizer step is normalised over the label tokens of the whole accumulated
+batch (sum / count), as transformers' `num_items_in_batch` does, so gradient accumulation gives
+the same update as one large batch (the fix described in Unsloth's and HF's 2024 write-ups on the
+gradient accumulation bug).
+
+Lean on the GPU (docs/training.md): batches are built ahead on a thread and copied from pinned
+memory without blocking (jobs/train/loader.py); the loss is summed on the device and the step's loss and
+gradient norm reach the host once, one step late (`PendingStep`), so the CPU queues step N+1 while the
+GPU still runs step N and the step event never stalls the GPU; NVML/psutil are read by a 1 Hz
+background sampler (jobs/io/telemetry.py). tokens_per_s counts real (non-pad) tokens."""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from jobs.train import checkpoints
+from jobs.data import encode
+from jobs.train import evaluate
+from jobs.models import load as models
+from jobs.io import telemetry
+from jobs.data.dataset import load_conversations
+from jobs.train.distributed import Distributed, resume_position
+from jobs.io.events import EventWriter
+from jobs.export import model_card
+from jobs.train.graph_steps import graphed_steps
+from jobs.train.loader import Prefetcher
+from jobs.data.packing import BatchPlan, resolve_packing
+from jobs.spec import JobSpec
+from jobs.train.steps import PendingStep, cosine_with_warmup
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+class Cancelled(RuntimeError):
+    pass
+
+
+class OutOfMemory(torch.OutOfMemoryError):
+    """A CUDA OOM with a message for people (estimate, peak seen, what to change)."""
+    for_people = True
+
+
+class Trainer:
+    def __init__(self, spec: JobSpec, job_dir: Path, events: EventWriter, data_dir: Path | None = None,
+                 log=print, dist: Distributed | None = None):
+        self.spec, self.job_dir, self.events, self.log = spec, Path(job_dir), events, log
+        self.dist = dist or Distributed(device=torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        self.data_dir = data_dir
+        self.stop_requested = False
+        self.step = 0
+        self.micro_index = 0
+        self.last_loss: float | None = None
+        self.best_eval: tuple[float, int] | None = None   # (eval loss, step) of the best adapter
+        self.fit_estimate = None
+
+    # ---- setup -------------------------------------------------------------------------
+    def prepare(self) -> None:
+        spec = self.spec
+        torch.manual_seed(spec.seed)
+        self.device = self.dist.device
+        if spec.load_in_4bit and self.device.type != "cuda":
+            self.log("note: load_in_4bit on CPU uses bitsandbytes' CPU path; it is slow")
+        self.source = models.resolve_model(spec.model, self.data_dir, log=self.log)
+        self.tokenizer = models.load_tokenizer(self.source)
+        if encode.ensure_chat_template(self.tokenizer):
+            self.log("note: the tokenizer has no chat template; using ChatML")
+        self._load_examples()
+        self.dtype = models.pick_dtype(spec, self.device)
+        self.log(f"loading {self.source} on {self.device} as {self.dtype}"
+                 + (" with 4-bit NF4 base weights" if spec.load_in_4bit else ""))
+        base = models.load_base_model(self.source, self.dtype, self.device, spec.load_in_4bit)
+        base.config.use_cache = False
+        self.model = models.add_lora(base, spec)
+        self.patch_report = self._accelerate()
+        self._plan_batches()
+        self.ddp = self.dist.wrap(self.model)  # the model itself with one process
+        if self.dist.enabled:  # the same LoRA init everywhere (above), its own dropout masks per rank
+            torch.manual_seed(spec.seed + self.dist.rank)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=spec.learning_rate, weight_decay=spec.weight_decay)
+        self.max_steps = self._total_steps()
+        self.lr_factor = cosine_with_warmup(spec.warmup_steps, self.max_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
+        self.trainable = sum(p.numel() for p in self.params)
+        self._estimate_fit()
+        if spec.resume_from:
+            self._resume(Path(spec.resume_from))
+        self.graphed = graphed_steps(self)
+
+    def _load_examples(self) -> None:
+        spec = self.spec
+        conversations = load_conversations(spec, self.tokenizer, self.data_dir, log=self.log)
+        examples = encode.encode_all(self.tokenizer, conversations, spec.max_seq_length, log=self.log)
+        self.examples, self.eval_examples = evaluate.split_holdout(examples, spec.eval_fraction, spec.seed)
+        if spec.eval_dataset:
+            self.eval_examples = evaluate.load_eval_examples(spec, self.tokenizer, log=self.log)
+        if self.eval_examples:
+            self.log(f"evaluation: {len(self.eval_examples)} examples held out"
+                     + (f" ({spec.eval_fraction:g} of the data)" if spec.eval_fraction else f" from {spec.eval_dataset}"))
+
+    def _accelerate(self) -> list[str]:
+        """Fused kernels and activation checkpointing, with what happened written to the log."""
+        lines: list[str] = []
+        if self.spec.fused_kernels:
+            from kernels import apply_checkpointing, patch_model
+            report = patch_model(self.model, backend="auto", base_precision=self.spec.base_precision)
+            tokens = self.spec.batch_size * self.spec.max_seq_length
+            policy = apply_checkpointing(self.model, self.spec.gradient_checkpointing, batch_tokens=tokens)
+            lines = report.lines() + ["  checkpointing: " + policy]
+        else:
+            lines.append("fused kernels: off (PyTorch path)")
+            lines.append("  checkpointing: " + self._torch_checkpointing())
+        self.checkpointing_line = lines[-1].strip()
+        for line in lines:
+            self.log(line)
+        return lines
+
+    def _torch_checkpointing(self) -> str:
+        mode = self.spec.gradient_checkpointing
+        if mode == "auto":
+            mode = "on" if self.device.type == "cuda" else "off"
+        if mode == "off":
+            return "off"
+        self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        note = " (offload needs fused_kernels; using plain recompute)" if mode == "offload" else ""
+        return "on: every decoder layer recomputed in backward" + note
+
+    def _plan_batches(self) -> None:
+        """Packing decision (logged), the packed-attention seam, and the train/eval batch plans."""
+        spec, config = self.spec, self.model.config
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        lengths = [len(e.input_ids) for e in self.examples]
+        self.packed, line = resolve_packing(spec.packing, self.device.type, lengths, spec.max_seq_length,
+                                            getattr(text, "attn_logit_softcapping", None), spec.seed)
+        self.log(line)
+        if self.packed:
+            from kernels.packed_attention import use_packed_attention
+            self.log("  " + use_packed_attention(self.model))
+        pad_id = self.tokenizer.pad_token_id
+        # global micro-batches of batch_size x processes, each process building its share of a step
+        ranks = dict(rank=self.dist.rank, world=self.dist.world_size)
+        size = spec.batch_size * self.dist.world_size
+        self.plan = BatchPlan(self.examples, size, spec.max_seq_length, self.packed, spec.seed, pad_id,
+                              accumulation=spec.gradient_accumulation_steps, **ranks)
+        self.eval_plan = (BatchPlan(self.eval_examples, size, spec.max_seq_length, self.packed, spec.seed, pad_id,
+                                    shuffle=False, **ranks) if self.eval_examples else None)
+        if self.packed:
+            self.log(f"  {len(self.examples)} examples packed into {len(self.plan.rows)} rows of "
+                     f"{spec.max_seq_length} tokens ({sum(lengths) / (len(self.plan.rows) * spec.max_seq_length):.0%} full)")
+
+    def _estimate_fit(self) -> None:
+        """The predicted peak, kept for the OOM message (jobs/models/fit.py)."""
+        from jobs.models import fit
+        try:
+            self.fit_estimate = fit.estimate_peak(self.spec, self.model.config, packed=self.packed,
+                                                  trainable=self.trainable, model=self.model)
+        except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: no estimate, no failure
+            self.log(f"note: no memory estimate for this model ({exc})")
+            return
+        if self.device.type == "cuda":
+            self.log(f"memory estimate: {self.fit_estimate.summary()}")
+
+    def _total_steps(self) -> int:
+        if self.spec.max_steps > 0:
+            return self.spec.max_steps
+        per_epoch = math.ceil(self.plan.per_epoch / self.spec.gradient_accumulation_steps)
+        return max(1, math.ceil(per_epoch * self.spec.num_epochs))
+
+    def _resume(self, folder: Path) -> None:
+        state = checkpoints.load_checkpoint(folder, self.model, self.optimizer, self.scheduler)
+        self.step, self.micro_index = state["step"], state["micro_index"]
+        self.micro_index = resume_position(state, self.plan, self.spec.batch_size, self.dist.world_size, self.log)
+        if state.get("best_eval_loss") is not None:
+            self.best_eval = (state["best_eval_loss"], state["best_step"])
+        self.log(f"resumed from {folder} at step {self.step}")
+
+    # ---- the loop ----------------------------------------------------------------------
+    def train_step(self, stream) -> PendingStep | None:
+        """One optimizer step, queued on the device; nothing here waits for the GPU. None when a
+        stop was requested (on any rank: all ranks stop at the same step).
+
+        Several processes agree on the label and real tokens of the whole global batch and on the
+        stop flag in ONE host all-reduce per step (gloo: no GPU sync), so every rank's loss has the
+        same denominator; with one process that is a no-op."""
+        group = [next(stream) for _ in range(self.spec.gradient_accumulation_steps)]
+        labels, real = sum(b.label_tokens for _, b in group), sum(b.real_tokens for _, b in group)
+        labels, real, stop = self.dist.all_reduce_sum(labels, real, 1.0 if self.stop_requested else 0.0)
+        if stop:
+            return None
+        self.micro_index += len(group)
+        count = torch.tensor(max(1.0, labels))
+        count = (count.pin_memory() if self.device.type == "cuda" else count).to(self.device, non_blocking=True)
+        lr = self.scheduler.base_lrs[0] * self.lr_factor(self.scheduler.last_epoch)   # a host number: no sync
+        batches = [batch for _, batch in group]
+        replayed = self.graphed.step(batches, count, self.device) if self.graphed and not self.graphed.failed else None
+        if replayed is None:
+            total, grad_norm = self._device_step([batch.to(self.device) for batch in batches], count)
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            total, grad_norm = replayed
+        self.scheduler.step()
+        values = torch.stack([total, grad_norm.float().to(total.device)])
+        done = None
+        if self.device.type == "cuda":
+            host = torch.empty(2, dtype=torch.float32, pin_memory=True)
+            host.copy_(values, non_blocking=True)
+            values, done = host, torch.cuda.Event(enable_timing=True)
+            done.record()
+        return PendingStep(values, done, int(real), group[-1][0], lr)
+
+    def _device_step(self, micro_batches: list[dict], count: torch.Tensor):
+        """Forward and backward of each micro-batch, clipping and the optimizer step: device work
+        only (no host sync), so jobs/train/graph_steps.py can capture it. Returns (loss sum, grad norm)."""
+        total = torch.zeros((), dtype=torch.float32, device=self.device)
+        self.model.train()
+        for i, kwargs in enumerate(micro_batches):
+            with self.dist.accumulating(self.ddp, last=i == len(micro_batches) - 1):
+                out = self.ddp(**kwargs, num_items_in_batch=count)
+                out.loss.backward()
+            total += out.loss.detach().float()
+        self.dist.all_reduce_(total)  # the global batch's loss, queued on the device
+        clip = self.spec.max_grad_norm if self.spec.max_grad_norm > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
+        self.optimizer.step()
+        return total, grad_norm
+
+    def run(self) -> Path:
+        self.prepare()
+        spec = self.spec
+        self.events.emit("start", model=self.spec.model, source=self.source, device=str(self.device),
+                         dtype=str(self.dtype).removeprefix("torch."), max_steps=self.max_steps,
+                         examples=len(self.examples), eval_examples=len(self.eval_examples),
+                         packing=self.packed, trainable_params=self.trainable,
+                         patch_report=self.patch_report, resumed_at=self.step,
+                         processes=self.dist.world_size, nodes=self.dist.nodes, global_batch=self.dist.global_batch(spec),
+                         memory_estimate=self.fit_estimate.as_dict() if self.fit_estimate else None)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        self.log(f"data parallel: {self.dist.describe(spec)}")
+        self.sampler = telemetry.Sampler()
+        stream = Prefetcher(self.plan, self.micro_index, pin=self.device.type == "cuda")
+        try:
+            self._loop(stream)
+        except torch.OutOfMemoryError as exc:
+            raise self._oom(exc) from exc
+        finally:
+            stream.close()
+            self.sampler.close()
+        return self._finish()
+
+    def _loop(self, stream) -> None:
+        self.began, self.first_step, pending = time.time(), self.step, None
+        self.last_done, self.last_event = self.began, None
+        while self.step < self.max_steps:
+            queued = self.train_step(stream)
+            if queued is None:
+                self._flush(pending)
+                raise Cancelled(self._save_on_stop())
+            self.step += 1
+            self._flush(pending, step=self.step - 1)   # the previous step, while this one runs
+            pending = queued
+            if self._boundary() or self.device.type != "cuda":   # on CPU nothing runs ahead anyway
+                self._flush(pending)
+                pending = None
+                self._after_step()
+                self.last_done, self.last_event = time.time(), None   # evaluation and saving are not step time
+        self._flush(pending)
+
+    def _boundary(self) -> bool:
+        """Whether this step ends in a checkpoint or an evaluation (they need its numbers first)."""
+        spec = self.spec
+        saving = spec.save_steps and self.step % spec.save_steps == 0 and self.step < self.max_steps
+        evaluating = self.eval_plan is not None and spec.eval_steps and self.step % spec.eval_steps == 0
+        return bool(saving or evaluating or self.step == self.max_steps)
+
+    def _after_step(self) -> None:
+        spec = self.spec
+        if self.eval_plan is not None and (spec.eval_steps and self.step % spec.eval_steps == 0
+                                           or self.step == self.max_steps):
+            self._evaluate()
+        if spec.save_steps and self.step % spec.save_steps == 0 and self.step < self.max_steps:
+            self.save_checkpoint()
+
+    def _flush(self, pending: PendingStep | None, step: int | None = None) -> None:
+        """Read a finished step's numbers (waits for that step only) and report it."""
+        if pending is None:
+            return
+        step = self.step if step is None else step
+        loss, grad_norm = pending.read()
+        now = time.time()
+        step_s, self.last_done = now - self.last_done, now
+        if pending.done is not None and self.last_event is not None:
+            # the device's own clock: when the host is the slower side, the read of step N-1 can
+            # come after step N has run, and wall-clock reads would split the two steps' time wrongly
+            step_s = self.last_event.elapsed_time(pending.done) / 1000
+        self.last_event = pending.done
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"the loss became {loss} at step {step}; lower learning_rate "
+                                "(now {:g}) or use dtype fp32/bf16".format(self.spec.learning_rate))
+        self.last_loss = loss
+        self._emit_step(step, loss, grad_norm, pending, step_s)
+
+    def _emit_step(self, step: int, loss: float, grad_norm: float, pending: PendingStep, step_s: float) -> None:
+        elapsed = time.time() - self.began
+        per_step = elapsed / max(1, step - self.first_step)
+        event = dict(step=step, max_steps=self.max_steps, epoch=round(pending.epoch, 4), loss=loss,
+                     lr=pending.lr, grad_norm=grad_norm,
+                     tokens_per_s=round(pending.tokens / max(step_s, 1e-9), 1), tokens=pending.tokens,
+                     elapsed_s=round(elapsed, 2), eta_s=round(per_step * (self.max_steps - step), 1),
+                     **self.sampler.latest())
+        event["gpus"] = telemetry.job_gpus(self.dist, event.get("gpus", []))
+        if self.device.type == "cuda":
+            event["peak_gb"] = round(torch.cuda.max_memory_allocated() / 1024 ** 3, 3)
+        self.events.emit("step", **event)
+        self.log(f"step {step}/{self.max_steps} loss {loss:.4f} lr {event['lr']:.2e} "
+                 f"grad_norm {grad_norm:.3f} {event['tokens_per_s']:.0f} tok/s eta {event['eta_s']:.0f}s")
+
+    def _evaluate(self) -> None:
+        loss, tokens = evaluate.eval_loss(self.model, self.eval_plan, self.device)
+        if self.dist.enabled:  # each rank evaluated its shard: the token-weighted mean of all
+            summed, tokens = self.dist.all_reduce_sum(loss * tokens if tokens else 0.0, tokens)
+            loss, tokens = (summed / tokens if tokens else float("nan")), int(tokens)
+        best = self.best_eval is None or loss < self.best_eval[0]
+        self.events.emit("eval", step=self.step, eval_loss=loss, eval_tokens=tokens, best=best)
+        self.log(f"eval at step {self.step}: loss {loss:.4f} over {tokens} answer tokens" + (" (best)" if best else ""))
+        if best and math.isfinite(loss):
+            self.best_eval = (loss, self.step)
+            if self.spec.keep_best:
+                self._save_adapter(f"best eval loss {loss:.4f} at step {self.step}", best=True)
+
+    def _finish(self) -> Path:
+        if not self.dist.is_main:
+            adapter = self.job_dir / "adapter"
+        elif self.spec.keep_best and self.best_eval is not None:
+            self.save_checkpoint()   # the last step's weights stay available (and resumable)
+            adapter = checkpoints.promote_best_adapter(self.job_dir)
+            self.log(f"keep_best: adapter/ holds the best eval loss {self.best_eval[0]:.4f} from step "
+                     f"{self.best_eval[1]}; the last step's weights are in checkpoints/step-{self.step}")
+        else:
+            adapter = self._save_adapter("finished")
+        self.events.emit("done", step=self.step, final_loss=self.last_loss, adapter_dir=str(adapter),
+                         best_eval_loss=self.best_eval[0] if self.best_eval else None,
+                         best_step=self.best_eval[1] if self.best_eval else None,
+                         mean_gpu_util=self.sampler.mean_gpu_util(),
+                         elapsed_s=round(time.time() - self.began, 2))
+        self.log(f"done: {self.step} steps, final loss {self.last_loss:.4f}, adapter in {adapter}")
+        return adapter
+
+    def _oom(self, exc: torch.OutOfMemoryError) -> OutOfMemory:
+        from jobs.models import fit
+        peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
+        return OutOfMemory(fit.oom_message(self.spec, self.fit_estimate, peak, self.step + 1,
+                                           self.checkpointing_line, str(exc)))
+
+    def _state(self) -> dict:
+        best_loss, best_step = self.best_eval if self.best_eval else (None, None)
+        return {"micro_index": self.micro_index, "best_eval_loss": best_loss, "best_step": best_step,
+                "processes": self.dist.world_size}
+
+    def save_checkpoint(self) -> Path | None:
+        if not self.dist.is_main:  # the LoRA weights and optimizer state are the same on every rank
+            return None
+        folder = checkpoints.save_checkpoint(self.job_dir, self.step, self.model, self.optimizer,
+                                             self.scheduler, self._state())
+        self.events.emit("checkpoint", step=self.step, path=str(folder))
+        return folder
+
+    def _save_adapter(self, status: str, best: bool = False) -> Path:
+        if not self.dist.is_main:
+            return self.job_dir / ("adapter-best" if best else "adapter")
+        card = model_card(self.spec, self.source, self.last_loss, self.step, status)
+        return checkpoints.save_adapter(self.job_dir, self.model, self.tokenizer, card, best=best,
+                                        base_model=self.spec.model)
+
+    def _save_on_stop(self) -> str:
+        self.save_checkpoint()
+        adapter = self._save_adapter(f"cancelled at step {self.step}")
+        self.dist.barrier()  # no rank exits (and makes torchrun stop the others) before rank 0 saved
+        return f"cancelled by the user at step {self.step}/{self.max_steps}; adapter saved to {adapter}"
