@@ -25,6 +25,8 @@ CHECKPOINTING = ("auto", "on", "off", "offload")
 PACKING = ("auto", "on", "off")
 BASE_PRECISIONS = ("bf16", "fp8")
 DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
+# training methods (jobs/train/methods/): each new one adds its name here and its class there
+METHODS = ("sft",)
 MODULE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 
 
@@ -80,6 +82,7 @@ class JobSpec:
     name: str = _f("", "The job's display name (empty: model · dataset, plus the bot name for identity jobs).")
     model: str = _f(BUILTIN_MODEL, "Base model: a hub id, a local Hugging Face folder, a .gguf file, "
                     f"or {BUILTIN_MODEL} (ships with Fusetune, runs offline).")
+    method: str = _f("sft", "Training method: sft (supervised fine-tuning on answers).", choices=METHODS)
     dataset: str = _f(BUILTIN_DATASET, "Training data: a .json/.jsonl/.csv/.parquet file, a hub id, "
                       f"or {BUILTIN_DATASET} (self-cognition Q&A built from bot_name and bot_author).")
     dataset_format: str = _f("auto", "Row format: auto-detect, alpaca (instruction/input/output), "

@@ -28,7 +28,7 @@ NOT_IN_FORM = ("output_dir",)
 
 # Group keys are catalogue keys: group.<key> is the group's title.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "data": ("name", "model", "dataset", "dataset_format", "bot_name", "bot_author"),
+    "data": ("name", "model", "method", "dataset", "dataset_format", "bot_name", "bot_author"),
     "lora": ("lora_r", "lora_alpha", "lora_dropout", "target_modules"),
     "engine": ("load_in_4bit", "fused_kernels", "base_precision", "gradient_checkpointing", "packing", "dtype",
                "gpus"),

@@ -115,6 +115,16 @@ class Distributed:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.host_group)
         return tensor.tolist()
 
+    def weighted_mean(self, fields: dict, weight_key: str) -> dict:
+        """Each rank's evaluation fields (means over its shard) -> the means over all shards,
+        weighted by `weight_key` (summed); non-numeric fields are this rank's."""
+        names = [k for k, v in fields.items() if k != weight_key and isinstance(v, (int, float))]
+        weight = float(fields[weight_key])
+        summed = self.all_reduce_sum(weight, *[fields[k] * weight if weight else 0.0 for k in names])
+        total = summed[0]
+        means = {k: (v / total if total else float("nan")) for k, v in zip(names, summed[1:])}
+        return {**fields, **means, weight_key: int(total)}
+
     def all_reduce_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum a tensor on this rank's device over all ranks, in place, without a host sync (the
         collective is queued on the device like a kernel): for numbers that stay on the GPU."""

@@ -1,5 +1,7 @@
-"""The training loop a job runs: LoRA (or QLoRA) on answer tokens, AdamW with cosine warm-up,
-gradient clipping, evaluation, checkpoints, and an event for every step.
+"""The one training loop every job runs: LoRA (or QLoRA), AdamW with cosine warm-up, gradient
+clipping, evaluation, checkpoints, and an event for every step. The objective is a part beside it
+(jobs/train/methods/: SFT, and the methods JobSpec's `method` names): its data, its batches, its
+loss and the metrics it logs.
 
 The loss of one optimizer step is normalised over the label tokens of the whole accumulated
 batch (sum / count), as transformers' `num_items_in_batch` does, so gradient accumulation gives
@@ -19,19 +21,17 @@ from pathlib import Path
 
 import torch
 
-from jobs.train import checkpoints
 from jobs.data import encode
-from jobs.train import evaluate
-from jobs.models import load as models
-from jobs.io import telemetry
-from jobs.data.dataset import load_conversations
-from jobs.train.distributed import Distributed, resume_position
-from jobs.io.events import EventWriter
 from jobs.export import model_card
+from jobs.io import telemetry
+from jobs.io.events import EventWriter
+from jobs.models import load as models
+from jobs.spec import JobSpec
+from jobs.train import checkpoints
+from jobs.train.distributed import Distributed, resume_position
 from jobs.train.graph_steps import graphed_steps
 from jobs.train.loader import Prefetcher
-from jobs.data.packing import BatchPlan, resolve_packing
-from jobs.spec import JobSpec
+from jobs.train.methods import method_for
 from jobs.train.steps import PendingStep, cosine_with_warmup
 
 
@@ -60,6 +60,7 @@ class Trainer:
         self.last_loss: float | None = None
         self.best_eval: tuple[float, int] | None = None   # (eval loss, step) of the best adapter
         self.fit_estimate = None
+        self.method = method_for(spec.method)(self)
 
     # ---- setup -------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -80,7 +81,7 @@ class Trainer:
         base.config.use_cache = False
         self.model = models.add_lora(base, spec)
         self.patch_report = self._accelerate()
-        self._plan_batches()
+        self.plan, self.eval_plan = self.method.plan_batches()
         self.ddp = self.dist.wrap(self.model)  # the model itself with one process
         if self.dist.enabled:  # the same LoRA init everywhere (above), its own dropout masks per rank
             torch.manual_seed(spec.seed + self.dist.rank)
@@ -93,15 +94,12 @@ class Trainer:
         self._estimate_fit()
         if spec.resume_from:
             self._resume(Path(spec.resume_from))
-        self.graphed = graphed_steps(self)
+        self.graphed = graphed_steps(self) if self.method.capturable else None
+        self.method.before_training()
 
     def _load_examples(self) -> None:
         spec = self.spec
-        conversations = load_conversations(spec, self.tokenizer, self.data_dir, log=self.log)
-        examples = encode.encode_all(self.tokenizer, conversations, spec.max_seq_length, log=self.log)
-        self.examples, self.eval_examples = evaluate.split_holdout(examples, spec.eval_fraction, spec.seed)
-        if spec.eval_dataset:
-            self.eval_examples = evaluate.load_eval_examples(spec, self.tokenizer, log=self.log)
+        self.examples, self.eval_examples = self.method.load_data()
         if self.eval_examples:
             self.log(f"evaluation: {len(self.eval_examples)} examples held out"
                      + (f" ({spec.eval_fraction:g} of the data)" if spec.eval_fraction else f" from {spec.eval_dataset}"))
@@ -132,29 +130,6 @@ class Trainer:
         self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         note = " (offload needs fused_kernels; using plain recompute)" if mode == "offload" else ""
         return "on: every decoder layer recomputed in backward" + note
-
-    def _plan_batches(self) -> None:
-        """Packing decision (logged), the packed-attention seam, and the train/eval batch plans."""
-        spec, config = self.spec, self.model.config
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        lengths = [len(e.input_ids) for e in self.examples]
-        self.packed, line = resolve_packing(spec.packing, self.device.type, lengths, spec.max_seq_length,
-                                            getattr(text, "attn_logit_softcapping", None), spec.seed)
-        self.log(line)
-        if self.packed:
-            from kernels.packed_attention import use_packed_attention
-            self.log("  " + use_packed_attention(self.model))
-        pad_id = self.tokenizer.pad_token_id
-        # global micro-batches of batch_size x processes, each process building its share of a step
-        ranks = dict(rank=self.dist.rank, world=self.dist.world_size)
-        size = spec.batch_size * self.dist.world_size
-        self.plan = BatchPlan(self.examples, size, spec.max_seq_length, self.packed, spec.seed, pad_id,
-                              accumulation=spec.gradient_accumulation_steps, **ranks)
-        self.eval_plan = (BatchPlan(self.eval_examples, size, spec.max_seq_length, self.packed, spec.seed, pad_id,
-                                    shuffle=False, **ranks) if self.eval_examples else None)
-        if self.packed:
-            self.log(f"  {len(self.examples)} examples packed into {len(self.plan.rows)} rows of "
-                     f"{spec.max_seq_length} tokens ({sum(lengths) / (len(self.plan.rows) * spec.max_seq_length):.0%} full)")
 
     def _estimate_fit(self) -> None:
         """The predicted peak, kept for the OOM message (jobs/models/fit.py)."""
@@ -191,7 +166,8 @@ class Trainer:
         stop flag in ONE host all-reduce per step (gloo: no GPU sync), so every rank's loss has the
         same denominator; with one process that is a no-op."""
         group = [next(stream) for _ in range(self.spec.gradient_accumulation_steps)]
-        labels, real = sum(b.label_tokens for _, b in group), sum(b.real_tokens for _, b in group)
+        labels = sum(self.method.loss_units(b) for _, b in group)
+        real = sum(b.real_tokens for _, b in group)
         labels, real, stop = self.dist.all_reduce_sum(labels, real, 1.0 if self.stop_requested else 0.0)
         if stop:
             return None
@@ -207,25 +183,28 @@ class Trainer:
         else:
             total, grad_norm = replayed
         self.scheduler.step()
-        values = torch.stack([total, grad_norm.float().to(total.device)])
+        values = torch.cat([total, grad_norm.float().to(total.device).view(1)])
         done = None
         if self.device.type == "cuda":
-            host = torch.empty(2, dtype=torch.float32, pin_memory=True)
+            host = torch.empty(values.numel(), dtype=torch.float32, pin_memory=True)
             host.copy_(values, non_blocking=True)
             values, done = host, torch.cuda.Event(enable_timing=True)
             done.record()
-        return PendingStep(values, done, int(real), group[-1][0], lr)
+        return PendingStep(values, done, int(real), group[-1][0], lr, units=max(1.0, labels))
 
     def _device_step(self, micro_batches: list[dict], count: torch.Tensor):
         """Forward and backward of each micro-batch, clipping and the optimizer step: device work
-        only (no host sync), so jobs/train/graph_steps.py can capture it. Returns (loss sum, grad norm)."""
-        total = torch.zeros((), dtype=torch.float32, device=self.device)
+        only (no host sync), so jobs/train/graph_steps.py can capture it. Returns ([loss, *metric sums],
+        grad norm): the method's metrics ride along with the loss in one tensor."""
+        total = torch.zeros(1 + len(self.method.metric_names), dtype=torch.float32, device=self.device)
         self.model.train()
         for i, kwargs in enumerate(micro_batches):
             with self.dist.accumulating(self.ddp, last=i == len(micro_batches) - 1):
-                out = self.ddp(**kwargs, num_items_in_batch=count)
-                out.loss.backward()
-            total += out.loss.detach().float()
+                loss, metrics = self.method.loss(self.ddp, kwargs, count)
+                loss.backward()
+            total[0] += loss.detach().float()
+            if metrics is not None:
+                total[1:] += metrics.detach().float()
         self.dist.all_reduce_(total)  # the global batch's loss, queued on the device
         clip = self.spec.max_grad_norm if self.spec.max_grad_norm > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
@@ -294,7 +273,7 @@ class Trainer:
         if pending is None:
             return
         step = self.step if step is None else step
-        loss, grad_norm = pending.read()
+        loss, grad_norm, metrics = pending.read()
         now = time.time()
         step_s, self.last_done = now - self.last_done, now
         if pending.done is not None and self.last_event is not None:
@@ -306,16 +285,17 @@ class Trainer:
             raise NonFiniteLoss(f"the loss became {loss} at step {step}; lower learning_rate "
                                 "(now {:g}) or use dtype fp32/bf16".format(self.spec.learning_rate))
         self.last_loss = loss
-        self._emit_step(step, loss, grad_norm, pending, step_s)
+        self._emit_step(step, loss, grad_norm, pending, step_s, self.method.step_fields(metrics))
 
-    def _emit_step(self, step: int, loss: float, grad_norm: float, pending: PendingStep, step_s: float) -> None:
+    def _emit_step(self, step: int, loss: float, grad_norm: float, pending: PendingStep, step_s: float,
+                   fields: dict) -> None:
         elapsed = time.time() - self.began
         per_step = elapsed / max(1, step - self.first_step)
         event = dict(step=step, max_steps=self.max_steps, epoch=round(pending.epoch, 4), loss=loss,
                      lr=pending.lr, grad_norm=grad_norm,
                      tokens_per_s=round(pending.tokens / max(step_s, 1e-9), 1), tokens=pending.tokens,
                      elapsed_s=round(elapsed, 2), eta_s=round(per_step * (self.max_steps - step), 1),
-                     **self.sampler.latest())
+                     **fields, **self.sampler.latest())
         event["gpus"] = telemetry.job_gpus(self.dist, event.get("gpus", []))
         if self.device.type == "cuda":
             event["peak_gb"] = round(torch.cuda.max_memory_allocated() / 1024 ** 3, 3)
@@ -324,12 +304,12 @@ class Trainer:
                  f"grad_norm {grad_norm:.3f} {event['tokens_per_s']:.0f} tok/s eta {event['eta_s']:.0f}s")
 
     def _evaluate(self) -> None:
-        loss, tokens = evaluate.eval_loss(self.model, self.eval_plan, self.device)
-        if self.dist.enabled:  # each rank evaluated its shard: the token-weighted mean of all
-            summed, tokens = self.dist.all_reduce_sum(loss * tokens if tokens else 0.0, tokens)
-            loss, tokens = (summed / tokens if tokens else float("nan")), int(tokens)
+        fields = self.method.evaluate(self.model, self.eval_plan, self.device)
+        if self.dist.enabled:  # each rank evaluated its shard: the count-weighted mean of all
+            fields = self.dist.weighted_mean(fields, "eval_tokens")
+        loss, tokens = fields["eval_loss"], fields["eval_tokens"]
         best = self.best_eval is None or loss < self.best_eval[0]
-        self.events.emit("eval", step=self.step, eval_loss=loss, eval_tokens=tokens, best=best)
+        self.events.emit("eval", step=self.step, **fields, best=best)
         self.log(f"eval at step {self.step}: loss {loss:.4f} over {tokens} answer tokens" + (" (best)" if best else ""))
         if best and math.isfinite(loss):
             self.best_eval = (loss, self.step)

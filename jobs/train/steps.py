@@ -9,18 +9,21 @@ import torch
 
 @dataclass
 class PendingStep:
-    """A step whose numbers are still on the GPU: [loss, grad_norm] copied into pinned memory."""
+    """A step whose numbers are still on the GPU: [loss, *metric sums, grad_norm] copied into pinned
+    memory; the method's metric sums are divided by the step's normalisation count when read."""
     values: torch.Tensor
     done: object            # a CUDA event recorded after the copy (None on CPU)
     tokens: int
     epoch: float
     lr: float
+    units: float = 1.0      # what the loss was normalised over (answer tokens, pairs, ...)
 
-    def read(self) -> tuple[float, float]:
+    def read(self) -> tuple[float, float, list[float]]:
+        """(loss, grad norm, metric means)."""
         if self.done is not None:
             self.done.synchronize()
-        loss, grad_norm = self.values.tolist()
-        return loss, grad_norm
+        values = self.values.tolist()
+        return values[0], values[-1], [v / self.units for v in values[1:-1]]
 
 
 def cosine_with_warmup(warmup: int, total: int):

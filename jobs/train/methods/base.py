@@ -1,0 +1,57 @@
+"""What a training method gives the shared loop (jobs/train/loop.py).
+
+The idea is torchtune's: one readable recipe, with the objective as a component beside it. A
+method builds its examples and batch plans, computes the loss of one micro-batch (already divided
+by the global batch's normalisation count, so gradient accumulation and data parallel give the
+update of one large batch), and names the extra numbers a step event carries. Everything else
+(optimizer, LR schedule, accumulation, clipping, DDP, checkpoints, cancel, events) is the loop's."""
+from __future__ import annotations
+
+import torch
+
+
+class Method:
+    """Base class: subclasses fill in the data, the loss and their metrics."""
+
+    name = "base"
+    # may the loop capture this method's step as one CUDA graph (jobs/train/graph_steps.py)?
+    capturable = False
+    # extra per-step numbers: each micro-batch returns their sums; the step event carries
+    # sum / the step's normalisation count (a mean over pairs, tokens, ... like the loss)
+    metric_names: tuple[str, ...] = ()
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.spec = trainer.spec
+
+    # ---- data -----------------------------------------------------------------------
+    def load_data(self) -> tuple[list, list]:
+        """(train examples, eval examples), each with `input_ids` (its length is used for packing)."""
+        raise NotImplementedError
+
+    def plan_batches(self):
+        """(train plan, eval plan or None): objects with `batch_at`, `per_epoch`, `all_batches`
+        (jobs/data/packing.py BatchPlan is the SFT one)."""
+        raise NotImplementedError
+
+    def loss_units(self, batch) -> int:
+        """What this micro-batch's loss is normalised over (answer tokens for SFT, pairs for DPO)."""
+        return batch.label_tokens
+
+    def before_training(self) -> None:
+        """Once after the model and plans exist, before the first step (e.g. reference log-probs)."""
+
+    # ---- the step -------------------------------------------------------------------
+    def loss(self, model, batch: dict, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(loss of the micro-batch divided by `count`, metric sums [len(metric_names)] or None).
+        Device work only: no host sync, so steps can queue ahead of the GPU."""
+        raise NotImplementedError
+
+    def step_fields(self, metrics: list[float]) -> dict:
+        """The step event's extra fields from the step's metric means (in metric_names order)."""
+        return {name: value for name, value in zip(self.metric_names, metrics)}
+
+    # ---- evaluation -----------------------------------------------------------------
+    def evaluate(self, model, plan, device) -> dict:
+        """Fields of the eval event: at least eval_loss and eval_tokens (the count it averaged)."""
+        raise NotImplementedError
