@@ -6,7 +6,9 @@ Shapes: Llama-3 vocabulary (V = 128256), hidden 2048 (Llama-3.2-1B) and 4096 (Ll
 "dpo" = 8 pairs x (prompt + chosen + rejected) ~ 8 x 2 x 600 = 9600 tokens (prompt tokens, the first
 quarter of each sequence, are ignored: label -100), "long" = 8 x 2 x 2048 = 32768 tokens. Frozen
 LM head (LoRA), bf16, a random upstream gradient per token (as GRPO's per-token ratio gives);
-`--train-head` makes the head trainable (our recompute path; TRL's too).
+`--train-head` makes the head trainable (our recompute path; TRL's too). TRL has no ignore_index:
+its trainers pass only the label rows (`hidden_states[mask]`), and so does "trl" here;
+"fusetune-compact" is our op called the same way, "fusetune" takes every row (no host sync).
 Time: median of `--repeats` forward+backward runs after warm-up, CUDA events. Memory:
 torch.cuda.max_memory_allocated during one run, minus what was allocated before it (the inputs).
 One JSON line per (case, impl) appended to --out.
@@ -56,23 +58,39 @@ def _trl_function():
 
 def trl_logprobs():
     """(hidden, weight, labels) -> logp [N] through TRL's Function, its arguments matched by name
-    (the positional order changed between releases: chunk_size came and went)."""
+    (the positional order changed between releases: chunk_size came and went). chunk_size is the
+    vocabulary tile its trainers pass (`_CHUNKED_LOGPROB_CHUNK_SIZE`, 32768 in 1.15); `outputs=()`
+    asks for the log-probs alone (its DPO trainer also asks for entropy, mean logits, top-1)."""
     function = _trl_function()
-    names = list(inspect.signature(function.forward).parameters)[1:]   # after ctx
-    fixed = {"bias": None, "temperature": 1.0, "chunk_size": 4096, "final_logit_softcapping": None,
-             "logit_scale": 1.0}
+    params = list(inspect.signature(function.forward).parameters.values())[1:]   # after ctx
+    fixed = {"bias": None, "temperature": 1.0, "chunk_size": 32768, "final_logit_softcapping": None,
+             "logit_scale": 1.0, "outputs": ()}
 
     def run(hidden, weight, labels):
-        given = {names[0]: hidden, "weight": weight, "targets": labels, "labels": labels, **fixed}
-        return function.apply(*(given[n] for n in names))[0]
+        given = {params[0].name: hidden, "weight": weight, "targets": labels, "labels": labels, **fixed}
+        return function.apply(*(given.get(p.name, p.default) for p in params))[0]
     return run
 
 
-def _impls(smoke: bool):
-    impls = {"fusetune": fused_linear_logprobs, "torch": fused_linear_logprobs_reference}
-    if not smoke:
-        impls["trl"] = trl_logprobs()
-    return impls
+def _compacted(fn):
+    """As TRL's trainers call it (`hidden_states[mask]`): only the label rows go through the head
+    (a boolean index: one host sync); the log-probs are scattered back, 0 elsewhere."""
+    def run(hidden, weight, labels):
+        mask = labels != -100
+        return hidden.new_zeros(labels.shape, dtype=torch.float32).masked_scatter(
+            mask, fn(hidden[mask], weight, labels[mask]).float())
+    return run
+
+
+IMPLS = ("torch", "fusetune", "fusetune-compact", "trl")
+
+
+def _impls(names):
+    makers = {"torch": lambda: fused_linear_logprobs_reference, "fusetune": lambda: fused_linear_logprobs,
+              "fusetune-compact": lambda: _compacted(fused_linear_logprobs),
+              "trl": lambda: _compacted(trl_logprobs())}
+    # torch first: its log-probs and dH are what the others are checked against
+    return {name: makers[name]() for name in sorted(names, key=lambda n: n != "torch")}
 
 
 def _inputs(tokens, hidden_size, vocab, device, train_head, seed=0):
@@ -90,12 +108,9 @@ def _inputs(tokens, hidden_size, vocab, device, train_head, seed=0):
 
 def _step(fn, impl, hidden, weight, labels, upstream):
     hidden.grad = weight.grad = None
-    # TRL has no ignore_index (its trainers drop those rows first): give it label 0 there; the
-    # upstream gradient is 0 on those rows for every impl, so the work is the same
-    safe = labels.clamp_min(0) if impl == "trl" else labels
-    logp = fn(hidden, weight, safe)
+    logp = fn(hidden, weight, labels)
     (logp * upstream).sum().backward()
-    return logp.detach()
+    return logp.detach(), hidden.grad
 
 
 def _timed(fn, impl, args, repeats, device):
@@ -117,6 +132,7 @@ def _timed(fn, impl, args, repeats, device):
 def _peak_gib(fn, impl, args, device):
     if device.type != "cuda":
         return None
+    args[0].grad = args[1].grad = None   # the previous run's dH must not hide in the base
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -135,11 +151,14 @@ def run_case(name, tokens, hidden_size, vocab, impl, fn, args_ns, device, refere
         times = _timed(fn, impl, args, args_ns.repeats, device)
         row.update(ms=statistics.median(times), ms_all=[round(t, 3) for t in times],
                    peak_gib=_peak_gib(fn, impl, args, device))
-        logp = _step(fn, impl, *args)
+        logp, grad = _step(fn, impl, *args)
         keep = args[2] != -100
         if reference is not None:
-            row["max_abs_diff_vs_torch"] = (logp[keep].float() - reference[keep]).abs().max().item()
-        return row, logp.float()
+            ref_logp, ref_grad = reference
+            row["max_abs_diff_vs_torch"] = (logp[keep].float() - ref_logp[keep]).abs().max().item()
+            row["dh_rel_diff_vs_torch"] = ((grad.float() - ref_grad).abs().max()
+                                           / ref_grad.abs().max()).item()
+        return row, (logp.float(), grad.float())
     except torch.OutOfMemoryError:
         row.update(ms=None, peak_gib=None, error="out of memory")
         return row, None
@@ -166,6 +185,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", nargs="*", default=None, help=f"of {sorted(CASES)}")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--train-head", action="store_true", help="trainable LM head (recompute path)")
+    parser.add_argument("--impls", nargs="*", default=list(IMPLS), choices=IMPLS)
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, torch and ours only")
     ns = parser.parse_args(argv)
     device = torch.device("cpu" if ns.smoke or not torch.cuda.is_available() else "cuda")
@@ -177,8 +197,7 @@ def main(argv=None) -> int:
     with open(ns.out, "a") as out:
         for name, (tokens, hidden_size) in cases.items():
             reference = None
-            # torch first: its log-probs are what the others are checked against
-            for impl, fn in sorted(_impls(ns.smoke).items(), key=lambda kv: kv[0] != "torch"):
+            for impl, fn in _impls([i for i in ns.impls if not (ns.smoke and i == "trl")]).items():
                 row, logp = run_case(name, tokens, hidden_size, vocab, impl, fn, ns, device, reference)
                 if impl == "torch":
                     reference = logp

@@ -23,6 +23,9 @@ in fp32 for the plain path (9600 x 128256: 4.9 GB, and again for their gradient)
 Trainable head (`weight.requires_grad` or a trainable bias): the forward keeps only the row
 log-sum-exp (N fp32) and the backward recomputes each chunk's logits, writes
 grad_output[t] * d logp / d logits over them, and accumulates dH, dW (and db): three GEMMs, no G.
+
+Ignored rows still go through the logits GEMM (dropping them here would need a host sync for the
+count); a caller that knows its label rows can pass `hidden[mask]` (H200 numbers: docs/kernels.md).
 """
 from __future__ import annotations
 
