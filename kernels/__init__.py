@@ -20,6 +20,8 @@ _LAZY = {
     "swiglu": ("kernels.ops.swiglu", "swiglu"),
     "geglu": ("kernels.ops.geglu", "geglu"),
     "fused_linear_cross_entropy": ("kernels.ops.fused_linear_cross_entropy", "fused_linear_cross_entropy"),
+    "fused_linear_logprobs": ("kernels.ops.fused_linear_logprobs", "fused_linear_logprobs"),
+    "sequence_logps": ("kernels.ops.fused_linear_logprobs", "sequence_logps"),
     "lora_qkv": ("kernels.ops.lora_qkv", "lora_qkv"),
     "lora_o": ("kernels.ops.lora_o", "lora_o"),
     "lora_mlp": ("kernels.ops.lora_mlp", "lora_mlp"),
