@@ -123,7 +123,7 @@ def test_the_runner_runs_jobs_on_disjoint_gpus_together_and_queues_the_third(tmp
 
     from jobs.queue.runner import Runner
     from jobs.spec import JobSpec
-    from tests.jobs.test_runner import wait_for
+    from tests.jobs.queue.test_runner import wait_for
     monkeypatch.setattr(gpus, "read_gpus", lambda: machine(0.3, 0.3))
 
     def spec(gpu, steps):

@@ -119,7 +119,7 @@ def test_prefetcher_yields_the_plans_batches_in_order_from_any_start():
 
 def test_packed_job_evaluates_and_keeps_the_best_adapter(tmp_path, tiny_model):
     from jobs.io.events import summarize
-    from tests.jobs.test_train import run_job
+    from tests.jobs.train.test_train import run_job
     proc, out = run_job(tmp_path, "packed", tiny_model, packing="on", eval_fraction=0.2, eval_steps=4,
                         keep_best=True, max_steps=12, save_steps=0, batch_size=2)
     assert proc.returncode == 0, proc.stderr[-2000:]
