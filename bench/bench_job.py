@@ -206,7 +206,7 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--switch", default=None, help="(a): an engine switch from bench_fp8.SWITCHES, e.g. fullx")
     parser.add_argument("--timeout", type=int, default=int(os.environ.get("BENCH_STEP_LIMIT", 500)) - 20,
-                        help="seconds for the job (device_job.sh sets BENCH_STEP_LIMIT to its step's limit)")
+                        help="seconds for the job (device.sh sets BENCH_STEP_LIMIT to its step's limit)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "job.jsonl")
     args = parser.parse_args(argv)
     if args.what == "smoke":

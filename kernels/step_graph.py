@@ -1,7 +1,7 @@
 """One whole training step (forward, backward, optimizer) as one CUDA graph, for batches of one shape.
 
 Why: on the H200 machine the host needs 210-320 ms to queue one Llama-3.1-8B FP8 step (4,000+
-launches, each 10-70 us of Python and driver time; bench/host_profile.py) while the GPU needs
+launches, each 10-70 us of Python and driver time; bench/host_profile.py, in git history) while the GPU needs
 ~170 ms, so the GPU waits on Python (issue 11). A replayed graph costs one launch: the step runs at
 the GPU's pace whatever the host. This is the "whole network capture" of PyTorch's CUDA-graph
 guide (https://pytorch.org/docs/stable/notes/cuda.html#whole-network-capture): warm-up steps on a

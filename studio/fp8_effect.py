@@ -7,7 +7,7 @@ CUDA graph, the default) and no engine switch set by the benchmark (bench_job --
 without such a pair fall back to the benchmark step: bench/bench_fp8.py's lines (in lora.jsonl, or
 any fp8*.jsonl): our engine ("stack": "fusetune"), a variant "PRECISION[+SWITCH]:CHECKPOINTING" or
 a "base_precision" key, tokens/s and peak GiB. An fp8 row is paired with the bf16 row of the same
-run conditions (GPU, model shape, batch, sequence length, checkpointing), as bench/fp8_summary.py
+run conditions (GPU, model shape, batch, sequence length, checkpointing), as bench/fp8_summary.py (in git history)
 pairs them; per shape the pair measured last is shown, the largest model first.
 """
 from __future__ import annotations

@@ -153,3 +153,9 @@ def test_every_package_says_what_it_owns():
     missing = [str(p.relative_to(ROOT)) for p in (ROOT / "jobs").rglob("__init__.py")
                if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))]
     assert missing == []
+
+
+def test_bench_readme_names_every_script():
+    readme = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    missing = [p.name for p in (ROOT / "bench").glob("*.py") if f"`{p.name}`" not in readme]
+    assert missing == [], "add a line to bench/README.md for each"

@@ -9,7 +9,7 @@ y, the floor for an unfused add. Same idea as the gate/up add inside the activat
 (kernels/ops/lora_mlp.py `_lora_act_forward_kernel`), and as Unsloth's fused LoRA forward
 (fast_lora.py, https://github.com/unslothai/unsloth), which keeps the LoRA term rank-sized.
 
-`BACKEND` selects the path ("triton" or "addmm"); bench/ab_rows.py flips it to measure both in one
+`BACKEND` selects the path ("triton" or "addmm"); bench/ab_rows.py (in git history) flipped it to measure both in one
 process. Shapes the kernel does not cover (a rank that is not a power of two >= 16, strided y, CPU
 tensors without the interpreter) always take addmm_.
 """

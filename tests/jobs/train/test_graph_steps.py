@@ -1,6 +1,6 @@
 """jobs/train/graph_steps.py: which jobs get a captured step (and the reason for the others), the optimizer
 made capturable (also after a resume), checkpoints that resume into either kind of run, and the
-step function's plumbing. The capture itself needs a GPU: bench/device_job.sh jobgraph runs jobs
+step function's plumbing. The capture itself needs a GPU: bench/device.sh jobgraph runs jobs
 with and without it and compares their losses step by step (bench/results/job.jsonl)."""
 from __future__ import annotations
 

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The one device driver: each subcommand is one device call of under 10 minutes (the device's limit), its
+# stages run in priority order and a stage is skipped once the call's budget is spent, so what ran comes
+# back. Results land in $OUT (at most 8 files come back: one JSON-lines file per benchmark plus device.log);
+# copy them into bench/results/ afterwards. bench/README.md says which README table each feeds.
+#
+#   bash bench/device.sh check               GPU correctness of every op at real shapes (gpu_check, check_varlen)
+#   bash bench/device.sh rows                the kernel-harness rows of README "Performance" (bench_lora.py)
+#   bash bench/device.sh qlora               the harness's QLoRA rows and the 24 GB long-context sweep
+#   bash bench/device.sh fp8 [8b|1b|quality] FP8 vs bf16 on the same weights, Unsloth beside (bench_fp8 + unsloth_rows)
+#   bash bench/device.sh job SHAPE           the product job through python -m jobs.train: fused (a), PyTorch (b),
+#                                            Unsloth + TRL (c); SHAPE llama-3.2-1b (default) or llama-3.1-8b
+#   bash bench/device.sh fp8pair [SHAPE]     jobs.train bf16 vs FP8, offload and no recompute (studio/fp8_effect.py)
+#   bash bench/device.sh jobgraph            jobs.train with the captured step vs eager (jobs/train/graph_steps.py)
+#   bash bench/device.sh logprobs            the fused log-probs op vs TRL's chunked kernel vs torch (logprobs_op.py)
+#   bash bench/device.sh ddp                 1 GPU vs 2 GPUs through torchrun (kind nvidia-h200-x2; ddp_bench.py)
+#   bash bench/device.sh smoke               CPU only: every path above on tiny shapes (run here, not on the GPU)
+#
+# Carry: .whl (the unzipped peers in .whl/site: Unsloth, TRL, datasets...; bench/NOTES.md "Real jobs") and .carry
+# (.carry/tok, the benchmark tokenizer: `python bench/job_data.py tokenizer .carry/tok`). Our own runs use the
+# machine's packages; only the peers' runs see .whl/site.
+set -u
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+SITE=$PWD/.whl/site
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+LOG="$OUT/device.log"
+PY=${PY:-python3}
+BUDGET=${BUDGET:-540}        # seconds of this call the stages may use (the device stops a command at 600)
+START=$(date +%s)
+DIR=/tmp/bench_job; mkdir -p "$DIR"
+what=${1:-check}
+
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+stage() {  # stage NAME TIMEOUT CMD...: runs unless the budget is spent; stderr to the log, short stdout lines back
+  local name=$1 limit=$2; shift 2
+  if [ "$(left)" -lt 30 ]; then echo "== skip $name (budget spent)" | tee -a "$LOG"; return; fi
+  [ "$limit" -gt "$(left)" ] && limit=$(left)
+  echo "== $name (limit ${limit}s, at $(( $(date +%s) - START ))s)" | tee -a "$LOG"
+  BENCH_STEP_LIMIT=$limit timeout "$limit" "$@" 2>>"$LOG" | cut -c1-400
+  echo "   rc=${PIPESTATUS[0]} at $(( $(date +%s) - START ))s" | tee -a "$LOG"
+}
+versions() {
+  $PY -c 'import torch, triton, transformers, peft; print("torch", torch.__version__, "triton", triton.__version__,
+  "transformers", transformers.__version__, "peft", peft.__version__, torch.cuda.get_device_name(0))' | tee -a "$LOG"
+}
+lora() { stage "bench_lora $*" 240 $PY bench/bench_lora.py --out "$OUT/lora.jsonl" "$@"; }
+job() { stage "job $1" "$2" $PY bench/bench_job.py run --dir "$DIR" --out "$OUT/job.jsonl" "${@:3}"; }
+unsloth_job() { stage "unsloth+trl job" "$1" env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_job_unsloth.py \
+  --dir "$DIR" --out "$OUT/job.jsonl" "${@:2}"; }
+prepare() { stage "prepare $1" 150 $PY bench/bench_job.py prepare --shape "$1" --dir "$DIR" "${@:2}"; }
+rows_of() { [ "$1" = llama-3.1-8b ] && echo 2 || echo 4; }   # packed rows of 4,096 tokens a step
+
+fp8_rows() {  # fp8_rows SHAPE BS VARIANTS: ours bf16/FP8 on saved weights, then Unsloth on the very same weights
+  stage "ours $1 bf16+fp8" 330 $PY bench/bench_fp8.py --shape "$1" --bs "$2" --seq 2048 --save-model /tmp/m \
+    --variants "$3" --out "$OUT/lora.jsonl"
+  stage "unsloth $1" 170 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/unsloth_rows.py --model-dir /tmp/m \
+    --shape "$1" --bs "$2" --gc unsloth --out "$OUT/lora.jsonl"
+  rm -rf /tmp/m
+}
+
+case "$what" in
+  check)
+    versions
+    stage gpu_check 300 $PY bench/gpu_check.py --out "$OUT/gpu_check.jsonl"
+    stage check_varlen 90 $PY bench/check_varlen.py --out "$OUT/check_varlen.jsonl" ;;
+  rows)
+    versions
+    for ck in offload off; do lora --shape llama-3.1-8b --bs 2 --seq 2048 --stack fusetune --checkpointing $ck; done
+    lora --shape qwen2.5-7b --bs 2 --seq 2048 --stack fusetune --checkpointing offload
+    lora --shape llama-3.2-1b --bs 4 --seq 2048 --stack fusetune --checkpointing offload
+    lora --shape smollm2-135m --bs 8 --seq 2048 --stack fusetune --checkpointing offload
+    lora --shape gemma-2-2b --bs 2 --seq 2048 --stack fusetune --checkpointing on ;;
+  qlora)
+    versions
+    lora --shape llama-3.1-8b --bs 2 --seq 2048 --stack fusetune --checkpointing offload --qlora
+    lora --shape llama-3.1-8b --bs 1 --seq 16384 --stack fusetune --checkpointing offload --qlora
+    stage longctx 200 $PY bench/bench_lora.py --shape llama-3.1-8b --bs 1 --stack fusetune --checkpointing offload \
+      --qlora --memory-cap-gb 24 --steps 1 --warmup 1 --out "$OUT/longctx.jsonl" \
+      --seq-sweep 16384,32768,65536,81920,98304,131072 ;;
+  fp8)
+    versions
+    part=${2:-8b}
+    [ "$part" = 8b ] && fp8_rows llama-3.1-8b 2 bf16:off,bf16:offload,fp8:off,fp8:offload
+    [ "$part" = 1b ] && fp8_rows llama-3.2-1b 4 bf16:offload,bf16:off,fp8:offload,fp8:off
+    [ "$part" = quality ] && stage "fp8 quality" 300 $PY bench/fp8_quality.py --variants bf16,fp8 \
+      --out "$OUT/fp8_quality.jsonl" ;;
+  job)
+    versions
+    S=${2:-llama-3.2-1b}; R=$(rows_of "$S")
+    prepare "$S" --examples 2000
+    job a_offload 150 --stack fusetune --shape "$S" --rows "$R" --checkpointing offload --steps 25
+    unsloth_job 170 --shape "$S" --rows "$R" --steps 25
+    job a_auto 130 --stack fusetune --shape "$S" --rows "$R" --checkpointing auto --steps 25
+    job b_pytorch 140 --stack torch --shape "$S" --rows "$R" --steps 20 ;;
+  fp8pair)
+    versions
+    S=${2:-llama-3.1-8b}; R=$(rows_of "$S")
+    prepare "$S" --examples 2000
+    for ck in offload off; do for p in bf16 fp8; do
+      job "${ck}_$p" 120 --stack fusetune --shape "$S" --rows "$R" --checkpointing $ck --base-precision $p --steps 25
+    done; done ;;
+  jobgraph)
+    versions
+    stage gpu_check_graph 60 $PY bench/gpu_check.py --only step_graph --out "$OUT/gpu_check.jsonl"
+    prepare llama-3.2-1b
+    for g in 1 0; do
+      stage "job graph=$g" 110 env FUSETUNE_CUDA_GRAPH=$g $PY bench/bench_job.py run --dir "$DIR" --out "$OUT/job.jsonl" \
+        --stack fusetune --shape llama-3.2-1b --rows 4 --checkpointing off --steps 25
+    done ;;
+  logprobs)
+    versions
+    stage logprobs_op 300 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/logprobs_op.py --out "$OUT/logprobs_op.jsonl" ;;
+  ddp)
+    timeout 20 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv | tee -a "$LOG"
+    stage ddp 465 $PY bench/ddp_bench.py --work /tmp/ddp-bench --out "$OUT/ddp.jsonl" --steps 12 --offload-check \
+      --deadline-s 430 ;;
+  smoke)
+    export TRITON_INTERPRET=1; BUDGET=100000
+    stage "job smoke" 1200 $PY bench/bench_job.py smoke --dir /tmp/bench_job_smoke --out "$OUT/job.jsonl"
+    stage "fp8 quality smoke" 900 $PY bench/fp8_quality.py --smoke --out "$OUT/fp8_quality.jsonl"
+    stage "logprobs smoke" 300 $PY bench/logprobs_op.py --smoke --out "$OUT/logprobs_op.jsonl"
+    stage "ddp smoke" 600 $PY bench/ddp_bench.py --cpu-smoke --work /tmp/ddp-smoke --out "$OUT/ddp.jsonl" --steps 4 ;;
+  *) sed -n 2,21p "$0"; exit 2 ;;
+esac
+echo "== summary"
+grep -h '^{' "$OUT/job.jsonl" 2>/dev/null | $PY -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    print(r.get("shape"), r.get("stack"), r.get("config", {}).get("gradient_checkpointing"), "tok/s",
+          r.get("real_tokens_per_s"), "peak GiB", r.get("peak_gib"), "loss", r.get("final_loss"), (r.get("error") or "")[:200])'
+tail -c 2500 "$LOG"
