@@ -113,6 +113,7 @@ def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: i
             report.seconds = time.time() - began
             return report
     _check_gpus(spec, report)
+    _check_trackers(spec, report)
     config, tokenizer = _check_model(spec, data_dir, report, log, model_files or ModelFiles(size=0))
     for key in ("dataset", "eval_dataset"):
         if getattr(spec, key):
@@ -131,6 +132,14 @@ def _check_gpus(spec: JobSpec, report: PreflightReport) -> None:
         gpus.check_request(spec.gpus, spec.processes, gpus.read_gpus())
     except SpecError as exc:
         report.fail(exc.key or "gpus", str(exc).removeprefix(f"{exc.key}: "))
+
+
+def _check_trackers(spec: JobSpec, report: PreflightReport) -> None:
+    """report_to names a tracker whose package is missing: say how to install it."""
+    from jobs.spec import trackers
+    from jobs.tracking import missing_packages
+    for name, package in missing_packages(trackers(spec)):
+        report.fail("report_to", f"{name} is not installed: pip install {package} (or remove {name} from report_to)")
 
 
 def _check_model(spec: JobSpec, data_dir, report: PreflightReport, log, model_files: "ModelFiles"
