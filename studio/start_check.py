@@ -35,6 +35,7 @@ class Verdict:
 
     problems: list[tuple[str, str]] = field(default_factory=list)
     model_source: str | None = None
+    datasets: list[dict[str, Any]] = field(default_factory=list)   # DatasetSummary as dicts (statistics)
 
     @property
     def ok(self) -> bool:
@@ -87,7 +88,8 @@ class StartCheck:
             with self._lock:
                 report = run_preflight(spec, data_dir=self.data_dir, access=DataAccess.for_studio(self.data_dir),
                                        log=lambda _line: None, model_files=self._files)
-            verdict = Verdict([(p.key, p.message) for p in report.problems], report.model_source)
+            verdict = Verdict([(p.key, p.message) for p in report.problems], report.model_source,
+                              [dict(vars(d)) for d in report.datasets])
         if verdict.model_source:
             self._sources[spec.model] = verdict.model_source
         return verdict
@@ -112,7 +114,8 @@ class StartCheck:
         except (subprocess.TimeoutExpired, OSError, ValueError, IndexError) as exc:
             detail = getattr(exc, "stderr", None) or str(exc)
             return Verdict([("dataset", f"the check of the data did not finish: {str(detail)[-400:]}")])
-        return Verdict([(p["key"], p["message"]) for p in report["problems"]], report.get("model_source"))
+        return Verdict([(p["key"], p["message"]) for p in report["problems"]], report.get("model_source"),
+                       report.get("datasets") or [])
 
     # ---- the fit check ---------------------------------------------------------------------
     def fit(self, spec: JobSpec, source: str | None = None) -> FitView:
