@@ -33,6 +33,19 @@ def analyse(check: Any, names: list[str], values: list[Any], lang: str = "en") -
     return stats_html(train, lang), warning_html(train, lang)
 
 
+def warning_after_start(check: Any, names: list[str], values: list[Any], status: str, lang: str = "en") -> str:
+    """The warning beside Start once Start has run its preflight (which measured the data): read
+    from what that preflight found, nothing measured again; "" when the status was cleared."""
+    if not status:
+        return ""
+    try:
+        spec = check.spec(names, values)
+    except SpecError:
+        return ""
+    train = next((d for d in check.measured(spec) if d.get("key") == "dataset"), None)
+    return warning_html(train, lang) if train else ""
+
+
 def warning_html(summary: dict[str, Any], lang: str = "en") -> str:
     """The warning beside Start when max_seq_length cuts answers (lost training signal), else ""."""
     stats = summary.get("stats") or {}

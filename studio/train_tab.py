@@ -252,13 +252,18 @@ def build_train_tab(ctx: StudioContext) -> TrainTab:
 
 
 def _wire_stats(ctx: StudioContext, tab: TrainTab, button: gr.Button, stats: gr.HTML, warning: gr.HTML) -> None:
-    """Dataset statistics on demand; the dataset or max_seq_length changing makes them stale."""
-    from studio.data_stats import analyse
+    """Dataset statistics on demand, and the warning beside Start after a Start press too (its
+    preflight measured the data); the dataset, the model or max_seq_length changing makes them stale."""
+    from studio.data_stats import analyse, warning_after_start
 
     def on_stats(language: str, *values: Any) -> tuple[str, str]:
         return analyse(ctx.start_check, tab.names, list(values), language)
 
+    def on_status(status: str, language: str, *values: Any) -> str:   # Start ran (or the form changed)
+        return warning_after_start(ctx.start_check, tab.names, list(values), status, language)
+
     button.click(on_stats, [ctx.lang, *tab.inputs], [stats, warning])
+    tab.status.change(on_status, [tab.status, ctx.lang, *tab.inputs], warning, show_progress="hidden")
     for name in ("dataset", "max_seq_length", "model"):
         tab.inputs[tab.names.index(name)].change(lambda: ("", ""), None, [stats, warning], show_progress="hidden")
 

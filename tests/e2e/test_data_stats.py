@@ -1,6 +1,7 @@
 """Dataset statistics in the browser (issue 22 item 7): a dataset with long rows gets its token-length
 histograms (prompt and answer), the truncation and duplicate counts, and a warning beside Start
-that max_seq_length cuts answers; a roomier max_seq_length clears the warning."""
+that max_seq_length cuts answers (after the statistics button, and after Start); a roomier
+max_seq_length clears the warning."""
 from __future__ import annotations
 
 import json
@@ -38,4 +39,11 @@ def test_long_rows_show_a_histogram_and_a_warning_beside_start(studio, browser_c
     page.wait_for_function("() => document.querySelector('#ft-data-stats').innerText.includes('No row is longer')",
                            timeout=120_000)
     assert page.locator("#ft-data-warning").inner_text().strip() == ""
+
+    # Start measures the data too: the warning appears after a Start press without the button
+    set_text(page, "ft-field-max_seq_length", "64")
+    command_has(page, "max_seq_length: 64")
+    page.locator("#ft-start").click()
+    page.wait_for_function("() => document.querySelector('#ft-data-warning').innerText.includes('cuts the answers')",
+                           timeout=120_000)
     page.close()

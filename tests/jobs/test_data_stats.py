@@ -66,3 +66,20 @@ def test_preflight_measures_prompt_and_answer_and_the_cut(tmp_path, tiny_model):
     short = JobSpec.from_dict({"model": str(tiny_model), "dataset": str(path), "max_seq_length": 512})
     (roomy,) = run_preflight(short, log=lambda _: None).datasets
     assert warning_html(vars(roomy)) == "" and roomy.stats["truncated_rows"] == 0
+
+
+def test_the_warning_follows_a_start_press_from_what_its_preflight_measured():
+    """No second measurement: the warning reads what Start's preflight found for this very config."""
+    from studio.data_stats import warning_after_start
+    from studio.start_check import StartCheck
+    check = StartCheck.__new__(StartCheck)
+    check._measured = {}
+    spec = JobSpec.from_dict({"max_seq_length": 64})
+    check.spec = lambda names, values: spec
+    cut = {"key": "dataset", "stats": {"answers_cut_rows": 3, "rows": 9, "answer_tokens_cut": 50, "max_seq_length": 64}}
+    assert warning_after_start(check, [], [], "queued") == ""          # no preflight of this config yet
+    check._remember(spec, [cut])
+    assert "cuts the answers of 3 of 9 rows" in warning_after_start(check, [], [], "queued")
+    assert warning_after_start(check, [], [], "") == ""                # the status was cleared: so is the warning
+    check._remember(JobSpec.from_dict({"max_seq_length": 128}), [{"key": "dataset", "stats": {}}])
+    assert "cuts the answers" in warning_after_start(check, [], [], "queued")   # still this config's numbers
