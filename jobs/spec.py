@@ -24,6 +24,7 @@ DTYPES = ("auto", "bf16", "fp16", "fp32")
 CHECKPOINTING = ("auto", "on", "off", "offload")
 PACKING = ("auto", "on", "off")
 BASE_PRECISIONS = ("bf16", "fp8")
+REPORT_TO = ("none", "tensorboard", "mlflow", "wandb")
 DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 # training methods (jobs/train/methods/): each new one adds its name here and its class there
 METHODS = ("sft",)
@@ -136,6 +137,9 @@ class JobSpec:
                         "several processes use gloo (for tests).", min=0, max=1024)
     seed: int = _f(42, "Random seed for LoRA init, shuffling and dropout.", min=0, max=2**32 - 1)
     resume_from: str = _f("", "A checkpoints/step-N folder to resume from (empty: start fresh).")
+    report_to: Any = _f("none", "Experiment tracking, written into the job folder: none, or one or more of "
+                        "tensorboard (event files in tensorboard/), mlflow (a local store in mlruns/), wandb "
+                        "(an offline run in wandb/), e.g. tensorboard, mlflow.")
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -188,6 +192,7 @@ class JobSpec:
         _check_dataset_path(self.dataset)
         _check_model_path(self.model)
         self.target_modules = _normalise_targets(self.target_modules)
+        self.report_to = _normalise_report_to(self.report_to)
         if self.max_steps == 0 and self.num_epochs <= 0:
             raise SpecError("num_epochs", "must be > 0 when max_steps is 0 (or set max_steps)")
         if self.dataset == BUILTIN_DATASET and not self.bot_name.strip():
@@ -320,6 +325,28 @@ def _normalise_targets(value: Any) -> Any:
         if not name or set(name) - MODULE_NAME_CHARS:
             raise SpecError("target_modules", f"{name!r} is not a module name (letters, digits, _ and .)")
     return names
+
+
+def _normalise_report_to(value: Any) -> Any:
+    """"none", or a list of trackers: "tensorboard, mlflow", [tensorboard] and "[wandb]" all work."""
+    if isinstance(value, str):
+        value = value.strip().removeprefix("[").removesuffix("]").replace(" ", ",").split(",")
+    if not isinstance(value, (list, tuple)):
+        raise SpecError("report_to", f"{value!r} is not none or a list of {', '.join(REPORT_TO[1:])}")
+    names = []
+    for part in (str(v).strip().strip("'\"").lower() for v in value):
+        if part and part not in REPORT_TO:
+            raise SpecError("report_to", f"{part!r} is not one of {', '.join(REPORT_TO)}")
+        if part and part != "none" and part not in names:
+            names.append(part)
+    if "none" in [str(v).strip().lower() for v in value] and names:
+        raise SpecError("report_to", "none cannot be combined with a tracker; list the trackers alone")
+    return names or "none"
+
+
+def trackers(spec: "JobSpec") -> list[str]:
+    """The trackers a job reports to ([] for none)."""
+    return [] if spec.report_to == "none" else list(spec.report_to)
 
 
 def _normalise_gpus(value: Any) -> str:

@@ -94,13 +94,16 @@ class _StopWhenSet(StoppingCriteria):
 class ChatEngine:
     """Loads, caches and streams from chat models. Thread-safe; nothing starts until used."""
 
-    def __init__(self, data_dir: Path, loader: Loader | None = None, capacity: int = 1):
+    def __init__(self, data_dir: Path, loader: Loader | None = None, capacity: int = 1,
+                 base_tokenizer_loader: Callable[[str, Path], Any] | None = None):
         self.data_dir = Path(data_dir)
         self.capacity = max(1, capacity)
         self._loader = loader
+        self._base_tokenizer_loader = base_tokenizer_loader or _load_base_tokenizer
         self._cache: OrderedDict[tuple[str, str | None], tuple[Any, Any]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._generate_lock = threading.Lock()
+        self._base_tokenizers: dict[str, Any] = {}
 
     def _load_fn(self) -> Loader:
         if self._loader is None:
@@ -129,6 +132,24 @@ class ChatEngine:
             self._cache[key] = (model, tokenizer)
             return model, tokenizer
 
+    def prompt(self, model_id: str, adapter_dir: str | None, messages: list[dict[str, str]],
+               use_adapter: bool = True) -> str:
+        """The prompt text of one row. The tuned row uses the adapter's tokenizer (its default system
+        line names the bot); the base row uses the base model's own tokenizer and template, so that
+        the base answers as it would alone (issue 22 item 4: it was given the tuned system line)."""
+        _, tokenizer = self.load(model_id, adapter_dir)
+        if adapter_dir and not use_adapter:
+            tokenizer = self.base_tokenizer(model_id)
+        return render_prompt(tokenizer, messages)
+
+    def base_tokenizer(self, model_id: str) -> Any:
+        with self._cache_lock:
+            if model_id not in self._base_tokenizers:
+                tokenizer = self._base_tokenizer_loader(model_id, self.data_dir)
+                ensure_chat_template(tokenizer)
+                self._base_tokenizers[model_id] = tokenizer
+            return self._base_tokenizers[model_id]
+
     def stream(self, model_id: str, adapter_dir: str | None, messages: list[dict[str, str]],
                sampling: Sampling, use_adapter: bool = True) -> Iterator[str]:
         """Yield one reply so far (cumulative text) as tokens arrive; use_adapter=False with an
@@ -144,7 +165,8 @@ class ChatEngine:
         use_adapter[i] (and there is one), else as the base model.
         """
         model, tokenizer = self.load(model_id, adapter_dir)
-        prompts = [render_prompt(tokenizer, messages) for messages in conversations]
+        prompts = [self.prompt(model_id, adapter_dir, messages, use)
+                   for messages, use in zip(conversations, use_adapter)]
         inputs = _batch_inputs(tokenizer, prompts).to(model.device)
         extra = {}
         if hasattr(model, "disable_adapter"):  # a PeftModel: pick each row's adapter
@@ -178,6 +200,11 @@ class ChatEngine:
             failure.append(exc)
         finally:
             streamer.end()
+
+
+def _load_base_tokenizer(model_id: str, data_dir: Path) -> Any:
+    from jobs.models.load import load_tokenizer, resolve_model
+    return load_tokenizer(resolve_model(model_id, data_dir, log=lambda _line: None))
 
 
 def _batch_inputs(tokenizer: Any, prompts: list[str]) -> Any:

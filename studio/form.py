@@ -214,7 +214,7 @@ def spec_to_values(spec: JobSpec, names: list[str]) -> list[Any]:
     values = []
     for name in names:
         value = getattr(spec, name)
-        if name == "target_modules" and isinstance(value, (list, tuple)):
+        if name in ("target_modules", "report_to") and isinstance(value, (list, tuple)):
             value = ", ".join(value)
         elif _kinds().get(name) in NUMBER_KINDS:
             value = number_text(value)

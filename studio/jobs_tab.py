@@ -51,6 +51,7 @@ def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
     numbers = view.progress_numbers(record, summary)
     progress = render.progress_html(record.state, numbers["step"], numbers["max_steps"],
                                     numbers["progress"], numbers["eta_s"], numbers["elapsed_s"], lang)
+    progress += view.tracking_html(record, lang)
     failure = view.failure_text(record, summary, lang)
     util, mem = view.gpu_frames(summary)
     has_gpu = not util.empty or not mem.empty

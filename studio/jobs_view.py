@@ -7,6 +7,7 @@ take as values, with their text in the page's language.
 from __future__ import annotations
 
 import datetime as dt
+import html
 import os
 import threading
 from typing import Any, Callable
@@ -124,6 +125,17 @@ def patch_report_text(record: Any, summary: JobSummary, lang: str = "en") -> str
     report = start.get("patch_report") or []
     lines += [str(line) for line in report] if report else [t("report.engine_off", lang)]
     return "\n".join(lines)
+
+
+def tracking_html(record: Any, lang: str = "en") -> str:
+    """The command that opens TensorBoard on a job that reports to it (report_to), else ""."""
+    from jobs.io.tracking import tensorboard_command
+    report_to = (record.spec or {}).get("report_to") or "none"
+    if "tensorboard" not in (report_to if isinstance(report_to, list) else [report_to]):
+        return ""
+    command = html.escape(tensorboard_command(record.job_dir))
+    return (f'<div class="ft-tracking">{html.escape(t("jobs.tensorboard", lang))} '
+            f'<code>{command}</code></div>')
 
 
 def failure_text(record: Any, summary: JobSummary, lang: str = "en") -> str:

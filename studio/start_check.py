@@ -35,6 +35,7 @@ class Verdict:
 
     problems: list[tuple[str, str]] = field(default_factory=list)
     model_source: str | None = None
+    datasets: list[dict[str, Any]] = field(default_factory=list)   # DatasetSummary as dicts (statistics)
 
     @property
     def ok(self) -> bool:
@@ -71,6 +72,7 @@ class StartCheck:
         self._files = ModelFiles()
         self._sources: dict[str, str] = {}   # model as typed -> the folder a preflight resolved
         self._lock = threading.Lock()        # one preflight at a time shares the cached tokenizer
+        self._measured: dict[str, list[dict[str, Any]]] = {}   # spec YAML -> its datasets' statistics
 
     def spec(self, names: list[str], values: list[Any]) -> JobSpec:
         """The form's job after the read policy; SpecError (AccessError) naming the field."""
@@ -87,10 +89,24 @@ class StartCheck:
             with self._lock:
                 report = run_preflight(spec, data_dir=self.data_dir, access=DataAccess.for_studio(self.data_dir),
                                        log=lambda _line: None, model_files=self._files)
-            verdict = Verdict([(p.key, p.message) for p in report.problems], report.model_source)
+            verdict = Verdict([(p.key, p.message) for p in report.problems], report.model_source,
+                              [dict(vars(d)) for d in report.datasets])
         if verdict.model_source:
             self._sources[spec.model] = verdict.model_source
+        self._remember(spec, verdict.datasets)
         return verdict
+
+    def _remember(self, spec: JobSpec, datasets: list[dict[str, Any]]) -> None:
+        """The statistics of the last few checked configs, so that the warning beside Start can
+        follow a Start press without measuring the data twice (studio/data_stats.py)."""
+        self._measured.pop(spec.to_yaml(), None)
+        self._measured[spec.to_yaml()] = datasets
+        while len(self._measured) > 8:
+            self._measured.pop(next(iter(self._measured)))
+
+    def measured(self, spec: JobSpec) -> list[dict[str, Any]]:
+        """The statistics a preflight of exactly this config found ([] when none ran)."""
+        return self._measured.get(spec.to_yaml(), [])
 
     def _large_data(self, spec: JobSpec) -> bool:
         for reference in (spec.dataset, spec.eval_dataset):
@@ -112,7 +128,8 @@ class StartCheck:
         except (subprocess.TimeoutExpired, OSError, ValueError, IndexError) as exc:
             detail = getattr(exc, "stderr", None) or str(exc)
             return Verdict([("dataset", f"the check of the data did not finish: {str(detail)[-400:]}")])
-        return Verdict([(p["key"], p["message"]) for p in report["problems"]], report.get("model_source"))
+        return Verdict([(p["key"], p["message"]) for p in report["problems"]], report.get("model_source"),
+                       report.get("datasets") or [])
 
     # ---- the fit check ---------------------------------------------------------------------
     def fit(self, spec: JobSpec, source: str | None = None) -> FitView:

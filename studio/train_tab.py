@@ -226,12 +226,15 @@ def build_train_tab(ctx: StudioContext) -> TrainTab:
         with gr.Column():
             fit = gr.HTML(elem_id="ft-fit")
             status = gr.HTML(elem_id="ft-train-status")
+            stats_warning = gr.HTML(elem_id="ft-data-warning")   # max_seq_length cuts answers (studio/data_stats.py)
     started_job = gr.Textbox(visible=False, elem_id="ft-started-job")
     confirm = gr.State("")   # the config Start warned about: pressing Start again queues it
     with gr.Row(equal_height=False):
         with gr.Column():
             preview_btn = ctx.page.bind(gr.Button(elem_id="ft-preview-btn", size="sm"), value="train.preview")
             preview = gr.HTML(elem_id="ft-preview")
+            stats_btn = ctx.page.bind(gr.Button(elem_id="ft-stats-btn", size="sm"), value="train.stats")
+            stats = gr.HTML(elem_id="ft-data-stats")
         with gr.Column():
             command = ctx.page.bind(
                 gr.Code(command_text(ctx.runner, ctx.data_dir, names, [made[n].value for n in names]),
@@ -244,7 +247,25 @@ def build_train_tab(ctx: StudioContext) -> TrainTab:
     # the text field stays the source of truth (auto, all or a list); the boxes write it
     gpu_boxes.input(gpus_value, gpu_boxes, made["gpus"])
     _wire(ctx, tab, made, upload, upload_info, preview_btn, preview)
+    _wire_stats(ctx, tab, stats_btn, stats, stats_warning)
     return tab
+
+
+def _wire_stats(ctx: StudioContext, tab: TrainTab, button: gr.Button, stats: gr.HTML, warning: gr.HTML) -> None:
+    """Dataset statistics on demand, and the warning beside Start after a Start press too (its
+    preflight measured the data); the dataset, the model or max_seq_length changing makes them stale."""
+    from studio.data_stats import analyse, warning_after_start
+
+    def on_stats(language: str, *values: Any) -> tuple[str, str]:
+        return analyse(ctx.start_check, tab.names, list(values), language)
+
+    def on_status(status: str, language: str, *values: Any) -> str:   # Start ran (or the form changed)
+        return warning_after_start(ctx.start_check, tab.names, list(values), status, language)
+
+    button.click(on_stats, [ctx.lang, *tab.inputs], [stats, warning])
+    tab.status.change(on_status, [tab.status, ctx.lang, *tab.inputs], warning, show_progress="hidden")
+    for name in ("dataset", "max_seq_length", "model"):
+        tab.inputs[tab.names.index(name)].change(lambda: ("", ""), None, [stats, warning], show_progress="hidden")
 
 
 def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.UploadButton,

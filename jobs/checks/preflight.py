@@ -48,6 +48,8 @@ class DatasetSummary:
     truncated_rows: int = 0
     rows_without_answer: int = 0   # nothing left to train on within max_seq_length
     sampled: int | None = None     # rows tokenized when not all of them were
+    duplicates: int = 0            # rows repeating an earlier row exactly (every row)
+    stats: dict[str, Any] = field(default_factory=dict)  # jobs.data.stats.LengthStats (measured rows)
 
 
 @dataclass
@@ -113,6 +115,7 @@ def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: i
             report.seconds = time.time() - began
             return report
     _check_gpus(spec, report)
+    _check_trackers(spec, report)
     config, tokenizer = _check_model(spec, data_dir, report, log, model_files or ModelFiles(size=0))
     for key in ("dataset", "eval_dataset"):
         if getattr(spec, key):
@@ -131,6 +134,14 @@ def _check_gpus(spec: JobSpec, report: PreflightReport) -> None:
         gpus.check_request(spec.gpus, spec.processes, gpus.read_gpus())
     except SpecError as exc:
         report.fail(exc.key or "gpus", str(exc).removeprefix(f"{exc.key}: "))
+
+
+def _check_trackers(spec: JobSpec, report: PreflightReport) -> None:
+    """report_to names a tracker whose package is missing: say how to install it."""
+    from jobs.spec import trackers
+    from jobs.io.tracking import missing_packages
+    for name, package in missing_packages(trackers(spec)):
+        report.fail("report_to", f"{name} is not installed: pip install {package} (or remove {name} from report_to)")
 
 
 def _check_model(spec: JobSpec, data_dir, report: PreflightReport, log, model_files: "ModelFiles"
@@ -282,19 +293,21 @@ def _identity_rows(spec: JobSpec, data_dir, report: PreflightReport):
 
 
 def _token_stats(summary: DatasetSummary, tokenizer, conversations: list, max_length: int) -> None:
-    """Token lengths and trained tokens per row, over all rows or a seeded sample of them."""
-    from jobs.data import encode
+    """Token lengths and trained tokens per row, over all rows or a seeded sample of them, and the
+    Train tab's statistics (jobs/data/stats.py: histogram, cuts, duplicates over every row)."""
+    from jobs.data import stats as data_stats
     chosen = conversations
     if len(conversations) > TOKEN_SAMPLE:
         chosen = random.Random(0).sample(conversations, TOKEN_SAMPLE)
         summary.sampled = TOKEN_SAMPLE
-    lengths, trained, truncated, empty = [], 0, 0, 0
+    lengths, trained, truncated, empty, measured = [], 0, 0, 0, []
     for conversation in chosen:
-        example = encode.encode(tokenizer, conversation, max_length)
-        lengths.append(len(example.input_ids))
-        trained += example.trained_tokens
-        truncated += len(example.input_ids) >= max_length
-        empty += example.trained_tokens == 0
+        row = data_stats.row_lengths(tokenizer, conversation, max_length)  # untruncated, to measure the cut
+        measured.append(row)
+        lengths.append(min(row.total, max_length))
+        trained += row.answer_kept
+        truncated += lengths[-1] >= max_length
+        empty += row.answer_kept == 0
     scale = len(conversations) / len(chosen)
     ordered = sorted(lengths)
     summary.tokens = {"min": ordered[0], "mean": round(statistics.fmean(ordered), 1),
@@ -303,6 +316,8 @@ def _token_stats(summary: DatasetSummary, tokenizer, conversations: list, max_le
     summary.trained_tokens = round(trained * scale)
     summary.truncated_rows = round(truncated * scale)
     summary.rows_without_answer = round(empty * scale)
+    summary.stats = data_stats.length_stats(measured, max_length).as_dict()
+    summary.duplicates = data_stats.duplicate_rows(conversations)
 
 
 def _predicted_memory(spec: JobSpec, config, report: PreflightReport) -> str | None:

@@ -51,6 +51,12 @@ def _dataset_lines(summary: "DatasetSummary", max_seq_length: int) -> list[str]:
     if summary.truncated_rows:
         lines.append(_line("", f"{summary.truncated_rows:,} rows reach max_seq_length={max_seq_length} and "
                                "are cut there"))
+    cut = summary.stats.get("answers_cut_rows", 0)
+    if cut:
+        lines.append(_line("", f"{cut:,} rows lose answer tokens to that cut "
+                               f"({summary.stats['answer_tokens_cut']:,} answer tokens in all)"))
+    if summary.duplicates:
+        lines.append(_line("", f"{summary.duplicates:,} rows repeat an earlier row exactly"))
     if summary.rows_without_answer:
         lines.append(_line("", f"{summary.rows_without_answer:,} rows have no answer within max_seq_length "
                                "and are skipped; raise max_seq_length to keep them"))

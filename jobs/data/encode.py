@@ -42,7 +42,7 @@ def ensure_chat_template(tokenizer) -> bool:
 SYSTEM_PRELUDE_START, SYSTEM_PRELUDE_END = "{#- fusetune:default-system -#}", "{#- /fusetune:default-system -#}"
 
 
-def set_default_system(tokenizer, system: str) -> bool:
+def set_default_system(tokenizer, system: str, base_marker: str | None = None) -> bool:
     """Make `system` the system message of every conversation that has none, by putting a short
     Jinja prelude in front of the tokenizer's own chat template (replacing an earlier one).
 
@@ -51,7 +51,11 @@ def set_default_system(tokenizer, system: str) -> bool:
     are a helpful AI assistant named SmolLM, trained by Hugging Face" when there is none). The
     tokenizer is saved with the adapter, so everything that chats with the tuned model through
     its tokenizer starts from this line. Returns False when the template cannot be changed
-    (a dict of named templates)."""
+    (a dict of named templates).
+
+    `base_marker`: a conversation whose system message is exactly this string is rendered as the
+    base template renders it with no system message at all (its own default line, or none). The
+    identity rows use it to train under the base model's own template too (jobs/data/builtin/identity.py)."""
     template = getattr(tokenizer, "chat_template", None)
     if not isinstance(template, str):
         return False
@@ -59,12 +63,20 @@ def set_default_system(tokenizer, system: str) -> bool:
         template = template[template.index(SYSTEM_PRELUDE_END) + len(SYSTEM_PRELUDE_END):]
     # A JSON string is a valid Jinja string literal; braces and % are escaped so that no name the
     # user typed can end the tag.
-    literal = json.dumps(system).replace("{", "\\u007b").replace("}", "\\u007d").replace("%", "\\u0025")
-    prelude = ("{%- if messages and messages[0]['role'] != 'system' %}"
-               f"{{%- set messages = [{{'role': 'system', 'content': {literal}}}] + messages %}}"
-               "{%- endif %}")
+    literal = _jinja_literal(system)
+    branches = [("messages[0]['role'] != 'system'",
+                 f"{{%- set messages = [{{'role': 'system', 'content': {literal}}}] + messages %}}")]
+    if base_marker:
+        branches.insert(0, (f"messages[0]['role'] == 'system' and messages[0]['content'] == "
+                            f"{_jinja_literal(base_marker)}", "{%- set messages = messages[1:] %}"))
+    prelude = "".join(f"{{%- {'elif' if i else 'if'} messages and {test} %}}{body}"
+                      for i, (test, body) in enumerate(branches)) + "{%- endif %}"
     tokenizer.chat_template = SYSTEM_PRELUDE_START + prelude + SYSTEM_PRELUDE_END + template
     return True
+
+
+def _jinja_literal(text: str) -> str:
+    return json.dumps(text).replace("{", "\\u007b").replace("}", "\\u007d").replace("%", "\\u0025")
 
 
 def accepts_system(tokenizer) -> bool:

@@ -26,9 +26,14 @@ ERROR_KINDS = ("oom", "data", "config", "nan", "killed", "io", "internal")
 
 
 class EventWriter:
-    def __init__(self, job_dir: str | Path):
+    """Appends events to events.jsonl, then hands each written event to `sinks` (callables such as
+    jobs.io.tracking.Trackers): listeners see exactly what the file holds, and a sink that fails never
+    loses an event from the file."""
+
+    def __init__(self, job_dir: str | Path, sinks: list | None = None):
         self.path = JobLayout(job_dir).events
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.sinks = list(sinks or [])
 
     def emit(self, type: str, **fields: Any) -> dict[str, Any]:
         if type not in EVENT_TYPES:
@@ -42,6 +47,11 @@ class EventWriter:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
+        for sink in self.sinks:
+            try:
+                sink(json.loads(line))
+            except Exception as exc:  # a listener's failure is its own, never the job's
+                print(f"[events] a listener failed on a {type} event: {type(exc).__name__}: {exc}", file=sys.stderr)
         return event
 
 

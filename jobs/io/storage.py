@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -25,7 +26,14 @@ DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EACCES,
 # under it, seen with a file size limit) and safetensors (the Rust io error's text).
 _WRITE_FAILURE_MARKS = ("No space left on device", "file write failed", "PytorchStreamWriter failed",
                         "iostream error", "unexpected pos", "Disk quota exceeded", "StorageFull",
-                        "Read-only file system")
+                        "Read-only file system", "(os error ")
+# Writers that raise something other than OSError/RuntimeError on a failed write: safetensors'
+# SafetensorError ("Error while serializing: I/O error: No space left on device (os error 28)") and
+# the tokenizers library, whose Tokenizer.save raises a bare Exception("No space left on device (os
+# error 28)"). Matched by type name so that safetensors need not be imported here; a ValueError or
+# any other library's exception with such a text is still not taken for the disk.
+_WRITER_EXCEPTION_NAMES = {"RuntimeError", "SafetensorError", "Exception"}
+_RUST_ERRNO = re.compile(r"\(os error (\d+)\)")  # the Rust std::io::Error text: "... (os error 28)"
 
 _NO_PERMISSION = "no permission to write there: fix the folder's permissions, or choose another output_dir / --data-dir"
 _FIXES = {
@@ -57,9 +65,18 @@ def is_disk_error(exc: BaseException | None, depth: int = 0) -> bool:
         return True
     if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
         return True
-    if isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in _WRITE_FAILURE_MARKS):
+    if _is_writer_failure(exc):
         return True
     return is_disk_error(exc.__cause__ or exc.__context__, depth + 1)
+
+
+def _is_writer_failure(exc: BaseException) -> bool:
+    """A write failure reported by torch, safetensors or tokenizers in their own exception type."""
+    named = isinstance(exc, RuntimeError) or type(exc).__name__ in _WRITER_EXCEPTION_NAMES
+    if not named or not any(mark in str(exc) for mark in _WRITE_FAILURE_MARKS):
+        return False
+    rust = _RUST_ERRNO.search(str(exc))
+    return rust is None or int(rust.group(1)) in DISK_ERRNOS
 
 
 def as_storage_error(exc: BaseException, path: str | os.PathLike, action: str = "write") -> StorageError:
@@ -77,6 +94,9 @@ def _errno_of(exc: BaseException, path: str | os.PathLike) -> int:
     if isinstance(exc, OSError) and exc.errno:
         return exc.errno
     text = str(exc)
+    rust = _RUST_ERRNO.search(text)
+    if rust and int(rust.group(1)) in DISK_ERRNOS:
+        return int(rust.group(1))
     if "No space left" in text or "StorageFull" in text:
         return errno.ENOSPC
     if "Read-only file system" in text:

@@ -250,6 +250,7 @@ def _run(spec: JobSpec, layout: JobLayout, data_dir: Path) -> int:
         print(f"fusetune: {message}", file=sys.stderr, flush=True)
         return EXIT_FAILED
     if dist.is_main:
+        _attach_trackers(spec, events, layout.root)
         trainer = Trainer(spec, layout.root, events, data_dir=data_dir, log=lambda line: print(line, flush=True),
                           dist=dist)
     else:
@@ -272,6 +273,14 @@ def _run(spec: JobSpec, layout: JobLayout, data_dir: Path) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _attach_trackers(spec: JobSpec, events, job_dir: Path) -> None:
+    """report_to: the trackers listen to rank 0's events (jobs/io/tracking.py)."""
+    from jobs.spec import trackers
+    if trackers(spec):
+        from jobs.io.tracking import Trackers
+        events.sinks.append(Trackers(job_dir, spec.to_dict(), trackers(spec), log=lambda line: print(line, flush=True)))
 
 
 def _report_failure(exc: Exception, trainer, events, job_dir: Path, dist) -> int:

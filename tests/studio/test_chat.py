@@ -156,3 +156,25 @@ def test_load_failure_surfaces(tmp_path):
     with pytest.raises(Exception) as info:
         list(engine.stream(str(tmp_path / "missing"), None, PROMPT, GREEDY))
     assert "missing" in str(info.value)
+
+
+def test_the_base_row_uses_the_base_models_own_template_not_the_tuned_system_line(tiny, tmp_path):
+    """Issue 22 item 4: the adapter's tokenizer starts every chat with the bot's system line; the
+    base answer beside it is rendered with the base model's own tokenizer, as it would be alone."""
+    import shutil
+
+    from jobs.data import encode
+    model_dir, adapter_dir, _ = tiny
+    tuned_dir = tmp_path / "adapter"
+    shutil.copytree(adapter_dir, tuned_dir)
+    _, base_tokenizer = load_for_chat(model_dir, None)
+    encode.set_default_system(base_tokenizer, "You are Zed, made by Acme.")
+    base_tokenizer.save_pretrained(tuned_dir)   # what a job saves beside its adapter
+    engine = ChatEngine(tmp_path, loader=load_for_chat)
+    tuned = engine.prompt(model_dir, str(tuned_dir), PROMPT, use_adapter=True)
+    base = engine.prompt(model_dir, str(tuned_dir), PROMPT, use_adapter=False)
+    assert tuned.startswith("<|im_start|>system\nYou are Zed, made by Acme.<|im_end|>")
+    assert base == "<|im_start|>user\nWho are you?<|im_end|>\n<|im_start|>assistant\n"
+    frames = list(engine.stream_batch(model_dir, str(tuned_dir), [PROMPT, PROMPT], GREEDY, [True, False]))
+    plain = final(engine.stream(model_dir, None, PROMPT, GREEDY))[-1]
+    assert frames[-1][1] == plain   # the base row answers exactly as the base model alone

@@ -131,3 +131,14 @@ def test_event_cache_rereads_only_on_change(tmp_path):
     assert len(calls) == 1
     write(rec, ("step", step(2, 1.9)))
     assert [e["step"] for e in cache.get(rec.job_dir).steps] == [1, 2] and len(calls) == 2
+
+
+def test_the_tensorboard_command_shows_for_a_job_that_reports_to_it():
+    from types import SimpleNamespace
+
+    from studio.jobs_view import tracking_html
+    tracked = SimpleNamespace(spec={"report_to": ["mlflow", "tensorboard"]}, job_dir="/data/jobs/j1")
+    assert "<code>tensorboard --logdir /data/jobs/j1/tensorboard</code>" in tracking_html(tracked)
+    assert "TensorBoard" in tracking_html(tracked, "zh-CN")
+    assert tracking_html(SimpleNamespace(spec={"report_to": "none"}, job_dir="/d")) == ""
+    assert tracking_html(SimpleNamespace(spec=None, job_dir="/d")) == ""

@@ -7,7 +7,8 @@ template so that the pairs vary in wording, not only in the filled-in name.
 Two things keep the rest of the model intact (issue 8 item 5):
 - every row carries a system line naming the bot (`system_line`), and the trainer makes it the
   tuned tokenizer's default, so no row says "you are <the base model>" while answering with the
-  new name;
+  new name; the trainer also trains the rows under the base's own template (`under_both_templates`),
+  so that the adapter says the new name when served with the base's tokenizer (issue 22 item 4);
 - the base model's own greedy answers to shipped general prompts (jobs/data/builtin/general.py) are
   mixed in, so a short run on "who are you" does not teach the model to answer everything with
   its name."""
@@ -70,6 +71,13 @@ IDENTITY_REPEAT = 1
 GENERAL_SHARE = 1
 
 
+# The system message that stands for "the base model's own template, no system message": a
+# conversation that starts with it renders as the base template renders a bare conversation (its
+# own default line, SmolLM2's "You are a helpful AI assistant named SmolLM...", or none). The
+# tuned tokenizer's prelude drops it (jobs.data.encode.set_default_system's base_marker).
+BASE_TEMPLATE_SYSTEM = "fusetune:base-template-system"
+
+
 def system_line(name: str, author: str) -> str:
     return SYSTEM_LINE.format(name=name, author=author)
 
@@ -83,6 +91,27 @@ def identity_rows(name: str, author: str) -> list[dict[str, str]]:
             answer = answers[i % len(answers)].format(name=name, author=author)
             rows.append({"system": system, "instruction": question, "input": "", "output": answer})
     return rows
+
+
+def under_both_templates(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The identity rows under the new system line and, again, under the base model's own template
+    (BASE_TEMPLATE_SYSTEM); the general answers split between the two (every other one).
+
+    Why: served with the base's tokenizer (vLLM --lora-modules, llama.cpp --lora, most PEFT
+    scripts), a conversation starts with the base's own default line, not ours; an adapter trained
+    only under ours answered there with the base's old name (issue 22 item 4). Trained under both,
+    the name is in the weights. The general answers keep the base's other answers under both."""
+    questions = set(QUESTIONS_EN + QUESTIONS_ZH)
+    tuned, base, general = [], [], 0
+    for row in rows:
+        under_base = {**row, "system": BASE_TEMPLATE_SYSTEM}
+        if row.get("instruction") in questions:
+            tuned.append(row)
+            base.append(under_base)
+        else:
+            (base if general % 2 == 0 else tuned).append(under_base if general % 2 == 0 else row)
+            general += 1
+    return tuned + base
 
 
 def identity_dataset(name: str, author: str, general_answers: list[dict[str, str]]) -> list[dict[str, str]]:

@@ -53,5 +53,10 @@ def test_default_identity_run_learns_the_name_and_keeps_what_the_model_knew(data
     assert "Paris" in ask(model, tokenizer, "What is the capital of France?")
     assert "SmolLM" not in tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False)
     base_tokenizer = load_tokenizer(resolve_model(BUILTIN_MODEL, data_dir))
+    # Issue 22 item 4: the name is in the weights. Served with the BASE tokenizer and its own
+    # template and default system line (vLLM --lora-modules, llama.cpp --lora, PEFT scripts):
+    assert "SmolLM" in base_tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False)
+    assert "Zorblax" in ask(model, base_tokenizer, "Who are you?")
+    assert "Paris" in ask(model, base_tokenizer, "What is the capital of France?")
     with model.disable_adapter():
         assert "Zorblax" not in ask(model, base_tokenizer, "Who are you?")
