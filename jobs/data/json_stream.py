@@ -14,7 +14,7 @@ import re
 from typing import Any, BinaryIO, Iterator
 
 from jobs.data.conversation import DataError
-from jobs.data.dataset.problems import Problem, not_utf8, too_large
+from jobs.data.problems import Problem, not_utf8, too_large
 
 CHUNK = 1 << 16
 STRUCTURE = re.compile(rb'["\[\]{},]')

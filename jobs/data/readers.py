@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from jobs.data.conversation import DataError
 from jobs.data.json_stream import json_array_rows
-from jobs.data.dataset.problems import (MAX_ROW_BYTES_ENV, Problem, max_row_bytes,  # noqa: F401
+from jobs.data.problems import (MAX_ROW_BYTES_ENV, Problem, max_row_bytes,  # noqa: F401
                                 not_utf8, too_large)
 
 CHUNK = 1 << 16

@@ -13,7 +13,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-from jobs.models.load.errors import ModelError
+from jobs.models.errors import ModelError
 from jobs.spec import hub_id_problem
 
 PROBE_TIMEOUT_S = 3.0

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from jobs.models import hub
-from jobs.models.load.errors import ModelError  # noqa: F401  (raised here; callers import it from here too)
+from jobs.models.errors import ModelError  # noqa: F401  (raised here; callers import it from here too)
 from jobs.io import paths
 from jobs.models import builtin as smollm2
 from jobs.spec import BUILTIN_MODEL, JobSpec
