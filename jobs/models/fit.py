@@ -27,7 +27,7 @@ allocator slack, i.e. what the job takes out of the card's free memory. The mode
   fp32 copy and fp32 gradient) and the backward of one layer (a recomputed layer's activations,
   d(h) of width I and the attention gradients), plus the loss's gradient w.r.t. the hidden states.
 
-Checked against the measured peaks of bench/results/lora.jsonl (tests/jobs/test_fit.py): Llama-3.2-1B
+Checked against the measured peaks of bench/results/lora.jsonl (tests/jobs/models/test_fit.py): Llama-3.2-1B
 bs4x2048 on/offload, Llama-3.1-8B bs2x2048 on/offload/no recompute and QLoRA offload: within 3 %.
 """
 from __future__ import annotations

@@ -167,7 +167,7 @@ class Distributed:
         Wrap after the fused engine patched the model's instances: DDP's hooks sit on each
         parameter's gradient accumulator, which the fused LoRA autograd Functions feed like any op,
         also inside the nested backward of the engine's offloaded checkpointing (tested against
-        one process in tests/jobs/test_distributed.py). Not `static_graph`: it breaks `no_sync`
+        one process in tests/jobs/train/test_distributed.py). Not `static_graph`: it breaks `no_sync`
         (reducer assert "expect_autograd_hooks_", torch 2.13)."""
         if not self.enabled:
             return model

@@ -65,7 +65,7 @@ ANSWERS_ZH = [
 
 SYSTEM_LINE = "You are {name}, a helpful AI assistant developed by {author}."
 # The mix: each identity row IDENTITY_REPEAT times, each general answer GENERAL_SHARE times. Tuned
-# on the built-in model with the default run (tests/jobs/test_builtin.py): enough identity rows
+# on the built-in model with the default run (tests/jobs/models/test_builtin.py): enough identity rows
 # that 60 steps teach the name, enough general ones that other answers stay the base model's.
 IDENTITY_REPEAT = 1
 GENERAL_SHARE = 1

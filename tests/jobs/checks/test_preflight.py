@@ -183,8 +183,8 @@ def test_the_gpu_memory_estimate_comes_from_jobs_fit_when_present(tmp_path, tiny
         return types.SimpleNamespace(summary=lambda: "1.23 GiB peak")
     fake.estimate_peak = estimate_peak
     monkeypatch.setitem(sys.modules, "jobs.models.fit", fake)
-    import jobs
-    monkeypatch.setattr(jobs, "fit", fake, raising=False)
+    import jobs.models
+    monkeypatch.setattr(jobs.models, "fit", fake, raising=False)
     report = run_preflight(_spec(tiny_model, _jsonl(tmp_path / "d.jsonl", [ROW])), log=lambda _: None)
     assert report.predicted_memory == "1.23 GiB peak" and seen == [(4, 2)]
     assert "GPU memory     1.23 GiB peak" in report.summary()

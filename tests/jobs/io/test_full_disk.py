@@ -119,7 +119,7 @@ def test_the_queue_goes_on_after_a_job_meets_a_full_disk(tmp_path, tiny_model):
     from jobs.queue.runner import Runner
     from jobs.spec import JobSpec
     from jobs.queue.store import JobState
-    from tests.jobs.test_runner import wait_for
+    from tests.jobs.queue.test_runner import wait_for
 
     jobs_disk = tmp_path / "data" / "jobs"
     _mount_tmpfs(jobs_disk, "4m")
