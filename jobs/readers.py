@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from jobs.conversation import DataError
-from jobs.json_stream import json_array_rows
+from jobs.json_stream import json_array_rows, too_deep, too_deep_message
 
 DEFAULT_MAX_ROW_BYTES = 1 << 20
 MAX_ROW_BYTES_ENV = "FUSETUNE_MAX_ROW_BYTES"
@@ -100,6 +100,8 @@ def _jsonl_row(line: bytes, number: int, where: str, start: int) -> tuple[int, A
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
         return Problem(number, not_utf8(where, start + exc.start))
+    if too_deep(line):
+        return Problem(number, too_deep_message(where))
     try:
         return number, json.loads(text), where
     except json.JSONDecodeError as exc:

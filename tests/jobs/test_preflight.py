@@ -188,3 +188,11 @@ def test_the_gpu_memory_estimate_comes_from_jobs_fit_when_present(tmp_path, tiny
     report = run_preflight(_spec(tiny_model, _jsonl(tmp_path / "d.jsonl", [ROW])), log=lambda _: None)
     assert report.predicted_memory == "1.23 GiB peak" and seen == [(4, 2)]
     assert "GPU memory     1.23 GiB peak" in report.summary()
+
+
+def test_dry_run_refuses_deep_nesting_by_row_without_a_traceback(tmp_path, tiny_model):
+    data = tmp_path / "deep.json"
+    data.write_bytes(b'[{"instruction": "q", "output": "a"},\n' + b"{\"a\":" * 50_000 + b"1" + b"}" * 50_000 + b"]")
+    proc = _dry_run(["--model", str(tiny_model), "--dataset", str(data)])
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and "RecursionError" not in proc.stderr
+    assert "row 2 (line 2) nests brackets" in proc.stderr and "nesting limit of 100" in proc.stderr

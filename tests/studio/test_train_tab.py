@@ -115,3 +115,11 @@ def test_gpu_labels_follow_a_language_switch(tmp_path):
     assert len(on_switch) == 1
     update = on_switch[0].fn("zh-CN")
     assert update["choices"] == [("GPU 0 · NVIDIA H200 · 可用 139.8 / 140.4 GB", "0")]
+
+
+def test_upload_notice_refuses_a_deeply_nested_row_by_number(tmp_path):
+    deep = tmp_path / "deep.jsonl"
+    deep.write_bytes(b'{"instruction": "q", "output": "a"}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    notice = upload_notice(deep, "en")
+    assert "ft-error" in notice and "row 2 (line 2) nests brackets" in notice and "nesting limit of 100" in notice
+    assert "RecursionError" not in notice
