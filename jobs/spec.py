@@ -129,9 +129,10 @@ class JobSpec:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "JobSpec":
+        from jobs.yaml_bounded import load_config_yaml  # imports this module: not at its top
         text = Path(path).read_text(encoding="utf-8")
         try:
-            data = yaml.safe_load(text)
+            data = load_config_yaml(text, str(path))
         except yaml.YAMLError as exc:
             raise SpecError(None, f"{path} is not valid YAML: {exc}") from exc
         return cls.from_dict(data or {})
