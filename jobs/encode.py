@@ -6,7 +6,6 @@ assistant-only loss and LLaMA-Factory's supervised processor), so it works with 
 renders earlier turns the same way whatever follows them."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +41,19 @@ def ensure_chat_template(tokenizer) -> bool:
 SYSTEM_PRELUDE_START, SYSTEM_PRELUDE_END = "{#- fusetune:default-system -#}", "{#- /fusetune:default-system -#}"
 
 
+def jinja_string_literal(text: str) -> str:
+    """`text` as a Jinja string literal that no user text can break out of: everything but ASCII
+    letters, digits and spaces is escaped. Why not json.dumps: it writes a character beyond the
+    BMP (an emoji) as a UTF-16 surrogate pair, and Jinja decodes each half on its own into a lone
+    surrogate that no tokenizer can encode; Jinja's own escapes are Python's, so `\\U0001f600`."""
+    def escape(char: str) -> str:
+        if char.isascii() and (char.isalnum() or char == " "):
+            return char
+        code = ord(char)
+        return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    return '"' + "".join(escape(char) for char in text) + '"'
+
+
 def set_default_system(tokenizer, system: str) -> bool:
     """Make `system` the system message of every conversation that has none, by putting a short
     Jinja prelude in front of the tokenizer's own chat template (replacing an earlier one).
@@ -57,9 +69,7 @@ def set_default_system(tokenizer, system: str) -> bool:
         return False
     if template.startswith(SYSTEM_PRELUDE_START):
         template = template[template.index(SYSTEM_PRELUDE_END) + len(SYSTEM_PRELUDE_END):]
-    # A JSON string is a valid Jinja string literal; braces and % are escaped so that no name the
-    # user typed can end the tag.
-    literal = json.dumps(system).replace("{", "\\u007b").replace("}", "\\u007d").replace("%", "\\u0025")
+    literal = jinja_string_literal(system)
     prelude = ("{%- if messages and messages[0]['role'] != 'system' %}"
                f"{{%- set messages = [{{'role': 'system', 'content': {literal}}}] + messages %}}"
                "{%- endif %}")
