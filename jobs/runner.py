@@ -142,8 +142,12 @@ class Runner:
         trash = folder.with_name(f".deleting-{folder.name}")
         owned = folder.parent.resolve() == paths.jobs_dir(self.data_dir).resolve()
         if owned and folder.is_dir():
+            from jobs.export.busy import ExportRunning, rename_unless_exporting
             try:
-                folder.rename(trash)  # gone from view at once; an error below leaves it recoverable
+                rename_unless_exporting(folder, trash)  # gone from view at once; recoverable until rmtree
+            except ExportRunning:
+                raise RunnerError(f"job {record.name!r} is being exported right now: wait until the export "
+                                  "ends (the Export tab shows its progress), then delete it") from None
             except OSError as exc:
                 raise RunnerError(f"cannot delete {folder}: {exc.strerror or exc}") from None
         if not self.store.delete(job_id, FINISHED):

@@ -97,3 +97,24 @@ def test_cards_keep_unicode_names_as_written():
     config = yaml.safe_load(card.split("```yaml\n")[1].split("```")[0])
     assert (config["bot_name"], config["bot_author"], config["name"]) == (spec.bot_name, spec.bot_author, spec.name)
     assert "\n# 调优 😀 مرحبا (gguf), exported by Fusetune Studio\n" in merged_card(spec, "gguf", [])
+
+
+def test_an_export_holds_its_job_folder_against_delete(tmp_path, monkeypatch):
+    """While `jobs.export.export` runs (the CLI and the Export tab both go through it), the job
+    folder cannot be renamed away by a delete; after it, it can."""
+    import jobs.export
+    from jobs.export.busy import ExportRunning, rename_unless_exporting
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    seen = []
+
+    def fake_export(job, *args):
+        with pytest.raises(ExportRunning):
+            rename_unless_exporting(job, tmp_path / "gone")
+        seen.append(job.is_dir())
+        return "result"
+
+    monkeypatch.setattr(jobs.export, "_export", fake_export)
+    assert jobs.export.export(job_dir, "merged", out=tmp_path / "out") == "result" and seen == [True]
+    rename_unless_exporting(job_dir, tmp_path / "gone")
+    assert (tmp_path / "gone").is_dir()
