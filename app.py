@@ -72,6 +72,30 @@ def open_data_dir(chosen: str | None) -> tuple[object, Runner]:
     return data_dir, runner
 
 
+def refuse_busy_port(host: str, port: int) -> None:
+    """SystemExit with one line when something already listens on host:port (another studio?),
+    instead of Gradio's OSError traceback after every module has loaded."""
+    import errno
+    import socket
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return  # an unknown host: Gradio's own error says so
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is fine
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise SystemExit(busy_port_line(host, port)) from None
+
+
+def busy_port_line(host: str, port: int) -> str:
+    return (f"fusetune: port {port} on {host} is already in use (another studio or program is serving "
+            f"there): stop it, or pass --port with a free port (e.g. --port {port + 1})")
+
+
 def warm_builtin_model(data_dir, start_check=None) -> None:
     """Convert the built-in GGUF once in the background, so the first job starts quickly; then run
     Start's check on the default job once, so the first press of Start finds the preflight's
@@ -97,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     if auth is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"[studio] warning: serving on {args.host} without a password; anyone who can reach this "
               "port can start jobs. Set FUSETUNE_AUTH=USER:PASS.", file=sys.stderr, flush=True)
+    refuse_busy_port(args.host, args.port)
     data_dir, runner = open_data_dir(args.data_dir)
     # Before gradio, torch or transformers load: their caches and temp files go in the data dir.
     paths.use_data_dir_caches(data_dir)
@@ -110,9 +135,15 @@ def main(argv: list[str] | None = None) -> None:
     # Gradio hands out only files in its cache, the working directory, the temp dir (now inside the
     # data dir) or allowed_paths. Downloads (the adapter zips) live in the job folders, whose
     # contents the UI shows anyway; uploads, the model cache and everything else stay refused.
-    demo.queue(default_concurrency_limit=4).launch(
-        server_name=args.host, server_port=args.port, auth=auth, show_error=True,
-        allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True)
+    try:
+        demo.queue(default_concurrency_limit=4).launch(
+            server_name=args.host, server_port=args.port, auth=auth, show_error=True,
+            allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True)
+    except OSError as exc:  # taken between the check above and now
+        if "port" not in str(exc).lower():
+            raise
+        runner.shutdown()
+        raise SystemExit(busy_port_line(args.host, args.port)) from None
     # After launch: Gradio's one-shot 3 s check that the page answers fails the launch when the
     # GGUF conversion is busy in the same process on a loaded machine.
     threading.Thread(target=warm_builtin_model, args=(data_dir, context.start_check), daemon=True).start()

@@ -39,3 +39,17 @@ def test_a_damaged_job_database_stops_the_studio_with_one_line(tmp_path):
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"fusetune: cannot open the job database {tmp_path / 'jobs.sqlite'}: file is not a database")
+
+
+def test_a_busy_port_stops_the_studio_with_one_line_naming_it_and_the_option(tmp_path):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "app.py", "--port", str(port), "--data-dir", str(tmp_path)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == (f"fusetune: port {port} on 127.0.0.1 is already in use (another studio or program is serving "
+                    f"there): stop it, or pass --port with a free port (e.g. --port {port + 1})")
