@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from jobs import checkpoints, encode, evaluate, models, telemetry
+from jobs import checkpoints, encode, evaluate, models, rng_state, telemetry
 from jobs.data import load_conversations
 from jobs.distributed import Distributed, resume_position
 from jobs.events import EventWriter
@@ -77,6 +77,7 @@ class Trainer:
         self.model = models.add_lora(base, spec)
         self.patch_report = self._accelerate()
         self._plan_batches()
+        self.data_order = rng_state.data_order_digest(self.plan)
         self.ddp = self.dist.wrap(self.model)  # the model itself with one process
         if self.dist.enabled:  # the same LoRA init everywhere (above), its own dropout masks per rank
             torch.manual_seed(spec.seed + self.dist.rank)
@@ -90,6 +91,8 @@ class Trainer:
         if spec.resume_from:
             self._resume(Path(spec.resume_from))
         self.graphed = graphed_steps(self)
+        if spec.resume_from:  # last: nothing before the first step may draw from the restored generators
+            rng_state.resume(Path(spec.resume_from), self.dist.rank, self.dist.world_size, self.device, self.log)
 
     def _load_examples(self) -> None:
         spec = self.spec
@@ -174,6 +177,7 @@ class Trainer:
         state = checkpoints.load_checkpoint(folder, self.model, self.optimizer, self.scheduler)
         self.step, self.micro_index = state["step"], state["micro_index"]
         self.micro_index = resume_position(state, self.plan, self.spec.batch_size, self.dist.world_size, self.log)
+        rng_state.check_data_order(state, self.data_order, self.dist.world_size, self.log)
         if state.get("best_eval_loss") is not None:
             self.best_eval = (state["best_eval_loss"], state["best_step"])
         self.log(f"resumed from {folder} at step {self.step}")
@@ -336,7 +340,7 @@ class Trainer:
         if not self.dist.is_main:
             adapter = self.job_dir / "adapter"
         elif self.spec.keep_best and self.best_eval is not None:
-            self.save_checkpoint()   # the last step's weights stay available (and resumable)
+            self.save_checkpoint(every_rank=False)   # the last step's weights stay available (and resumable)
             adapter = checkpoints.promote_best_adapter(self.job_dir)
             self.log(f"keep_best: adapter/ holds the best eval loss {self.best_eval[0]:.4f} from step "
                      f"{self.best_eval[1]}; the last step's weights are in checkpoints/step-{self.step}")
@@ -359,13 +363,18 @@ class Trainer:
     def _state(self) -> dict:
         best_loss, best_step = self.best_eval if self.best_eval else (None, None)
         return {"micro_index": self.micro_index, "best_eval_loss": best_loss, "best_step": best_step,
-                "processes": self.dist.world_size}
+                "processes": self.dist.world_size, "data_order": self.data_order}
 
-    def save_checkpoint(self) -> Path | None:
+    def save_checkpoint(self, every_rank: bool = True) -> Path | None:
+        """`every_rank`: called on all ranks at once, so each rank's random state is gathered (a
+        collective); False where only rank 0 saves (the final checkpoint of keep_best)."""
+        mine = rng_state.capture(self.device)
+        rng = self.dist.gather_objects(mine) if every_rank else None
         if not self.dist.is_main:  # the LoRA weights and optimizer state are the same on every rank
             return None
         folder = checkpoints.save_checkpoint(self.job_dir, self.step, self.model, self.optimizer,
-                                             self.scheduler, self._state())
+                                             self.scheduler, self._state(),
+                                             rng if rng is not None or self.dist.enabled else [mine])
         self.events.emit("checkpoint", step=self.step, path=str(folder))
         return folder
 
