@@ -59,6 +59,9 @@ def open_data_dir(chosen: str | None) -> tuple[object, Runner]:
     """The data dir and a Runner on it, or SystemExit with one line naming the path and the fix."""
     try:
         data_dir = paths.data_dir(chosen)
+        tightened = paths.tighten(data_dir)
+        if tightened:
+            print(f"[studio] {tightened}", file=sys.stderr, flush=True)
         paths.check_writable(data_dir)
         runner = Runner(data_dir)
     except StorageError as exc:  # its text already names the path, the free space and the fix
@@ -70,6 +73,13 @@ def open_data_dir(chosen: str | None) -> tuple[object, Runner]:
         raise SystemExit(f"fusetune: cannot open the job database {data_dir / 'jobs.sqlite'}: {exc}; fix its "
                          "permissions or free space, or pass another --data-dir") from None
     return data_dir, runner
+
+
+def guards(auth) -> list:
+    """ASGI middleware for Gradio's app: with a password, studio/login_guard.py slows failed logins."""
+    from starlette.middleware import Middleware
+    from studio.login_guard import LoginGuard
+    return [Middleware(LoginGuard)] if auth else []
 
 
 def refuse_busy_port(host: str, port: int) -> None:
@@ -117,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     os.umask(PRIVATE_UMASK)  # uploads, jobs and caches are the user's alone (0600 files, 0700 folders)
     # Same as in jobs/train.py: an optional bitsandbytes hub kernel, whose absence is harmless.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
-    auth = parse_auth(choose_auth(args.auth, os.environ.get("FUSETUNE_AUTH")))
+    # Taken out of the environment, so that no child (trainer, export, preflight) inherits it.
+    auth = parse_auth(choose_auth(args.auth, os.environ.pop("FUSETUNE_AUTH", None)))
     if auth is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"[studio] warning: serving on {args.host} without a password; anyone who can reach this "
               "port can start jobs. Set FUSETUNE_AUTH=USER:PASS.", file=sys.stderr, flush=True)
@@ -138,7 +149,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         demo.queue(default_concurrency_limit=4).launch(
             server_name=args.host, server_port=args.port, auth=auth, show_error=True,
-            allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True)
+            allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True,
+            app_kwargs={"middleware": guards(auth)})
     except OSError as exc:  # taken between the check above and now
         if "port" not in str(exc).lower():
             raise

@@ -329,6 +329,7 @@ class Runner:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "FUSETUNE_JOB_ID": record.id,
                "FUSETUNE_HOME": str(self.data_dir), "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
         paths.cache_env(self.data_dir, env)
+        env.pop("FUSETUNE_AUTH", None)  # the studio's password: no job needs it in its environment
         return env
 
     def _alive(self, record: JobRecord) -> bool:
