@@ -18,6 +18,8 @@ from jobs.access import use_allowed_dirs  # noqa: E402
 from jobs.runner import Runner  # noqa: E402
 from jobs.storage import PRIVATE_UMASK, StorageError  # noqa: E402
 
+DEFAULT_MAX_UPLOAD_MB = 1024  # studio/upload_guard.py's default; the README states it
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Fusetune Studio: fine-tune LLMs with LoRA in your browser.")
@@ -29,6 +31,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--allow-dir", action="append", default=None, metavar="DIR",
                         help="a folder whose datasets and models the studio may read, besides its data dir "
                              "(repeatable; or FUSETUNE_ALLOW_DIRS=DIR1:DIR2)")
+    parser.add_argument("--max-upload-mb", type=int, default=DEFAULT_MAX_UPLOAD_MB, metavar="MB",
+                        help=f"largest dataset upload accepted, in MB (default {DEFAULT_MAX_UPLOAD_MB}); an upload "
+                             "is also refused before it is written when the data dir's disk lacks the space")
     parser.add_argument("--auth", default=None,
                         help="USER:PASS required to use the studio. Prefer the FUSETUNE_AUTH environment "
                              "variable: a command-line argument is visible to every user in `ps`")
@@ -75,11 +80,14 @@ def open_data_dir(chosen: str | None) -> tuple[object, Runner]:
     return data_dir, runner
 
 
-def guards(auth) -> list:
-    """ASGI middleware for Gradio's app: with a password, studio/login_guard.py slows failed logins."""
+def guards(auth, upload_dir: str | None = None, max_upload_mb: int = 0) -> list:
+    """ASGI middleware for Gradio's app: uploads bounded by size and free space
+    (studio/upload_guard.py), and with a password, failed logins slowed (studio/login_guard.py)."""
     from starlette.middleware import Middleware
     from studio.login_guard import LoginGuard
-    return [Middleware(LoginGuard)] if auth else []
+    from studio.upload_guard import UploadGuard
+    found = [Middleware(UploadGuard, upload_dir=upload_dir, max_bytes=max_upload_mb * 1024 ** 2)] if upload_dir else []
+    return found + ([Middleware(LoginGuard)] if auth else [])
 
 
 def refuse_busy_port(host: str, port: int) -> None:
@@ -112,10 +120,17 @@ def warm_builtin_model(data_dir, start_check=None) -> None:
     modules imported and the built-in tokenizer loaded (studio/start_check.py)."""
     from jobs.models import ModelError, resolve_model
     from jobs.spec import BUILTIN_MODEL, JobSpec
+    from jobs.storage import as_storage_error, is_disk_error
     try:
         resolve_model(BUILTIN_MODEL, data_dir, log=lambda line: print(f"[studio] {line}", flush=True))
     except ModelError as exc:
         print(f"[studio] built-in model unavailable: {exc}", file=sys.stderr, flush=True)
+        return
+    except Exception as exc:  # a full disk: one line, not a thread traceback; the first job tries again
+        if not is_disk_error(exc):
+            raise
+        print(f"[studio] built-in model not prepared: {as_storage_error(exc, paths.model_cache_dir(data_dir))}",
+              file=sys.stderr, flush=True)
         return
     if start_check is not None:
         start_check.preflight(JobSpec())
@@ -150,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
         demo.queue(default_concurrency_limit=4).launch(
             server_name=args.host, server_port=args.port, auth=auth, show_error=True,
             allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True,
-            app_kwargs={"middleware": guards(auth)})
+            max_file_size=f"{args.max_upload_mb}mb",
+            app_kwargs={"middleware": guards(auth, os.environ["GRADIO_TEMP_DIR"], args.max_upload_mb)})
     except OSError as exc:  # taken between the check above and now
         if "port" not in str(exc).lower():
             raise
