@@ -165,7 +165,6 @@ def main(argv: list[str] | None = None) -> None:
         demo.queue(default_concurrency_limit=4).launch(
             server_name=args.host, server_port=args.port, auth=auth, show_error=True,
             allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True,
-            max_file_size=f"{args.max_upload_mb}mb",
             app_kwargs={"middleware": guards(auth, os.environ["GRADIO_TEMP_DIR"], args.max_upload_mb)})
     except OSError as exc:  # taken between the check above and now
         if "port" not in str(exc).lower():

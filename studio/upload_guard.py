@@ -21,6 +21,12 @@ SPARE_BYTES = 64 * 1024 ** 2  # kept free for the job database, logs and the pag
 COPIES = 2                    # Gradio's temp file, then the copy in <data dir>/datasets/
 
 
+class _TooLarge(Exception):
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.size = size
+
+
 def _header(scope: dict, name: bytes) -> str:
     for key, value in scope.get("headers", []):
         if key.lower() == name:
@@ -63,15 +69,25 @@ class UploadGuard:
         if refused:
             await _answer(send, *refused)
             return
-        before = self._temp_files()
-        started: list[bool] = []
+        before, started, received = self._temp_files(), [], [0]
 
         async def tracking_send(message: dict) -> None:
             started.append(True)
             await send(message)
 
+        async def counting_receive() -> dict:  # a body sent without Content-Length is bounded too
+            message = await receive()
+            received[0] += len(message.get("body", b""))
+            if received[0] > self.max_bytes + SPARE_BYTES:
+                raise _TooLarge(received[0])
+            return message
+
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, counting_receive, tracking_send)
+        except _TooLarge as exc:
+            self._remove_new(before)
+            if not started:
+                await _answer(send, 413, self.refusal(exc.size, lang)[1])
         except Exception as exc:
             if not is_disk_error(exc):
                 raise

@@ -85,3 +85,24 @@ def test_a_write_that_fails_on_a_full_disk_leaves_no_temp_file(gradio_app, monke
     assert answer.text.startswith("The upload could not be written: cannot write ")
     assert "No space left on device" in answer.text and answer.text.endswith("Nothing of it was kept.")
     assert _left(folder) == []
+
+
+def test_a_body_without_content_length_is_cut_off_at_the_limit(gradio_app):
+    make, folder = gradio_app
+    guard = make(max_bytes=1 * MB, free=lambda _: 10 ** 12)
+    boundary = b"fusetuneboundary"
+
+    async def body():
+        yield b"--" + boundary + b'\r\nContent-Disposition: form-data; name="files"; filename="a.jsonl"\r\n\r\n'
+        for _ in range(80):  # 80 MB, more than the limit plus the spare
+            yield b"x" * MB
+        yield b"\r\n--" + boundary + b"--\r\n"
+
+    async def go():
+        transport = httpx.ASGITransport(app=guard)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            return await http.post("/gradio_api/upload", content=body(),
+                                   headers={"content-type": f"multipart/form-data; boundary={boundary.decode()}"})
+    answer = asyncio.run(go())
+    assert answer.status_code == 413 and "over the upload limit of 1.0 MB" in answer.text
+    assert _left(folder) == []
