@@ -120,7 +120,9 @@ def test_the_running_studio_slows_failed_logins_and_sets_lax_cookies(tmp_path):
             began = time.time()
             assert httpx.post(url, data={"username": "me", "password": "wrong"}, timeout=60).status_code == 400
             took.append(time.time() - began)
-        assert max(took[:FREE_FAILURES]) < 0.9 and took[FREE_FAILURES] >= 1.0 and took[FREE_FAILURES + 1] >= 2.0
+        # lower bounds only: on a loaded machine any request can be slow, never faster than its delay
+        assert took[FREE_FAILURES] >= 1.0 and took[FREE_FAILURES + 1] >= 2.0
+        assert took[FREE_FAILURES + 1] > min(took[:FREE_FAILURES]) + 1.0
         ok = httpx.post(url, data={"username": "me", "password": "secret"}, timeout=60)
         assert ok.status_code == 200
         cookies = ok.headers.get_list("set-cookie")
