@@ -42,7 +42,8 @@ def delay_after(failures: int) -> float:
 
 
 def _is_login(scope: dict) -> bool:
-    return scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path", "").rstrip("/").endswith("/login")
+    path = scope.get("path", "").rstrip("/")
+    return scope["type"] == "http" and scope.get("method") == "POST" and path.endswith("/login")
 
 
 def _lax(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -61,7 +62,9 @@ class LoginGuard:
 
     def _client(self, address: str) -> _Client:
         now = self.clock()
-        for key in [k for k, c in self.clients.items() if now - c.last_failure > FORGET_AFTER_S and not c.lock.locked()]:
+        stale = [key for key, known in self.clients.items()
+                 if now - known.last_failure > FORGET_AFTER_S and not known.lock.locked()]
+        for key in stale:
             del self.clients[key]
         client = self.clients.setdefault(address, _Client())
         self.clients.move_to_end(address)

@@ -35,13 +35,14 @@ def _header(scope: dict, name: bytes) -> str:
 
 
 def _is_upload(scope: dict) -> bool:
-    return scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path", "").rstrip("/").endswith("/upload")
+    path = scope.get("path", "").rstrip("/")
+    return scope["type"] == "http" and scope.get("method") == "POST" and path.endswith("/upload")
 
 
 async def _answer(send: Callable, status: int, text: str) -> None:
     body = text.encode("utf-8")
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

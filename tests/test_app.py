@@ -61,7 +61,6 @@ def test_the_password_leaves_the_environment_before_any_child_starts(tmp_path, m
     import os
 
     from jobs.runner import Runner
-    from jobs.store import JobRecord  # noqa: F401  (the runner's record type, for _env below)
     monkeypatch.setenv("FUSETUNE_AUTH", "me:secret")
     stop = SystemExit("stopped after reading the password")
     monkeypatch.setattr(app, "refuse_busy_port", lambda host, port: (_ for _ in ()).throw(stop))
@@ -85,7 +84,8 @@ def test_a_data_dir_readable_by_others_is_made_private(tmp_path, capsys):
     os.chmod(data, 0o755)
     app.open_data_dir(str(data))
     assert (data.stat().st_mode & 0o777) == 0o700
-    assert f"the data dir {data} was readable by other users (mode 0755); it is now private (0700)" in capsys.readouterr().err
+    told = capsys.readouterr().err
+    assert f"the data dir {data} was readable by other users (mode 0755); it is now private (0700)" in told
     app.open_data_dir(str(data))
     assert "readable" not in capsys.readouterr().err
 
@@ -141,6 +141,6 @@ def test_the_built_in_models_warm_up_on_a_full_disk_says_so_in_one_line(tmp_path
     monkeypatch.setattr(jobs.models, "resolve_model", full)
     app.warm_builtin_model(tmp_path)  # no exception: the warm-up thread would have printed a traceback
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"[studio] built-in model not prepared: cannot write {tmp_path / 'models' / 'x.safetensors'}: "
-                           "No space left on device (")
+    target = tmp_path / "models" / "x.safetensors"
+    assert line.startswith(f"[studio] built-in model not prepared: cannot write {target}: No space left on device (")
     assert "free some space on that disk" in line

@@ -1,7 +1,6 @@
 """Resume is bit-exact with LoRA dropout on (issue 23 item 4): a checkpoint keeps every rank's random
 state (Python, NumPy, torch CPU, CUDA) and the data order, so the steps after it draw the same
 dropout masks and see the same examples as the unbroken run, in one process and with two."""
-import pytest
 import torch
 
 from jobs.checkpoints import latest_checkpoint

@@ -23,8 +23,8 @@ def test_an_alias_bomb_is_refused_at_once_naming_the_key():
         load_config_yaml(_bomb(9), "job.yaml")
     assert time.time() - began < 2
     assert refused.value.key == "target_modules"
-    assert str(refused.value) == (f"target_modules: job.yaml: key 'target_modules' expands through aliases to more than {MAX_YAML_VALUES:,} "
-                                  f"values, over the limit of {MAX_YAML_VALUES:,}: write its values out without "
+    assert str(refused.value) == (f"target_modules: job.yaml: key 'target_modules' expands through aliases to "
+                                  f"more than {MAX_YAML_VALUES:,} values, over the limit of {MAX_YAML_VALUES:,}: write its values out without "
                                   "YAML aliases (&anchor / *alias)")
 
 
