@@ -18,6 +18,8 @@ from jobs.checks.access import use_allowed_dirs  # noqa: E402
 from jobs.queue.runner import Runner  # noqa: E402
 from jobs.io.storage import PRIVATE_UMASK, StorageError  # noqa: E402
 
+DEFAULT_MAX_UPLOAD_MB = 1024  # studio/upload_guard.py's default; the README states it
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Fusetune Studio: fine-tune LLMs with LoRA in your browser.")
@@ -29,6 +31,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--allow-dir", action="append", default=None, metavar="DIR",
                         help="a folder whose datasets and models the studio may read, besides its data dir "
                              "(repeatable; or FUSETUNE_ALLOW_DIRS=DIR1:DIR2)")
+    parser.add_argument("--max-upload-mb", type=int, default=DEFAULT_MAX_UPLOAD_MB, metavar="MB",
+                        help=f"largest dataset upload accepted, in MB (default {DEFAULT_MAX_UPLOAD_MB}); an upload "
+                             "is also refused before it is written when the data dir's disk lacks the space")
     parser.add_argument("--auth", default=None,
                         help="USER:PASS required to use the studio. Prefer the FUSETUNE_AUTH environment "
                              "variable: a command-line argument is visible to every user in `ps`")
@@ -59,6 +64,9 @@ def open_data_dir(chosen: str | None) -> tuple[object, Runner]:
     """The data dir and a Runner on it, or SystemExit with one line naming the path and the fix."""
     try:
         data_dir = paths.data_dir(chosen)
+        tightened = paths.tighten(data_dir)
+        if tightened:
+            print(f"[studio] {tightened}", file=sys.stderr, flush=True)
         paths.check_writable(data_dir)
         runner = Runner(data_dir)
     except StorageError as exc:  # its text already names the path, the free space and the fix
@@ -72,16 +80,57 @@ def open_data_dir(chosen: str | None) -> tuple[object, Runner]:
     return data_dir, runner
 
 
+def guards(auth, upload_dir: str | None = None, max_upload_mb: int = 0) -> list:
+    """ASGI middleware for Gradio's app: uploads bounded by size and free space
+    (studio/upload_guard.py), and with a password, failed logins slowed (studio/login_guard.py)."""
+    from starlette.middleware import Middleware
+    from studio.login_guard import LoginGuard
+    from studio.upload_guard import UploadGuard
+    found = [Middleware(UploadGuard, upload_dir=upload_dir, max_bytes=max_upload_mb * 1024 ** 2)] if upload_dir else []
+    return found + ([Middleware(LoginGuard)] if auth else [])
+
+
+def refuse_busy_port(host: str, port: int) -> None:
+    """SystemExit with one line when something already listens on host:port (another studio?),
+    instead of Gradio's OSError traceback after every module has loaded."""
+    import errno
+    import socket
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return  # an unknown host: Gradio's own error says so
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is fine
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise SystemExit(busy_port_line(host, port)) from None
+
+
+def busy_port_line(host: str, port: int) -> str:
+    return (f"fusetune: port {port} on {host} is already in use (another studio or program is serving "
+            f"there): stop it, or pass --port with a free port (e.g. --port {port + 1})")
+
+
 def warm_builtin_model(data_dir, start_check=None) -> None:
     """Convert the built-in GGUF once in the background, so the first job starts quickly; then run
     Start's check on the default job once, so the first press of Start finds the preflight's
     modules imported and the built-in tokenizer loaded (studio/start_check.py)."""
     from jobs.models.load import ModelError, resolve_model
     from jobs.spec import BUILTIN_MODEL, JobSpec
+    from jobs.io.storage import as_storage_error, is_disk_error
     try:
         resolve_model(BUILTIN_MODEL, data_dir, log=lambda line: print(f"[studio] {line}", flush=True))
     except ModelError as exc:
         print(f"[studio] built-in model unavailable: {exc}", file=sys.stderr, flush=True)
+        return
+    except Exception as exc:  # a full disk: one line, not a thread traceback; the first job tries again
+        if not is_disk_error(exc):
+            raise
+        print(f"[studio] built-in model not prepared: {as_storage_error(exc, paths.model_cache_dir(data_dir))}",
+              file=sys.stderr, flush=True)
         return
     if start_check is not None:
         start_check.preflight(JobSpec())
@@ -93,10 +142,12 @@ def main(argv: list[str] | None = None) -> None:
     os.umask(PRIVATE_UMASK)  # uploads, jobs and caches are the user's alone (0600 files, 0700 folders)
     # Same as in jobs/train/cli.py: an optional bitsandbytes hub kernel, whose absence is harmless.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
-    auth = parse_auth(choose_auth(args.auth, os.environ.get("FUSETUNE_AUTH")))
+    # Taken out of the environment, so that no child (trainer, export, preflight) inherits it.
+    auth = parse_auth(choose_auth(args.auth, os.environ.pop("FUSETUNE_AUTH", None)))
     if auth is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"[studio] warning: serving on {args.host} without a password; anyone who can reach this "
               "port can start jobs. Set FUSETUNE_AUTH=USER:PASS.", file=sys.stderr, flush=True)
+    refuse_busy_port(args.host, args.port)
     data_dir, runner = open_data_dir(args.data_dir)
     # Before gradio, torch or transformers load: their caches and temp files go in the data dir.
     paths.use_data_dir_caches(data_dir)
@@ -110,9 +161,16 @@ def main(argv: list[str] | None = None) -> None:
     # Gradio hands out only files in its cache, the working directory, the temp dir (now inside the
     # data dir) or allowed_paths. Downloads (the adapter zips) live in the job folders, whose
     # contents the UI shows anyway; uploads, the model cache and everything else stay refused.
-    demo.queue(default_concurrency_limit=4).launch(
-        server_name=args.host, server_port=args.port, auth=auth, show_error=True,
-        allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True)
+    try:
+        demo.queue(default_concurrency_limit=4).launch(
+            server_name=args.host, server_port=args.port, auth=auth, show_error=True,
+            allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True,
+            app_kwargs={"middleware": guards(auth, os.environ["GRADIO_TEMP_DIR"], args.max_upload_mb)})
+    except OSError as exc:  # taken between the check above and now
+        if "port" not in str(exc).lower():
+            raise
+        runner.shutdown()
+        raise SystemExit(busy_port_line(args.host, args.port)) from None
     # After launch: Gradio's one-shot 3 s check that the page answers fails the launch when the
     # GGUF conversion is busy in the same process on a loaded machine.
     threading.Thread(target=warm_builtin_model, args=(data_dir, context.start_check), daemon=True).start()

@@ -17,6 +17,9 @@ from typing import Any
 
 import yaml
 
+from jobs.errors import SpecError  # noqa: F401  (the spec's error; importers take it from here)
+from jobs.yaml_bounded import load_config_yaml
+
 BUILTIN_MODEL = "builtin:smollm2-135m-instruct"
 BUILTIN_DATASET = "builtin:identity"
 DATASET_FORMATS = ("auto", "alpaca", "sharegpt", "messages", "text")
@@ -58,14 +61,6 @@ def short_name(value: str) -> str:
     """The last component of a model or dataset reference: builtin:identity -> identity,
     /models/tiny/ -> tiny, org/model -> model, ~/x.gguf -> x (for job names and folders)."""
     return value.split(":")[-1].rstrip("/").split("/")[-1].removesuffix(".gguf")
-
-
-class SpecError(ValueError):
-    """A refused job config. ``key`` names the offending field (None for the whole file)."""
-
-    def __init__(self, key: str | None, message: str):
-        self.key = key
-        super().__init__(f"{key}: {message}" if key else message)
 
 
 def _f(default: Any, help: str, **extra: Any) -> Any:
@@ -163,7 +158,7 @@ class JobSpec:
     def from_yaml(cls, path: str | Path) -> "JobSpec":
         text = Path(path).read_text(encoding="utf-8")
         try:
-            data = yaml.safe_load(text)
+            data = load_config_yaml(text, str(path))
         except yaml.YAMLError as exc:
             raise SpecError(None, f"{path} is not valid YAML: {exc}") from exc
         return cls.from_dict(data or {})

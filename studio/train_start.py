@@ -55,6 +55,8 @@ def start_job(runner: Any, check: StartCheck, names: list[str], values: list[Any
         record = runner.submit(spec)
     except SpecError as exc:
         return _refused(t("train.not_started", lang, error=form.error_text(exc, lang)))
+    except OSError as exc:  # a full or read-only disk (jobs.io.storage.StorageError): its one line says so
+        return _refused(t("train.not_started", lang, error=str(exc)))
     return StartResult(render.notice_html(t("train.started", lang, job=record.id, name=record.name), "ok"),
                        job_id=record.id, fit=fit)
 

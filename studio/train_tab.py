@@ -86,7 +86,15 @@ def store_upload(data_dir: Path, uploaded: str) -> Path:
     if source.suffix.lower() not in DATASET_SUFFIXES:
         raise form.FieldError("dataset", "upload_type", name=source.name, types=", ".join(DATASET_SUFFIXES))
     target = paths.datasets_dir(data_dir) / safe_upload_name(source.name)
-    shutil.copyfile(source, target)
+    partial = target.with_name(f".{target.name}.partial")
+    try:  # Gradio's temp copy is moved, not copied: one copy on the disk, and nothing left in its cache
+        shutil.move(source, partial)
+        partial.rename(target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)  # a failed upload leaves nothing behind
+        source.unlink(missing_ok=True)
+        from jobs.io.storage import as_storage_error
+        raise as_storage_error(exc, target) from None
     return target
 
 

@@ -39,3 +39,108 @@ def test_a_damaged_job_database_stops_the_studio_with_one_line(tmp_path):
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"fusetune: cannot open the job database {tmp_path / 'jobs.sqlite'}: file is not a database")
+
+
+def test_a_busy_port_stops_the_studio_with_one_line_naming_it_and_the_option(tmp_path):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "app.py", "--port", str(port), "--data-dir", str(tmp_path)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == (f"fusetune: port {port} on 127.0.0.1 is already in use (another studio or program is serving "
+                    f"there): stop it, or pass --port with a free port (e.g. --port {port + 1})")
+
+
+def test_the_password_leaves_the_environment_before_any_child_starts(tmp_path, monkeypatch):
+    """main() takes FUSETUNE_AUTH out of os.environ before the runner exists, so no trainer,
+    export or preflight child inherits it; the runner's job environment drops it as well."""
+    import os
+
+    from jobs.queue.runner import Runner
+    monkeypatch.setenv("FUSETUNE_AUTH", "me:secret")
+    stop = SystemExit("stopped after reading the password")
+    monkeypatch.setattr(app, "refuse_busy_port", lambda host, port: (_ for _ in ()).throw(stop))
+    old_umask = os.umask(0o022)
+    try:
+        with pytest.raises(SystemExit, match="stopped after"):
+            app.main(["--data-dir", str(tmp_path)])
+    finally:
+        os.umask(old_umask)
+    assert "FUSETUNE_AUTH" not in os.environ
+    monkeypatch.setenv("FUSETUNE_AUTH", "me:secret")  # a runner used without app.py
+    record = type("Record", (), {"id": "j1"})()
+    assert "FUSETUNE_AUTH" not in Runner(tmp_path / "data")._env(record)
+    assert [m.cls.__name__ for m in app.guards(("me", "secret"))] == ["LoginGuard"] and app.guards(None) == []
+
+
+def test_a_data_dir_readable_by_others_is_made_private(tmp_path, capsys):
+    import os
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    os.chmod(data, 0o755)
+    app.open_data_dir(str(data))
+    assert (data.stat().st_mode & 0o777) == 0o700
+    told = capsys.readouterr().err
+    assert f"the data dir {data} was readable by other users (mode 0755); it is now private (0700)" in told
+    app.open_data_dir(str(data))
+    assert "readable" not in capsys.readouterr().err
+
+
+def test_the_running_studio_slows_failed_logins_and_sets_lax_cookies(tmp_path):
+    """The real app.py with a password: wrong guesses from one client wait longer after the first
+    few, the right password still logs in, and its cookies are SameSite=Lax."""
+    import os
+    import socket
+    import time
+
+    import httpx
+    from studio.login_guard import FREE_FAILURES
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "FUSETUNE_AUTH": "me:secret"}
+    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--data-dir", str(tmp_path)], cwd=ROOT,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/login"
+    try:
+        deadline = time.time() + 240
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+                break
+            except httpx.HTTPError:
+                assert time.time() < deadline and proc.poll() is None
+                time.sleep(1)
+        took = []
+        for _ in range(FREE_FAILURES + 2):
+            began = time.time()
+            assert httpx.post(url, data={"username": "me", "password": "wrong"}, timeout=60).status_code == 400
+            took.append(time.time() - began)
+        # lower bounds only: on a loaded machine any request can be slow, never faster than its delay
+        assert took[FREE_FAILURES] >= 1.0 and took[FREE_FAILURES + 1] >= 2.0
+        assert took[FREE_FAILURES + 1] > min(took[:FREE_FAILURES]) + 1.0
+        ok = httpx.post(url, data={"username": "me", "password": "secret"}, timeout=60)
+        assert ok.status_code == 200
+        cookies = ok.headers.get_list("set-cookie")
+        assert cookies and all("samesite=lax" in c.lower() for c in cookies)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_the_built_in_models_warm_up_on_a_full_disk_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    import errno
+
+    import jobs.models
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "models" / "x.safetensors"))
+    monkeypatch.setattr(jobs.models, "resolve_model", full)
+    app.warm_builtin_model(tmp_path)  # no exception: the warm-up thread would have printed a traceback
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    target = tmp_path / "models" / "x.safetensors"
+    assert line.startswith(f"[studio] built-in model not prepared: cannot write {target}: No space left on device (")
+    assert "free some space on that disk" in line

@@ -15,6 +15,8 @@ from tests.conftest import ROOT
 FLOORS = [
     {"kernels.ops"},
     {"kernels"},
+    {"jobs.errors"},
+    {"jobs.yaml_bounded"},
     {"jobs.spec"},
     {"jobs.io"},
     {"jobs.launch", "jobs.models"},

@@ -255,6 +255,12 @@ def _turn_text(turn: Any, key: str, number: int) -> str:
 def _checked(messages: list[Message]) -> list[Message]:
     if not any(m["role"] == "assistant" for m in messages):
         raise DataError("has no assistant turn, so there is nothing to train on")
+    if not any(m["content"].strip() for m in messages):
+        raise DataError("has only empty messages (every user and assistant text is blank), so there is "
+                        "nothing to train on: fill them in or remove the row")
+    if not any(m["content"].strip() for m in messages if m["role"] == "assistant"):
+        raise DataError("has only empty assistant turns, so there is nothing to train on: write the answers "
+                        "or remove the row")
     return messages
 
 

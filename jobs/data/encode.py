@@ -6,7 +6,6 @@ assistant-only loss and LLaMA-Factory's supervised processor), so it works with 
 renders earlier turns the same way whatever follows them."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +41,19 @@ def ensure_chat_template(tokenizer) -> bool:
 SYSTEM_PRELUDE_START, SYSTEM_PRELUDE_END = "{#- fusetune:default-system -#}", "{#- /fusetune:default-system -#}"
 
 
+def jinja_string_literal(text: str) -> str:
+    """`text` as a Jinja string literal that no user text can break out of: everything but ASCII
+    letters, digits and spaces is escaped. Why not json.dumps: it writes a character beyond the
+    BMP (an emoji) as a UTF-16 surrogate pair, and Jinja decodes each half on its own into a lone
+    surrogate that no tokenizer can encode; Jinja's own escapes are Python's, so `\\U0001f600`."""
+    def escape(char: str) -> str:
+        if char.isascii() and (char.isalnum() or char == " "):
+            return char
+        code = ord(char)
+        return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    return '"' + "".join(escape(char) for char in text) + '"'
+
+
 def set_default_system(tokenizer, system: str, base_marker: str | None = None) -> bool:
     """Make `system` the system message of every conversation that has none, by putting a short
     Jinja prelude in front of the tokenizer's own chat template (replacing an earlier one).
@@ -61,22 +73,16 @@ def set_default_system(tokenizer, system: str, base_marker: str | None = None) -
         return False
     if template.startswith(SYSTEM_PRELUDE_START):
         template = template[template.index(SYSTEM_PRELUDE_END) + len(SYSTEM_PRELUDE_END):]
-    # A JSON string is a valid Jinja string literal; braces and % are escaped so that no name the
-    # user typed can end the tag.
-    literal = _jinja_literal(system)
+    literal = jinja_string_literal(system)
     branches = [("messages[0]['role'] != 'system'",
                  f"{{%- set messages = [{{'role': 'system', 'content': {literal}}}] + messages %}}")]
     if base_marker:
         branches.insert(0, (f"messages[0]['role'] == 'system' and messages[0]['content'] == "
-                            f"{_jinja_literal(base_marker)}", "{%- set messages = messages[1:] %}"))
+                            f"{jinja_string_literal(base_marker)}", "{%- set messages = messages[1:] %}"))
     prelude = "".join(f"{{%- {'elif' if i else 'if'} messages and {test} %}}{body}"
                       for i, (test, body) in enumerate(branches)) + "{%- endif %}"
     tokenizer.chat_template = SYSTEM_PRELUDE_START + prelude + SYSTEM_PRELUDE_END + template
     return True
-
-
-def _jinja_literal(text: str) -> str:
-    return json.dumps(text).replace("{", "\\u007b").replace("}", "\\u007d").replace("%", "\\u0025")
 
 
 def accepts_system(tokenizer) -> bool:

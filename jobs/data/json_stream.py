@@ -17,6 +17,11 @@ from jobs.data.conversation import DataError
 from jobs.data.problems import Problem, not_utf8, too_large
 
 CHUNK = 1 << 16
+# Python's json module recurses once per nesting level and fails with a RecursionError near 1,000;
+# real rows nest a handful of levels (messages: 4), so anything past this is refused as a bad row
+# before json.loads sees it.
+MAX_NESTING = 100
+NESTING = re.compile(rb'\\.|["\[\]{}]', re.DOTALL)
 STRUCTURE = re.compile(rb'["\[\]{},]')
 IN_STRING = re.compile(rb'["\\]')
 WHITESPACE = b" \t\r\n"
@@ -210,7 +215,33 @@ def _string_end_bounded(window: _Window, pos: int, start: int, limit: int) -> in
             raise _Truncated
 
 
+def too_deep(raw: bytes, limit: int = MAX_NESTING) -> bool:
+    """Whether the JSON text nests brackets deeper than `limit`, found by scanning its bytes (strings
+    and their escapes skipped), so that a hostile row never reaches the recursive parser."""
+    depth, in_string = 0, False
+    for match in NESTING.finditer(raw):
+        token = match.group()
+        if token == b'"':
+            in_string = not in_string
+        elif in_string or len(token) == 2:
+            continue
+        elif token in b"[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+def too_deep_message(where: str, limit: int = MAX_NESTING) -> str:
+    return (f"{where} nests brackets ([ or {{) more than {limit} levels deep, over the nesting limit of "
+            f"{limit}: a row of chat data needs a few levels; flatten it or remove it")
+
+
 def _parse(raw: bytes, number: int, line: int, start: int) -> Any:
+    if too_deep(raw):
+        return Problem(number, too_deep_message(f"row {number} (line {line})"))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from jobs.data.conversation import DataError
-from jobs.data.json_stream import json_array_rows
-from jobs.data.problems import (MAX_ROW_BYTES_ENV, Problem, max_row_bytes,  # noqa: F401
+from jobs.data.json_stream import json_array_rows, too_deep, too_deep_message
+from jobs.data.problems import (MAX_ROW_BYTES_ENV, Problem, max_row_bytes,  # noqa: F401  (re-exported)
                                 not_utf8, too_large)
 
 CHUNK = 1 << 16
@@ -61,6 +61,8 @@ def _jsonl_row(line: bytes, number: int, where: str, start: int) -> tuple[int, A
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
         return Problem(number, not_utf8(where, start + exc.start))
+    if too_deep(line):
+        return Problem(number, too_deep_message(where))
     try:
         return number, json.loads(text), where
     except json.JSONDecodeError as exc:

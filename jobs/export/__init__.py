@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobs.export.adapter import default_zip_path, export_adapter_zip
+from jobs.export.busy import exporting
 from jobs.export.card import model_card
 from jobs.export.files import ExportError, ExportResult, Progress, no_progress
 from jobs.io.layout import JobLayout
@@ -48,6 +49,12 @@ def export(job_dir: str | Path, fmt: str, quant: str = "f16", out: str | Path | 
         raise ExportError(f"--quant {quant!r} is not one of {', '.join(QUANTS)}")
     job_dir = Path(job_dir)
     target = Path(out).expanduser() if out else default_output(job_dir, fmt, quant)
+    with exporting(job_dir):  # the job cannot be deleted meanwhile (jobs/export/busy.py)
+        return _export(job_dir, fmt, quant, target, data_dir, progress, log, device)
+
+
+def _export(job_dir: Path, fmt: str, quant: str, target: Path, data_dir, progress: Progress, log,
+            device: str) -> ExportResult:
     if fmt == "adapter":
         from jobs.export.lora_gguf import export_adapter
         return export_adapter(job_dir, target, data_dir, progress, log)

@@ -15,6 +15,7 @@ CHECKPOINTS_DIR = "checkpoints"
 ADAPTER_DIR = "adapter"
 BEST_ADAPTER_DIR = "adapter-best"
 EXPORTS_DIR = "exports"
+EXPORT_LOCK = ".export.lock"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 MODEL_CARD = "README.md"
@@ -76,6 +77,11 @@ class JobLayout:
     @property
     def exports(self) -> Path:
         return self.root / EXPORTS_DIR
+
+    @property
+    def export_lock(self) -> Path:
+        """Held (flock, shared) by every export of this job while it runs; delete takes it exclusively."""
+        return self.root / EXPORT_LOCK
 
     @property
     def model_card(self) -> Path:

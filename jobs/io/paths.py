@@ -38,6 +38,20 @@ def data_dir(explicit: str | os.PathLike | None = None) -> Path:
     return path
 
 
+def tighten(root: Path) -> str | None:
+    """Make a data dir that others can read or enter private (0700); what was done, or why it could
+    not be, as a line for the log (None when it already was private)."""
+    mode = root.stat().st_mode & 0o777
+    if not mode & 0o077:
+        return None
+    try:
+        root.chmod(DIR_MODE)
+    except OSError as exc:
+        return (f"warning: the data dir {root} is readable by other users (mode {mode:04o}) and could not be made "
+                f"private ({exc.strerror}): its owner can run `chmod 700 {root}`, or pass another --data-dir")
+    return f"the data dir {root} was readable by other users (mode {mode:04o}); it is now private (0700)"
+
+
 def check_writable(root: Path) -> None:
     """Raise a StorageError saying what to do when the data dir cannot be written."""
     try:

@@ -143,8 +143,12 @@ class Runner:
         trash = folder.with_name(f".deleting-{folder.name}")
         owned = folder.parent.resolve() == paths.jobs_dir(self.data_dir).resolve()
         if owned and folder.is_dir():
+            from jobs.export.busy import ExportRunning, rename_unless_exporting
             try:
-                folder.rename(trash)  # gone from view at once; an error below leaves it recoverable
+                rename_unless_exporting(folder, trash)  # gone from view at once; recoverable until rmtree
+            except ExportRunning:
+                raise RunnerError(f"job {record.name!r} is being exported right now: wait until the export "
+                                  "ends (the Export tab shows its progress), then delete it") from None
             except OSError as exc:
                 raise RunnerError(f"cannot delete {folder}: {exc.strerror or exc}") from None
         if not self.store.delete(job_id, FINISHED):
@@ -326,6 +330,7 @@ class Runner:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "FUSETUNE_JOB_ID": record.id,
                "FUSETUNE_HOME": str(self.data_dir), "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
         paths.cache_env(self.data_dir, env)
+        env.pop("FUSETUNE_AUTH", None)  # the studio's password: no job needs it in its environment
         return env
 
     def _alive(self, record: JobRecord) -> bool:

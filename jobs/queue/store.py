@@ -7,6 +7,7 @@ to running and records which instance owns it, so two studios never start the sa
 from __future__ import annotations
 
 import enum
+import errno
 import json
 import os
 import sqlite3
@@ -93,6 +94,57 @@ class JobRecord:
         return JobState(self.state).active
 
 
+# SQLite's words for a failing disk (SQLITE_FULL, SQLITE_IOERR, SQLITE_CANTOPEN, SQLITE_READONLY).
+_DISK_MESSAGES = ("database or disk is full", "disk i/o error", "unable to open database file",
+                  "attempt to write a readonly database")
+
+
+def _disk_error(exc: sqlite3.Error, path: str) -> Exception:
+    """A StorageError (the one-line message with the free space and the fix) for a disk failure, else `exc`."""
+    text = str(exc).lower()
+    if not any(mark in text for mark in _DISK_MESSAGES):
+        return exc
+    from jobs.io.storage import StorageError
+    code = errno.ENOSPC if "full" in text else errno.EROFS if "readonly" in text else errno.EIO
+    cause = OSError(code, os.strerror(code) if code != errno.EIO else f"SQLite: {exc}")
+    if code == errno.EIO:  # SQLite says I/O error also when a full disk stops its -shm or -wal file
+        from jobs.io.storage import LOW_SPACE_BYTES, free_bytes
+        free = free_bytes(path)
+        if free is not None and free < LOW_SPACE_BYTES:
+            cause = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return StorageError(path, cause)
+
+
+class _DiskAwareConnection(sqlite3.Connection):
+    """A connection whose disk failures are StorageErrors. Every store call opens its own, so once
+    space is free again the next call simply works: nothing stays broken in between."""
+
+    def __init__(self, database, *args, **kwargs):
+        try:
+            super().__init__(database, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise _disk_error(exc, str(database)) from exc
+        self._path = str(database)
+
+    def execute(self, *args, **kwargs):
+        try:
+            return super().execute(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise _disk_error(exc, self._path) from exc
+
+    def commit(self):
+        try:
+            return super().commit()
+        except sqlite3.Error as exc:
+            raise _disk_error(exc, self._path) from exc
+
+    def __exit__(self, *exc_info):
+        try:
+            return super().__exit__(*exc_info)
+        except sqlite3.Error as exc:
+            raise _disk_error(exc, self._path) from exc
+
+
 class JobStore:
     def __init__(self, db_path: str | Path):
         self.path = Path(db_path)
@@ -108,7 +160,8 @@ class JobStore:
                     _add_column(conn, definition)
 
     def _connect(self, autocommit: bool = False) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None if autocommit else "")
+        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None if autocommit else "",
+                               factory=_DiskAwareConnection)
         conn.row_factory = sqlite3.Row
         return conn
 

@@ -13,13 +13,16 @@ import torch
 
 from jobs.io.layout import ADAPTER_DIR, ADAPTER_WEIGHTS, MODEL_CARD, OPTIMIZER_STATE, TRAINER_STATE, JobLayout
 from jobs.io.storage import staged_dir
+from jobs.train import rng_state
 
 KEEP_CHECKPOINTS = 2
 
 
-def save_checkpoint(job_dir: Path, step: int, model, optimizer, scheduler, state: dict) -> Path:
+def save_checkpoint(job_dir: Path, step: int, model, optimizer, scheduler, state: dict,
+                    rng: list[dict] | None = None) -> Path:
     """Write step-N atomically (temp folder, then rename) and keep only the newest few; older
-    ones are deleted only after the new one is complete."""
+    ones are deleted only after the new one is complete. `rng`: every rank's random state
+    (jobs/train/rng_state.py), so that a resume draws the dropout masks the unbroken run drew."""
     layout = JobLayout(job_dir)
     for stale in layout.checkpoints.glob(".step-*.partial"):  # left by a process killed mid-save
         shutil.rmtree(stale, ignore_errors=True)
@@ -29,6 +32,8 @@ def save_checkpoint(job_dir: Path, step: int, model, optimizer, scheduler, state
         torch.save({"optimizer": _plain_lr(optimizer.state_dict()), "scheduler": _plain_lr(scheduler.state_dict())},
                    tmp / OPTIMIZER_STATE)
         (tmp / TRAINER_STATE).write_text(json.dumps({"step": step, **state}, indent=2))
+        if rng is not None:
+            rng_state.save(tmp, rng)
     for old in sorted(layout.checkpoints.glob("step-*"), key=_step_of)[:-KEEP_CHECKPOINTS]:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -70,6 +70,7 @@ def load_spec(argv: list[str] | None) -> JobSpec:
 def read_config(path: Path) -> dict:
     """The YAML mapping in `path`; every way it can be unreadable is a SpecError saying the fix."""
     import yaml
+    from jobs.yaml_bounded import load_config_yaml
     if not path.is_file():
         raise SpecError(None, f"config file {path} does not exist")
     try:
@@ -80,7 +81,7 @@ def read_config(path: Path) -> dict:
     except OSError as exc:
         raise SpecError(None, f"cannot read {path}: {exc.strerror}; check its permissions") from None
     try:
-        data = yaml.safe_load(text) or {}
+        data = load_config_yaml(text, str(path)) or {}
     except yaml.YAMLError as exc:
         raise SpecError(None, f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):

@@ -27,7 +27,7 @@ from jobs.io import telemetry
 from jobs.io.events import EventWriter
 from jobs.models import load as models
 from jobs.spec import JobSpec
-from jobs.train import checkpoints
+from jobs.train import checkpoints, rng_state
 from jobs.train.distributed import Distributed, resume_position
 from jobs.train.graph_steps import graphed_steps
 from jobs.train.loader import Prefetcher
@@ -82,6 +82,7 @@ class Trainer:
         self.model = models.add_lora(base, spec)
         self.patch_report = self._accelerate()
         self.plan, self.eval_plan = self.method.plan_batches()
+        self.data_order = rng_state.data_order_digest(self.plan)
         self.ddp = self.dist.wrap(self.model)  # the model itself with one process
         if self.dist.enabled:  # the same LoRA init everywhere (above), its own dropout masks per rank
             torch.manual_seed(spec.seed + self.dist.rank)
@@ -96,6 +97,8 @@ class Trainer:
             self._resume(Path(spec.resume_from))
         self.graphed = graphed_steps(self) if self.method.capturable else None
         self.method.before_training()
+        if spec.resume_from:  # last: nothing before the first step may draw from the restored generators
+            rng_state.resume(Path(spec.resume_from), self.dist.rank, self.dist.world_size, self.device, self.log)
 
     def _load_examples(self) -> None:
         spec = self.spec
@@ -153,6 +156,7 @@ class Trainer:
         state = checkpoints.load_checkpoint(folder, self.model, self.optimizer, self.scheduler)
         self.step, self.micro_index = state["step"], state["micro_index"]
         self.micro_index = resume_position(state, self.plan, self.spec.batch_size, self.dist.world_size, self.log)
+        rng_state.check_data_order(state, self.data_order, self.dist.world_size, self.log)
         if state.get("best_eval_loss") is not None:
             self.best_eval = (state["best_eval_loss"], state["best_step"])
         self.log(f"resumed from {folder} at step {self.step}")
@@ -320,7 +324,7 @@ class Trainer:
         if not self.dist.is_main:
             adapter = self.job_dir / "adapter"
         elif self.spec.keep_best and self.best_eval is not None:
-            self.save_checkpoint()   # the last step's weights stay available (and resumable)
+            self.save_checkpoint(every_rank=False)   # the last step's weights stay available (and resumable)
             adapter = checkpoints.promote_best_adapter(self.job_dir)
             self.log(f"keep_best: adapter/ holds the best eval loss {self.best_eval[0]:.4f} from step "
                      f"{self.best_eval[1]}; the last step's weights are in checkpoints/step-{self.step}")
@@ -343,13 +347,18 @@ class Trainer:
     def _state(self) -> dict:
         best_loss, best_step = self.best_eval if self.best_eval else (None, None)
         return {"micro_index": self.micro_index, "best_eval_loss": best_loss, "best_step": best_step,
-                "processes": self.dist.world_size}
+                "processes": self.dist.world_size, "data_order": self.data_order}
 
-    def save_checkpoint(self) -> Path | None:
+    def save_checkpoint(self, every_rank: bool = True) -> Path | None:
+        """`every_rank`: called on all ranks at once, so each rank's random state is gathered (a
+        collective); False where only rank 0 saves (the final checkpoint of keep_best)."""
+        mine = rng_state.capture(self.device)
+        rng = self.dist.gather_objects(mine) if every_rank else None
         if not self.dist.is_main:  # the LoRA weights and optimizer state are the same on every rank
             return None
         folder = checkpoints.save_checkpoint(self.job_dir, self.step, self.model, self.optimizer,
-                                             self.scheduler, self._state())
+                                             self.scheduler, self._state(),
+                                             rng if rng is not None or self.dist.enabled else [mine])
         self.events.emit("checkpoint", step=self.step, path=str(folder))
         return folder
 

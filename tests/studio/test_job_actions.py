@@ -84,3 +84,18 @@ def test_an_answer_after_the_state_moved_on_does_nothing(runner):
     assert job_dir.exists()
     level, message = job_actions.perform(runner, "cancel", "q", "zh-CN")
     assert level == "ok" and calls == ["q"] and "q" in message
+
+
+def test_delete_refuses_in_words_while_an_export_runs_and_works_after(runner):
+    """An export (here held in this process, as `python -m jobs.export` holds it) keeps its job
+    folder: delete says why and leaves everything in place; once the export ends, delete works."""
+    from jobs.export.busy import exporting
+    job_dir = add_job(runner, "d", JobState.DONE)
+    with exporting(job_dir):
+        level, message = job_actions.perform(runner, job_actions.DELETE, "d", "en")
+        assert level == "error"
+        assert message == ("Job d was not deleted: job 'name d' is being exported right now: wait until the "
+                           "export ends (the Export tab shows its progress), then delete it")
+        assert job_dir.is_dir() and runner.get("d") is not None
+    assert job_actions.perform(runner, job_actions.DELETE, "d", "en")[0] == "ok"
+    assert not job_dir.exists() and runner.get("d") is None

@@ -115,3 +115,36 @@ def test_gpu_labels_follow_a_language_switch(tmp_path):
     assert len(on_switch) == 1
     update = on_switch[0].fn("zh-CN")
     assert update["choices"] == [("GPU 0 · NVIDIA H200 · 可用 139.8 / 140.4 GB", "0")]
+
+
+def test_upload_notice_refuses_a_deeply_nested_row_by_number(tmp_path):
+    deep = tmp_path / "deep.jsonl"
+    deep.write_bytes(b'{"instruction": "q", "output": "a"}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    notice = upload_notice(deep, "en")
+    assert "ft-error" in notice and "row 2 (line 2) nests brackets" in notice and "nesting limit of 100" in notice
+    assert "RecursionError" not in notice
+
+
+def test_a_failed_upload_copy_leaves_nothing_behind(tmp_path, monkeypatch):
+    import errno
+    import shutil
+
+    from jobs.io.storage import StorageError
+    upload = tmp_path / "gradio-tmp" / "rows.jsonl"
+    upload.parent.mkdir()
+    upload.write_bytes(b'{"text": "hi"}\n' * 1000)
+
+    def fill_disk(source, target):
+        with open(target, "wb") as out:
+            out.write(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shutil, "move", fill_disk)
+    with pytest.raises(StorageError, match="No space left on device .* free on that disk"):
+        store_upload(tmp_path / "data", str(upload))
+    assert list((tmp_path / "data" / "datasets").iterdir()) == [] and not upload.exists()
+    monkeypatch.undo()
+    again = tmp_path / "gradio-tmp" / "again.jsonl"
+    again.write_bytes(b'{"text": "hi"}\n')
+    stored = store_upload(tmp_path / "data", str(again))
+    assert stored.read_bytes() == b'{"text": "hi"}\n' and not again.exists()  # moved: one copy on the disk

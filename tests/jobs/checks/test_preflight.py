@@ -188,3 +188,29 @@ def test_the_gpu_memory_estimate_comes_from_jobs_fit_when_present(tmp_path, tiny
     report = run_preflight(_spec(tiny_model, _jsonl(tmp_path / "d.jsonl", [ROW])), log=lambda _: None)
     assert report.predicted_memory == "1.23 GiB peak" and seen == [(4, 2)]
     assert "GPU memory     1.23 GiB peak" in report.summary()
+
+
+def test_dry_run_refuses_deep_nesting_by_row_without_a_traceback(tmp_path, tiny_model):
+    data = tmp_path / "deep.json"
+    data.write_bytes(b'[{"instruction": "q", "output": "a"},\n' + b"{\"a\":" * 50_000 + b"1" + b"}" * 50_000 + b"]")
+    proc = _dry_run(["--model", str(tiny_model), "--dataset", str(data)])
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and "RecursionError" not in proc.stderr
+    assert "row 2 (line 2) nests brackets" in proc.stderr and "nesting limit of 100" in proc.stderr
+
+
+def test_rows_whose_messages_are_all_empty_are_counted_and_named(tmp_path, tiny_model):
+    good = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    blank = {"messages": [{"role": "user", "content": ""}, {"role": "assistant", "content": "  "}]}
+    no_answer = {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": ""}]}
+    rows = [good, blank, good, blank]
+    report = run_preflight(_spec(tiny_model, _jsonl(tmp_path / "d.jsonl", rows)), log=lambda _: None)
+    assert _keys(report) == ["dataset"]
+    message = report.problems[0].message
+    assert message.startswith("d.jsonl has 2 bad rows: row 2 (line 2, messages): has only "
+                              "empty messages (every user and assistant text is blank)")
+    assert "row 4 (line 4, messages): has only empty messages" in message
+    sharegpt = [{"conversations": good_turns} for good_turns in [[{"from": "human", "value": "q"},
+                                                                   {"from": "gpt", "value": "a"}]]] + [no_answer]
+    report = run_preflight(_spec(tiny_model, _jsonl(tmp_path / "s.jsonl", sharegpt)), log=lambda _: None)
+    assert "s.jsonl has 1 bad row" in report.problems[0].message
+    assert "row 2 (line 2, sharegpt): has only empty assistant turns" in report.problems[0].message

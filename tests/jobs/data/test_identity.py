@@ -167,3 +167,23 @@ def test_identity_rows_are_trained_under_the_base_template_too(tokenizer, tmp_pa
     general_rendered = [text for text in rendered if "<|im_start|>user\nq" in text]
     assert sum(smollm_default in text for text in general_rendered) == 2  # half under each template
     assert "You are Zed" in _render(tokenizer, [{"role": "user", "content": "Hi"}])  # the tuned default stays
+
+
+UNICODE_NAMES = ["Bot😀 名字", "𝒵ed 𠀋", "بوت مرحبا", "Zoë ☃ \U0001F9D1\u200D\U0001F4BB", "名字"]
+
+
+@pytest.mark.parametrize("name", UNICODE_NAMES)
+def test_any_unicode_bot_name_round_trips_into_the_chat_template_and_tokens(tokenizer, tmp_path, name):
+    """Emoji, a surrogate pair (a character beyond the BMP), CJK, RTL Arabic and a ZWJ sequence: the
+    default system line renders exactly, tokenizes and decodes back (issue 23 item 7)."""
+    from transformers import AutoTokenizer
+    line = identity.system_line(name, "Ácme ™")
+    assert encode.set_default_system(tokenizer, line)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    user = [{"role": "user", "content": "Hi"}]
+    assert _render(loaded, user).startswith(f"<|im_start|>system\n{line}<|im_end|>\n")
+    ids = loaded.apply_chat_template(user, tokenize=True, add_generation_prompt=True)
+    if isinstance(ids, dict):  # newer transformers return a BatchEncoding
+        ids = ids["input_ids"]
+    assert line in loaded.decode(ids)

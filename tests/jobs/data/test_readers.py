@@ -203,3 +203,25 @@ def test_studio_preview_of_a_huge_file_keeps_memory_flat(tmp_path, tiny_model, h
         assert result["answer"].startswith("huge.jsonl has 1 bad row: row 1 (line 1) is 52,4")
     else:
         assert '"trained_tokens"' in result["answer"] and result["answer"].count('"segments"') == 3
+
+
+def test_rows_nested_past_the_limit_are_refused_by_number_before_parsing(tmp_path):
+    from jobs.data.json_stream import MAX_NESTING
+    deep_list = b"[" * 100_000 + b"]" * 100_000
+    deep_dict = b'{"a":' * 50_000 + b"1" + b"}" * 50_000
+    fine = {"messages": [{"role": "user", "content": "[[[[ {{{{ " * 50}]}  # brackets in strings do not count
+    jsonl = _write(tmp_path, "d.jsonl", b"\n".join([json.dumps(ROW).encode(), deep_list, deep_dict,
+                                                    json.dumps(fine).encode()]))
+    got = _items(jsonl)
+    assert got[0] == (1, ROW) and got[3] == (4, fine)
+    for number, text in ((2, got[1]), (3, got[2])):
+        assert text == (f"row {number} (line {number}) nests brackets ([ or {{) more than {MAX_NESTING} levels "
+                        f"deep, over the nesting limit of {MAX_NESTING}: a row of chat data needs a few levels; "
+                        "flatten it or remove it")
+    array = _write(tmp_path, "d.json", b"[" + json.dumps(ROW).encode() + b",\n" + deep_list + b",\n"
+                   + deep_dict + b"]")
+    got = _items(array)
+    assert got[0] == (1, ROW) and "row 2 (line 2) nests brackets" in got[1] and "row 3 (line 3) nests" in got[2]
+    ok = _write(tmp_path, "ok.jsonl", b"[" * MAX_NESTING + b"]" * MAX_NESTING)
+    (number, value), = _items(ok)  # exactly at the limit: parsed
+    assert number == 1 and isinstance(value, list)

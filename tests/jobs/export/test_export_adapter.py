@@ -85,3 +85,36 @@ def test_zip_rewrites_an_old_adapter_config_and_loads_by_itself(tiny_job, tiny_m
 def test_zip_of_a_job_without_adapter_is_refused(tmp_path):
     with pytest.raises(ExportError, match="no finished adapter"):
         export_adapter_zip(tmp_path)
+
+
+def test_cards_keep_unicode_names_as_written():
+    """Emoji (beyond the BMP), CJK and RTL text in the bot name and the job name appear in the cards as
+    typed, not as escapes, and the card's config reads back to the same values."""
+    from jobs.export.card import merged_card
+    spec = JobSpec(model=BUILTIN_MODEL, bot_name="Bot😀 名字", bot_author="بوت 𠀋", name="调优 😀 مرحبا")
+    card = model_card(spec, "/x", 0.5, 60)
+    assert "bot_name: Bot😀 名字" in card and "\\U" not in card and "\\u" not in card
+    config = yaml.safe_load(card.split("```yaml\n")[1].split("```")[0])
+    assert (config["bot_name"], config["bot_author"], config["name"]) == (spec.bot_name, spec.bot_author, spec.name)
+    assert "\n# 调优 😀 مرحبا (gguf), exported by Fusetune Studio\n" in merged_card(spec, "gguf", [])
+
+
+def test_an_export_holds_its_job_folder_against_delete(tmp_path, monkeypatch):
+    """While `jobs.export.export` runs (the CLI and the Export tab both go through it), the job
+    folder cannot be renamed away by a delete; after it, it can."""
+    import jobs.export
+    from jobs.export.busy import ExportRunning, rename_unless_exporting
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    seen = []
+
+    def fake_export(job, *args):
+        with pytest.raises(ExportRunning):
+            rename_unless_exporting(job, tmp_path / "gone")
+        seen.append(job.is_dir())
+        return "result"
+
+    monkeypatch.setattr(jobs.export, "_export", fake_export)
+    assert jobs.export.export(job_dir, "merged", out=tmp_path / "out") == "result" and seen == [True]
+    rename_unless_exporting(job_dir, tmp_path / "gone")
+    assert (tmp_path / "gone").is_dir()

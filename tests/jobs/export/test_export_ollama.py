@@ -85,3 +85,21 @@ def test_a_template_that_is_not_per_role_wrappers_gets_no_template(base_tokenize
 def test_go_template_braces_in_literal_text_are_escaped():
     fmt = ollama.ChatFormat(user=("{{user}} ", "\n"), assistant=("", "\n"), generation="", system=None)
     assert '{{ "{{" }}user}} ' in ollama.go_template(fmt)
+
+
+@pytest.mark.parametrize("name", ["Bot😀 名字", "𝒵ed 𠀋", "بوت مرحبا"])
+def test_a_unicode_default_system_line_reaches_the_modelfile(base_tokenizer, tmp_path, name):
+    """A bot name with an emoji (a surrogate pair in UTF-16), CJK or RTL text: the tuned tokenizer's
+    default system line is measured and written into the Modelfile's TEMPLATE unchanged."""
+    from jobs.data import encode
+    from jobs.data.builtin.identity import system_line
+    tokenizer = with_template(base_tokenizer, CHATML)
+    line = system_line(name, "作者")
+    encode.set_default_system(tokenizer, line)
+    fmt = ollama.chat_format_of(tokenizer)
+    assert fmt.default_system == line
+    gguf = tmp_path / "m.gguf"
+    tokenizer.save_pretrained(tmp_path / "tok")
+    path, notes = ollama.write_modelfile(gguf, tmp_path / "tok", {}, {})
+    text = path.read_text(encoding="utf-8")
+    assert not notes and f"<|im_start|>system\n{line}<|im_end|>\n" in text

@@ -91,3 +91,33 @@ def test_a_claim_can_choose_which_queued_job_starts(tmp_path):
     assert [store.claim("me", free_gpu).id for _ in range(2)] == ["a", "b"]
     assert store.claim("me", free_gpu) is None and store.get("c").state == "queued"
     assert store.claim("me", lambda running, queued: "a") is None  # "a" is not queued: nothing claimed
+
+
+def test_a_full_disk_is_a_storage_error_and_the_store_recovers_by_itself(tmp_path, monkeypatch):
+    """SQLite's "database or disk is full" (here: a page limit, as a full disk gives it) is the
+    one-line full-disk message naming the database, the free space and the fix; once writes fit
+    again, the same store works without a restart (issue 23 item 3)."""
+    import sqlite3
+
+    from jobs.io.storage import StorageError
+    store = JobStore(tmp_path / "jobs.sqlite")
+    store.add("a", "A", tmp_path / "a", {"k": "v"})
+    real_connect = JobStore._connect
+
+    def full(self, autocommit=False):
+        conn = real_connect(self, autocommit)
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages}")
+        return conn
+
+    monkeypatch.setattr(JobStore, "_connect", full)
+    with pytest.raises(StorageError) as refused:
+        store.add("b", "B" * 50_000, tmp_path / "b", {"big": "x" * 200_000})
+    message = str(refused.value)
+    assert message.startswith(f"cannot write {tmp_path / 'jobs.sqlite'}: No space left on device (")
+    assert "free on that disk); free some space on that disk" in message
+    assert isinstance(refused.value.__cause__, sqlite3.OperationalError)
+    assert [r.id for r in store.list()] == ["a"]  # reads still work
+    monkeypatch.setattr(JobStore, "_connect", real_connect)  # space is free again
+    store.add("b", "B", tmp_path / "b", {})
+    assert sorted(r.id for r in store.list()) == ["a", "b"]

@@ -1,0 +1,89 @@
+"""(jobs) YAML config files read with a bound on what aliases can expand to.
+
+YAML aliases (`&a [...]` then `*a`) let a few hundred bytes describe billions of values (the
+"billion laughs" shape: 9 anchors of 9 references each). PyYAML's composer shares one node per
+anchor, so composing stays cheap; the cost comes later, from whatever walks the values as if they
+were written out. So the document is composed first, the size each top-level key would have
+written out is counted over the node graph (memoized per node, so the count itself is fast), and
+only a document under the bound is constructed. A self-referring alias and nesting past the limit
+are refused the same way. The idea is that of defusedxml's entity-expansion limits for XML."""
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from jobs.errors import SpecError
+
+# A job config is one flat mapping with at most a few dozen values per key (target_modules is the
+# longest list); 10,000 leaves room for any real file and none for an alias bomb.
+MAX_YAML_VALUES = 10_000
+MAX_YAML_NESTING = 100
+
+
+ALIAS_FIX = "write its values out without YAML aliases (&anchor / *alias)"
+FLAT_FIX = "a job config is one flat mapping of key: value pairs"
+
+
+class _TooBig(Exception):
+    def __init__(self, what: str, fix: str = ALIAS_FIX):
+        super().__init__(what)
+        self.what, self.fix = what, fix
+
+
+def load_config_yaml(text: str, source: str) -> Any:
+    """The document in `text` (None when empty); a SpecError naming the key whose aliases expand
+    past MAX_YAML_VALUES, or that refers to itself, or nests past MAX_YAML_NESTING."""
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise SpecError(None, f"{source} nests more than {MAX_YAML_NESTING} levels deep: {FLAT_FIX}") from None
+        if node is None:
+            return None
+        _check_size(node, source)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_size(node: yaml.Node, source: str) -> None:
+    sizes: dict[int, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+            _refuse_if_big(value_node, sizes, source, key)
+    else:
+        _refuse_if_big(node, sizes, source, None)
+
+
+def _refuse_if_big(node: yaml.Node, sizes: dict[int, int], source: str, key: str | None) -> None:
+    try:
+        _expanded_size(node, sizes, set(), 0)
+    except _TooBig as exc:
+        where = f"key '{key}'" if key else "the document"
+        raise SpecError(key, f"{source}: {where} {exc.what}: {exc.fix}") from None
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int], depth: int) -> int:
+    """How many values `node` holds once every alias is written out (memoized in `sizes`)."""
+    ident = id(node)
+    if ident in sizes:
+        return sizes[ident]
+    if ident in open_nodes:
+        raise _TooBig("refers to itself through an alias")
+    if depth > MAX_YAML_NESTING:
+        raise _TooBig(f"nests more than {MAX_YAML_NESTING} levels deep", FLAT_FIX)
+    total = 1
+    if not isinstance(node, yaml.ScalarNode):
+        open_nodes.add(ident)
+        children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
+        for child in children:
+            total += _expanded_size(child, sizes, open_nodes, depth + 1)
+            if total > MAX_YAML_VALUES:
+                raise _TooBig(f"expands through aliases to more than {MAX_YAML_VALUES:,} values, over the limit "
+                              f"of {MAX_YAML_VALUES:,}")
+        open_nodes.discard(ident)
+    sizes[ident] = total
+    return total
