@@ -81,7 +81,9 @@ def respond(engine: ChatEngine, model_id: str, adapter_dir: str | None, message:
         history.append(_user(message))
     yield "", tuned, base
     conversations = [history_to_messages(history, system) for history in sides]
-    waiting = t("chat.loading", lang) if not engine.is_loaded(model_id, adapter_dir) else ""
+    waiting = "" if engine.is_loaded(model_id, adapter_dir) else t("chat.loading", lang)
+    if waiting and getattr(engine, "released_for", ""):  # the runner unloaded it for a job (jobs/placement.py)
+        waiting, engine.released_for = t("chat.reloading", lang, job=engine.released_for), ""
     for history in sides:
         history.append({"role": "assistant", "content": waiting})
     yield "", tuned, base

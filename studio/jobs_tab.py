@@ -46,7 +46,7 @@ def table_and_choices(ctx: StudioContext, lang: str) -> tuple[list[Any], pd.Data
 
 
 def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
-    """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, 3 action buttons."""
+    """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, 4 action buttons."""
     summary = ctx.events.get(record.job_dir)
     numbers = view.progress_numbers(record, summary)
     progress = render.progress_html(record.state, numbers["step"], numbers["max_steps"],
@@ -69,7 +69,7 @@ def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
     ]
 
 
-ACTIONS = (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE)
+ACTIONS = (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE, job_actions.START_ANYWAY)
 
 
 def empty_detail(lang: str) -> list[Any]:
@@ -79,7 +79,7 @@ def empty_detail(lang: str) -> list[Any]:
             *[gr.update(visible=False) for _ in ACTIONS]]
 
 
-DETAIL_LEN = 12
+DETAIL_LEN = 13
 
 
 def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any, lang: str = "en",
@@ -149,7 +149,7 @@ def build_jobs_tab(ctx: StudioContext) -> JobsTab:
         select = bind(gr.Dropdown(choices=[], value=None, elem_id="ft-job-select", scale=4), label="jobs.job")
         buttons = [bind(gr.Button(variant=variant, elem_id=f"ft-{action}", visible=False, scale=1, min_width=140),
                         value=f"jobs.action_{action}")
-                   for action, variant in zip(ACTIONS, ("stop", "secondary", "stop"))]
+                   for action, variant in zip(ACTIONS, ("stop", "secondary", "stop", "primary"))]
     with gr.Group(visible=False, elem_id="ft-confirm") as confirm:
         question = gr.HTML(elem_id="ft-confirm-text")
         with gr.Row():

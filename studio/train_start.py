@@ -52,11 +52,17 @@ def start_job(runner: Any, check: StartCheck, names: list[str], values: list[Any
         gr.Warning(message)
         return StartResult(render.notice_html(message, "warn"), confirm=confirm_key(spec), fit=fit)
     try:
-        record = runner.submit(spec)
+        record = runner.submit(spec, need_gb=_need_gb(view))
     except SpecError as exc:
         return _refused(t("train.not_started", lang, error=form.error_text(exc, lang)))
     return StartResult(render.notice_html(t("train.started", lang, job=record.id, name=record.name), "ok"),
                        job_id=record.id, fit=fit)
+
+
+def _need_gb(view: FitView) -> float | None:
+    """What the queue waits for on the GPU: the fit check's predicted peak (None on a CPU machine
+    or for a model it cannot size: the job then waits for a whole GPU)."""
+    return None if view.on_cpu or view.estimate is None else view.estimate.total_gb
 
 
 def _refused(message: str) -> StartResult:

@@ -156,3 +156,16 @@ def test_load_failure_surfaces(tmp_path):
     with pytest.raises(Exception) as info:
         list(engine.stream(str(tmp_path / "missing"), None, PROMPT, GREEDY))
     assert "missing" in str(info.value)
+
+
+def test_release_unloads_the_models_for_a_job_but_not_while_answering(tiny):
+    """The runner's way to make room on the GPU (jobs/placement.StudioGpuUse)."""
+    model_dir, adapter_dir, root = tiny
+    engine = ChatEngine(root, loader=load_for_chat)
+    engine.load(model_dir, adapter_dir)
+    assert engine.held_gb() == {}  # on the CPU nothing is held on a GPU
+    with engine._generate_lock:     # a reply is being generated
+        assert not engine.can_release() and not engine.release("job 'x'")
+    assert engine.is_loaded(model_dir, adapter_dir)
+    assert engine.can_release() and engine.release("job 'x'")
+    assert not engine.is_loaded(model_dir, adapter_dir) and engine.released_for == "job 'x'"

@@ -84,3 +84,13 @@ def test_an_answer_after_the_state_moved_on_does_nothing(runner):
     assert job_dir.exists()
     level, message = job_actions.perform(runner, "cancel", "q", "zh-CN")
     assert level == "ok" and calls == ["q"] and "q" in message
+
+
+def test_a_job_waiting_for_gpu_memory_offers_start_anyway(runner):
+    job_dir = add_job(runner, "w", JobState.QUEUED)
+    runner.store.update("w", reason="waiting for a free GPU: GPU 0: needs 20.0 GB, 10.0 GB free")
+    assert job_actions.actions_for(runner.store.get("w")) == (job_actions.REMOVE, job_actions.START_ANYWAY)
+    level, message = job_actions.perform(runner, job_actions.START_ANYWAY, "w", "en")
+    assert level == "ok" and "may run out of memory" in message
+    from jobs import placement
+    assert placement.read(job_dir)["start_anyway"] is True
