@@ -10,6 +10,7 @@ per GPU (`Runner.gpu_inventory()` fills `busy_by_jobs` from the running jobs).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,6 +121,12 @@ def need_with_margin(need_gb: float) -> float:
     """The free memory a job predicted to peak at `need_gb` waits for: the fit check over-predicts
     (jobs/fit.py), the margin covers another process growing meanwhile."""
     return need_gb * (1 + NEED_MARGIN) + NEED_MARGIN_GB
+
+
+def budget_for_free(free_gb: float) -> float:
+    """The largest memory budget (max_gpu_memory_gb, 0.1 GiB steps) whose job still starts on a
+    GPU with `free_gb` free: the inverse of `need_with_margin` (the Train tab prefills it)."""
+    return max(0.0, math.floor((free_gb - NEED_MARGIN_GB) / (1 + NEED_MARGIN) * 10) / 10)
 
 
 @dataclass(frozen=True)

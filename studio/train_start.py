@@ -20,7 +20,7 @@ from studio.start_check import FitView, StartCheck, Verdict
 
 # The fields the fit check reads (jobs/fit.py); a change in any of them redraws it.
 FIT_FIELDS = ("model", "load_in_4bit", "fused_kernels", "base_precision", "gradient_checkpointing", "packing",
-              "dtype", "gpus", "lora_r", "target_modules", "batch_size", "max_seq_length")
+              "dtype", "gpus", "lora_r", "target_modules", "batch_size", "max_seq_length", "max_gpu_memory_gb")
 
 
 @dataclass
@@ -89,9 +89,12 @@ def fit_html(spec: JobSpec | None, view: FitView | None, lang: str) -> str:
         return render.notice_html(t("fit.unknown", lang, gpu=view.gpu, free=f"{view.free_gb:.1f}"), "info")
     numbers = {"need": f"{view.estimate.total_gb:.1f}", "gpu": view.gpu, "free": f"{view.free_gb:.1f}",
                "checkpointing": view.estimate.checkpointing}
+    from jobs.fit import advice
+    if view.estimate.over_budget:
+        return render.notice_html(t("fit.over_budget", lang, budget=f"{spec.max_gpu_memory_gb:g}",
+                                    tips="; ".join(advice(spec, view.estimate)), **numbers), "warn")
     if view.fits:
         return render.notice_html(t("fit.fits", lang, **numbers), "ok")
-    from jobs.fit import advice
     tips = "; ".join(advice(spec, view.estimate))
     return render.notice_html(t("fit.too_big", lang, tips=tips, **numbers), "warn")
 
