@@ -11,6 +11,7 @@ per GPU (`Runner.gpu_inventory()` fills `busy_by_jobs` from the running jobs).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,6 +122,12 @@ def need_with_margin(need_gb: float) -> float:
     """The free memory a job predicted to peak at `need_gb` waits for: the fit check over-predicts
     (jobs/fit.py), the margin covers another process growing meanwhile."""
     return need_gb * (1 + NEED_MARGIN) + NEED_MARGIN_GB
+
+
+def waits_for_memory(reason: str) -> bool:
+    """Whether a queued job's reason is GPU memory held by others (every such reason names GB),
+    which "Start anyway" overrides, rather than our own job on the GPU or the CPU queue."""
+    return bool(re.search(r"\d GB\b", reason or ""))
 
 
 def budget_for_free(free_gb: float) -> float:

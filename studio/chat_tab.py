@@ -165,6 +165,6 @@ def _wire(ctx: StudioContext, tab: ChatTab, prompt: Any, chats: list[Any], setti
                            system_text or "", lang)
 
     inputs = [prompt, tab.model, tab.adapter, tuned, base, *settings, ctx.lang]
-    send.click(on_send, inputs, [prompt, tuned, base])
+    send.click(on_send, inputs, [prompt, tuned, base], api_name="chat")
     prompt.submit(on_send, inputs, [prompt, tuned, base])
     clear.click(lambda: ([], []), None, [tuned, base])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobs.gpus import waits_for_memory
 from jobs.runner import RunnerError
 from jobs.store import JobState
 from studio.i18n import t
@@ -28,7 +29,7 @@ def actions_for(record: Any | None) -> tuple[str, ...]:
     if state == JobState.RUNNING:
         return (CANCEL,)
     if state == JobState.QUEUED:
-        return (REMOVE, START_ANYWAY) if (record.reason or "").startswith("waiting") else (REMOVE,)
+        return (REMOVE, START_ANYWAY) if waits_for_memory(record.reason) else (REMOVE,)
     return (DELETE,)
 
 

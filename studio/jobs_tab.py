@@ -188,7 +188,8 @@ def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig
         return refresh(ctx, job_id, None, None, language, pick=True)
 
     tab.timer.tick(on_tick, [tab.select, table_sig, detail_sig, lang], outputs, show_progress="hidden")
-    tab.select.input(on_select, [tab.select, table_sig, lang], outputs, show_progress="hidden")
+    tab.select.input(on_select, [tab.select, table_sig, lang], outputs, show_progress="hidden",
+                     api_name="job_detail")   # named: bench/page_check.py follows a job through it
     tab.table.select(on_row, [lang], outputs, show_progress="hidden")
     lang.change(on_select, [tab.select, table_sig, lang], outputs, show_progress="hidden")
 
@@ -209,7 +210,8 @@ def _wire_actions(ctx: StudioContext, tab: JobsTab, buttons: list[gr.Button], pa
         return ask
 
     for action, button in zip(ACTIONS, buttons):
-        button.click(asker(action), [tab.select, lang], [confirm, question, pending, notice])
+        button.click(asker(action), [tab.select, lang], [confirm, question, pending, notice],
+                     api_name=f"ask_{action}")
 
     def on_yes(asked: tuple[str, str] | None, language: str) -> list[Any]:
         hidden = [gr.update(visible=False), None]
@@ -219,6 +221,6 @@ def _wire_actions(ctx: StudioContext, tab: JobsTab, buttons: list[gr.Button], pa
         level, message = job_actions.perform(ctx.runner, action, job_id, language)
         return [*hidden, render.notice_html(message, level), *refresh(ctx, job_id, None, None, language, pick=True)]
 
-    yes.click(on_yes, [pending, lang], [confirm, pending, notice, *tab.refresh_outputs])
+    yes.click(on_yes, [pending, lang], [confirm, pending, notice, *tab.refresh_outputs], api_name="job_action")
     no.click(lambda: [gr.update(visible=False), None, ""], None, [confirm, pending, notice])
     tab.select.input(lambda: [gr.update(visible=False), None], None, [confirm, pending])

@@ -318,7 +318,7 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
                 gr.skip() if result.fit is None else result.fit)
 
     tab.start.click(on_start, [lang, tab.confirm, *inputs],
-                    [tab.status, tab.started_job, tab.confirm, tab.start, tab.fit])
+                    [tab.status, tab.started_job, tab.confirm, tab.start, tab.fit], api_name="start_job")
 
 
 def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:

@@ -130,3 +130,14 @@ def test_a_runner_job_waits_on_what_and_starts_anyway_when_asked(tmp_path, monke
     assert placement.read(record.job_dir)["need_gb"] == 14.0
     assert runner.start_anyway(job.id) and spawned == [job.id]
     assert not runner.start_anyway("no-such-job")
+
+
+def test_start_anyway_is_offered_only_for_reasons_about_memory():
+    memory = [gpus.place("auto", 0, [gpu(used=3.2)], held={}, demand=Demand(None)),
+              gpus.place("0", 0, [gpu(used=30.0, total=40.0)], held={}, demand=Demand(25.0)),
+              gpus.place("0", 0, [gpu(used=30.0, total=40.0)], held={}, demand=Demand(14.0, {0: 8.0}, False)),
+              gpus.place("0", 0, [gpu(total=24.0)], held={}, demand=Demand(30.0))]
+    assert all(gpus.waits_for_memory(w.reason) for w in memory)
+    ours = gpus.place("0", 0, [gpu()], held={0: "job A"}, demand=Demand(1.0))
+    assert not gpus.waits_for_memory(ours.reason)
+    assert not gpus.waits_for_memory("waiting for the running job to finish")

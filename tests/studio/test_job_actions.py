@@ -94,3 +94,6 @@ def test_a_job_waiting_for_gpu_memory_offers_start_anyway(runner):
     assert level == "ok" and "may run out of memory" in message
     from jobs import placement
     assert placement.read(job_dir)["start_anyway"] is True
+    # waiting for our own running job (or the CPU queue): Start anyway would change nothing
+    runner.store.update("w", reason="waiting for the running job to finish")
+    assert job_actions.actions_for(runner.store.get("w")) == (job_actions.REMOVE,)
