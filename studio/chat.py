@@ -133,26 +133,36 @@ class ChatEngine:
     # ---- the studio's share of the GPU (jobs/placement.StudioGpuUse, used by the runner) -------
     def held_gb(self) -> dict[int, float]:
         """GiB the chat models hold per GPU: the caching allocator's reserve on every GPU a cached
-        model sits on (what unloading gives back; the CUDA context stays)."""
-        with self._cache_lock:
-            devices = {p.device.index or 0 for model, _ in self._cache.values()
-                       for p in list(model.parameters())[:1] if p.device.type == "cuda"}
+        model sits on (what unloading gives back; the CUDA context stays). Never waits for a load
+        in progress (the runner asks every second)."""
+        try:
+            models = [model for model, _ in tuple(self._cache.values())]
+        except RuntimeError:   # the cache changed while being read: ask again next time
+            return {}
+        devices = {p.device.index or 0 for model in models for p in list(model.parameters())[:1]
+                   if p.device.type == "cuda"}
         return {index: torch.cuda.memory_reserved(index) / 2 ** 30 for index in sorted(devices)}
 
     def can_release(self) -> bool:
-        return not self._generate_lock.locked()
+        """Not while a reply is being generated or a model is loading."""
+        return not (self._generate_lock.locked() or self._cache_lock.locked())
 
     def release(self, reason: str) -> bool:
         """Unload every cached model to make room for `reason` (a job); False while a reply is
-        being generated. The next chat loads the model again and says why it had gone."""
+        being generated or a model loads. The next chat loads the model again and says why it
+        had gone."""
         if not self._generate_lock.acquire(blocking=False):
             return False
         try:
-            with self._cache_lock:
+            if not self._cache_lock.acquire(blocking=False):
+                return False
+            try:
                 if not self._cache:
                     return True
                 self._cache.clear()
                 self.released_for = reason
+            finally:
+                self._cache_lock.release()
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

@@ -166,6 +166,8 @@ def test_release_unloads_the_models_for_a_job_but_not_while_answering(tiny):
     assert engine.held_gb() == {}  # on the CPU nothing is held on a GPU
     with engine._generate_lock:     # a reply is being generated
         assert not engine.can_release() and not engine.release("job 'x'")
+    with engine._cache_lock:        # a model is loading
+        assert not engine.can_release() and not engine.release("job 'x'") and engine.held_gb() == {}
     assert engine.is_loaded(model_dir, adapter_dir)
     assert engine.can_release() and engine.release("job 'x'")
     assert not engine.is_loaded(model_dir, adapter_dir) and engine.released_for == "job 'x'"
