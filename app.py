@@ -12,6 +12,8 @@ import threading
 
 # Before torch loads: see jobs/train/cli.py (two OpenMP runtimes must not busy-wait against each other).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# CUDA numbers GPUs as NVML does (PCI bus order), so the chat models' GPU is the queue's GPU.
+os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
 
 from jobs.io import paths  # noqa: E402
 from jobs.checks.access import use_allowed_dirs  # noqa: E402
@@ -154,8 +156,9 @@ def main(argv: list[str] | None = None) -> None:
     # The studio imports transformers; do it before the warm-up thread does, not concurrently.
     from studio.app import build_studio
     from studio.context import StudioContext
-    runner.start_monitor()
     context = StudioContext(data_dir=data_dir, runner=runner)
+    runner.studio_gpu = context.chat  # its models are the studio's, unloaded for a job that needs the room
+    runner.start_monitor()
     demo = build_studio(data_dir, runner, context)
     print(f"[studio] data dir {data_dir}", flush=True)
     # Gradio hands out only files in its cache, the working directory, the temp dir (now inside the

@@ -92,7 +92,8 @@ def job_config(stack: str, args, model_dir: Path, data: Path, out: Path) -> dict
     if stack == "fusetune":
         return {**common, "fused_kernels": True, "packing": "auto" if args.device == "cuda" else "on",
                 "batch_size": args.rows, "gradient_checkpointing": args.checkpointing,
-                "base_precision": args.base_precision}
+                "base_precision": args.base_precision, "max_gpu_memory_gb": args.max_gpu_memory_gb,
+                "load_in_4bit": args.load_in_4bit}
     stats = json.loads((args.dir / "dataset_stats.json").read_text())
     per_step = max(1, round(args.rows * args.max_len * 0.97 / stats["mean"]))   # packed rows are ~97% full
     micro = min(args.micro_batch, per_step)
@@ -104,7 +105,9 @@ def run_job(stack: str, args) -> dict:
     import yaml
     model_dir, data = args.dir / args.shape, args.dir / "data.jsonl"
     name = (f"{args.shape}-{stack}-{args.checkpointing}-{args.base_precision}" if stack == "fusetune"
-            else f"{args.shape}-{stack}") + (f"-{args.switch}" if args.switch else "")
+            else f"{args.shape}-{stack}") + (f"-{args.switch}" if args.switch else "") + (
+        f"-budget{args.max_gpu_memory_gb:g}" if stack == "fusetune" and args.max_gpu_memory_gb else "") + (
+        "-qlora" if stack == "fusetune" and args.load_in_4bit else "")
     out = args.dir / f"job-{name}"
     shutil.rmtree(out, ignore_errors=True)   # events.jsonl appends: a rerun must not read the last run's steps
     config = job_config(stack, args, model_dir, data, out)
@@ -202,6 +205,9 @@ def main(argv=None) -> None:
     parser.add_argument("--max-len", type=int, default=MAX_LEN)
     parser.add_argument("--examples", type=int, default=3000)
     parser.add_argument("--checkpointing", default="auto")
+    parser.add_argument("--max-gpu-memory-gb", type=float, default=0.0,
+                        help="(a): the JobSpec key max_gpu_memory_gb: auto checkpointing plans within it (0: none)")
+    parser.add_argument("--load-in-4bit", action="store_true", help="(a): QLoRA (the JobSpec key load_in_4bit)")
     parser.add_argument("--base-precision", default="bf16", choices=["bf16", "fp8"], help="(a): the JobSpec key")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--switch", default=None, help="(a): an engine switch from bench_fp8.SWITCHES, e.g. fullx")

@@ -13,6 +13,7 @@
 #   bash bench/device.sh fp8pair [SHAPE]     jobs.train bf16 vs FP8, offload and no recompute (studio/fp8_effect.py)
 #   bash bench/device.sh jobgraph            jobs.train with the captured step vs eager (jobs/train/graph_steps.py)
 #   bash bench/device.sh logprobs            the fused log-probs op vs TRL's chunked kernel vs torch (logprobs_op.py)
+#   bash bench/device.sh page                the studio itself on the GPU, driven through its endpoints (page_check.py)
 #   bash bench/device.sh ddp                 1 GPU vs 2 GPUs through torchrun (kind nvidia-h200-x2; ddp_bench.py)
 #   bash bench/device.sh smoke               CPU only: every path above on tiny shapes (run here, not on the GPU)
 #
@@ -110,6 +111,11 @@ case "$what" in
   logprobs)
     versions
     stage logprobs_op 300 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/logprobs_op.py --out "$OUT/logprobs_op.jsonl" ;;
+  page)   # carry .whl built by bench/carry_wheels.sh (gradio & co.); the built-in model's wheel is too big to carry
+    versions
+    prepare smollm2-135m --examples 200
+    stage page_check 420 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/page_check.py --model "$DIR/smollm2-135m" \
+      --out "$OUT/page_check.jsonl" ;;
   ddp)
     timeout 20 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv | tee -a "$LOG"
     stage ddp 465 $PY bench/ddp_bench.py --work /tmp/ddp-bench --out "$OUT/ddp.jsonl" --steps 12 --offload-check \

@@ -101,6 +101,7 @@ class JobSpec:
     gradient_checkpointing: str = _f("auto", "Recompute activations in backward to save memory: auto, "
                                      "on, off, or offload (layer inputs kept in CPU memory).",
                                      choices=CHECKPOINTING)
+    max_gpu_memory_gb: float = _f(0.0, "GPU memory the job may use, in GiB (0: no budget). With gradient_checkpointing auto the fused engine picks the fastest plan that fits it (which layers keep their activations, which are recomputed or offloaded), and the queue waits for that much free memory. For GPUs only.", min=0.0, max=100_000.0)
     base_precision: str = _f("bf16", "Precision of the frozen base weights: bf16, or fp8 (float8 e4m3 with "
                              "per-channel scales: half the base memory, faster matrix products; Hopper GPUs "
                              "and newer).", choices=BASE_PRECISIONS)

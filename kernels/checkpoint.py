@@ -234,11 +234,15 @@ def _default_batch_tokens(model) -> int:
 
 
 def apply_checkpointing(model: torch.nn.Module, mode: str = "auto", report=None,
-                        batch_tokens: int | None = None) -> str:
+                        batch_tokens: int | None = None,
+                        plan: tuple[list[bool], bool, str] | None = None) -> str:
     """Set the activation-checkpointing policy of `model`'s decoder layers; return a one-line
     description of the policy. `batch_tokens` (micro-batch size x sequence length) drives "auto"
-    (default: one sequence of min(max_position_embeddings, 4096)). `report` (a PatchReport) gets
-    the description as a note, and any fallback with its reason.
+    (default: one sequence of min(max_position_embeddings, 4096)). `plan` replaces "auto"'s own
+    choice by one made elsewhere: (recompute flag per layer, offload, description), e.g. the
+    fastest plan within a memory budget (jobs/models/fit.py `plan_within_budget`); offload falls back to
+    plain recompute off CUDA. `report` (a PatchReport) gets the description as a note, and any
+    fallback with its reason.
 
     Call it after anything that runs `gradient_checkpointing_enable()` (e.g. PEFT's
     `prepare_model_for_kbit_training`), which would otherwise overwrite the per-layer policy.
@@ -257,7 +261,11 @@ def apply_checkpointing(model: torch.nn.Module, mode: str = "auto", report=None,
         if report is not None:
             report.fallback("checkpoint_offload", n, reason + "; using plain checkpointing")
         mode, suffix = "on", f" (offload fell back: {reason})"
-    if mode == "auto":
+    if mode == "auto" and plan is not None:
+        flags, offload, description = list(plan[0]), plan[1] and device.type == "cuda", plan[2]
+        if len(flags) != n:
+            raise ValueError(f"apply_checkpointing: the plan has {len(flags)} layer flags, the model {n} layers")
+    elif mode == "auto":
         flags, offload, description = plan_auto(
             n, base_model(model).config, next(model.parameters()).element_size(),
             batch_tokens or _default_batch_tokens(model), _free_bytes(device), device.type,

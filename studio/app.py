@@ -110,7 +110,8 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
             return train.fit_check(ctx, language, *values)
         loaded.then(fit_check, [lang, *train.inputs], train.fit, **quiet)
         filled = loaded.then(on_load, lang, [*jobs.refresh_outputs, export.select, chat.adapter, chat.model,
-                                             train.model, train.dataset, train.gpu_boxes], **quiet)
+                                             train.model, train.dataset, train.gpu_boxes, train.budget],
+                           **quiet)
         filled.then(None, None, None, js=PAGE_READY_JS)
         switched = lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS, **quiet)
         switched.then(None, lang, None, js=tab_names)

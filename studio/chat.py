@@ -104,6 +104,7 @@ class ChatEngine:
         self._cache_lock = threading.Lock()
         self._generate_lock = threading.Lock()
         self._base_tokenizers: dict[str, Any] = {}
+        self.released_for = ""   # the job the models were last unloaded for (the Chat tab says so)
 
     def _load_fn(self) -> Loader:
         if self._loader is None:
@@ -149,6 +150,46 @@ class ChatEngine:
                 ensure_chat_template(tokenizer)
                 self._base_tokenizers[model_id] = tokenizer
             return self._base_tokenizers[model_id]
+
+    # ---- the studio's share of the GPU (jobs/placement.StudioGpuUse, used by the runner) -------
+    def held_gb(self) -> dict[int, float]:
+        """GiB the chat models hold per GPU: the caching allocator's reserve on every GPU a cached
+        model sits on (what unloading gives back; the CUDA context stays). Never waits for a load
+        in progress (the runner asks every second)."""
+        try:
+            models = [model for model, _ in tuple(self._cache.values())]
+        except RuntimeError:   # the cache changed while being read: ask again next time
+            return {}
+        devices = {p.device.index or 0 for model in models for p in list(model.parameters())[:1]
+                   if p.device.type == "cuda"}
+        return {index: torch.cuda.memory_reserved(index) / 2 ** 30 for index in sorted(devices)}
+
+    def can_release(self) -> bool:
+        """Not while a reply is being generated or a model is loading."""
+        return not (self._generate_lock.locked() or self._cache_lock.locked())
+
+    def release(self, reason: str) -> bool:
+        """Unload every cached model to make room for `reason` (a job); False while a reply is
+        being generated or a model loads. The next chat loads the model again and says why it
+        had gone."""
+        if not self._generate_lock.acquire(blocking=False):
+            return False
+        try:
+            if not self._cache_lock.acquire(blocking=False):
+                return False
+            try:
+                if not self._cache:
+                    return True
+                self._cache.clear()
+                self.released_for = reason
+            finally:
+                self._cache_lock.release()
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            return True
+        finally:
+            self._generate_lock.release()
 
     def stream(self, model_id: str, adapter_dir: str | None, messages: list[dict[str, str]],
                sampling: Sampling, use_adapter: bool = True) -> Iterator[str]:

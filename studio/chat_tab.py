@@ -81,7 +81,9 @@ def respond(engine: ChatEngine, model_id: str, adapter_dir: str | None, message:
         history.append(_user(message))
     yield "", tuned, base
     conversations = [history_to_messages(history, system) for history in sides]
-    waiting = t("chat.loading", lang) if not engine.is_loaded(model_id, adapter_dir) else ""
+    waiting = "" if engine.is_loaded(model_id, adapter_dir) else t("chat.loading", lang)
+    if waiting and getattr(engine, "released_for", ""):  # the runner unloaded it for a job (jobs/queue/placement.py)
+        waiting, engine.released_for = t("chat.reloading", lang, job=engine.released_for), ""
     for history in sides:
         history.append({"role": "assistant", "content": waiting})
     yield "", tuned, base
@@ -163,6 +165,6 @@ def _wire(ctx: StudioContext, tab: ChatTab, prompt: Any, chats: list[Any], setti
                            system_text or "", lang)
 
     inputs = [prompt, tab.model, tab.adapter, tuned, base, *settings, ctx.lang]
-    send.click(on_send, inputs, [prompt, tuned, base])
+    send.click(on_send, inputs, [prompt, tuned, base], api_name="chat")
     prompt.submit(on_send, inputs, [prompt, tuned, base])
     clear.click(lambda: ([], []), None, [tuned, base])

@@ -224,7 +224,7 @@ def build_export_tab(ctx: StudioContext) -> ExportTab:
 
     select.change(on_select, [select, ctx.lang], [download, status, card])
     fmt.change(lambda chosen: gr.update(visible=chosen == "gguf"), fmt, quant)
-    run.click(on_run, [select, fmt, quant, ctx.lang], [result, files])
+    run.click(on_run, [select, fmt, quant, ctx.lang], [result, files], api_name="export")
     refresh_btn.click(lambda picked, language: tab.refresh(ctx, picked, language), [tab.picked, ctx.lang], select)
     ctx.lang.change(lambda picked, language: tab.refresh(ctx, picked, language), [tab.picked, ctx.lang], select,
                     show_progress="hidden")

@@ -31,7 +31,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "data": ("name", "model", "method", "dataset", "dataset_format", "bot_name", "bot_author"),
     "lora": ("lora_r", "lora_alpha", "lora_dropout", "target_modules"),
     "engine": ("load_in_4bit", "fused_kernels", "base_precision", "gradient_checkpointing", "packing", "dtype",
-               "gpus"),
+               "gpus", "max_gpu_memory_gb"),
     "training": ("learning_rate", "max_steps", "num_epochs", "batch_size",
                  "gradient_accumulation_steps", "max_seq_length", "seed"),
     "eval": ("eval_fraction", "eval_dataset", "eval_steps", "keep_best"),

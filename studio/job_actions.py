@@ -4,30 +4,32 @@ Every action names the job it acts on (the one the user picked; nothing here pic
 itself) and is confirmed in the page first (studio.jobs_tab). Messages are in the page language.
 
 Runner calls (jobs.queue.runner.Runner, docs/contracts.md "Runner API"): ``cancel(job_id)`` stops a
-running job; ``delete(job_id)`` removes a finished or queued job's row and folder, returns False
+running job; ``start_anyway(job_id)`` lets a job waiting for GPU memory start regardless;
+``delete(job_id)`` removes a finished or queued job's row and folder, returns False
 for an unknown job and raises RunnerError for a running one.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from jobs.io.gpus import waits_for_memory
 from jobs.queue.runner import RunnerError
 from jobs.queue.store import JobState
 from studio.i18n import t
 
-CANCEL, REMOVE, DELETE = "cancel", "remove", "delete"
+CANCEL, REMOVE, DELETE, START_ANYWAY = "cancel", "remove", "delete", "start_anyway"
 
 
 def actions_for(record: Any | None) -> tuple[str, ...]:
-    """The actions a job in this state offers: cancel a running job, remove a queued one, delete
-    a finished one (with its folder)."""
+    """The actions a job in this state offers: cancel a running job, remove a queued one (and
+    start it anyway while it waits for GPU memory), delete a finished one (with its folder)."""
     if record is None:
         return ()
     state = JobState(record.state)
     if state == JobState.RUNNING:
         return (CANCEL,)
     if state == JobState.QUEUED:
-        return (REMOVE,)
+        return (REMOVE, START_ANYWAY) if waits_for_memory(record.reason) else (REMOVE,)
     return (DELETE,)
 
 
@@ -51,6 +53,10 @@ def perform(runner: Any, action: str, job_id: str, lang: str) -> tuple[str, str]
     if action == CANCEL:
         runner.cancel(job_id)
         return "ok", t("action.cancelling", lang, job=job_id)
+    if action == START_ANYWAY:
+        if not runner.start_anyway(job_id):
+            return "warn", t("action.gone", lang, job=job_id)
+        return "ok", t("action.starting_anyway", lang, job=job_id)
     try:
         removed = runner.delete(job_id)  # a queued job is cancelled first, so it cannot start meanwhile
     except RunnerError as exc:  # it started (or changed) at the last moment

@@ -46,7 +46,7 @@ def table_and_choices(ctx: StudioContext, lang: str) -> tuple[list[Any], pd.Data
 
 
 def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
-    """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, 3 action buttons."""
+    """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, 4 action buttons."""
     summary = ctx.events.get(record.job_dir)
     numbers = view.progress_numbers(record, summary)
     progress = render.progress_html(record.state, numbers["step"], numbers["max_steps"],
@@ -70,7 +70,7 @@ def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
     ]
 
 
-ACTIONS = (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE)
+ACTIONS = (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE, job_actions.START_ANYWAY)
 
 
 def empty_detail(lang: str) -> list[Any]:
@@ -80,7 +80,7 @@ def empty_detail(lang: str) -> list[Any]:
             *[gr.update(visible=False) for _ in ACTIONS]]
 
 
-DETAIL_LEN = 12
+DETAIL_LEN = 13
 
 
 def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any, lang: str = "en",
@@ -150,7 +150,7 @@ def build_jobs_tab(ctx: StudioContext) -> JobsTab:
         select = bind(gr.Dropdown(choices=[], value=None, elem_id="ft-job-select", scale=4), label="jobs.job")
         buttons = [bind(gr.Button(variant=variant, elem_id=f"ft-{action}", visible=False, scale=1, min_width=140),
                         value=f"jobs.action_{action}")
-                   for action, variant in zip(ACTIONS, ("stop", "secondary", "stop"))]
+                   for action, variant in zip(ACTIONS, ("stop", "secondary", "stop", "primary"))]
     with gr.Group(visible=False, elem_id="ft-confirm") as confirm:
         question = gr.HTML(elem_id="ft-confirm-text")
         with gr.Row():
@@ -189,7 +189,8 @@ def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig
         return refresh(ctx, job_id, None, None, language, pick=True)
 
     tab.timer.tick(on_tick, [tab.select, table_sig, detail_sig, lang], outputs, show_progress="hidden")
-    tab.select.input(on_select, [tab.select, table_sig, lang], outputs, show_progress="hidden")
+    tab.select.input(on_select, [tab.select, table_sig, lang], outputs, show_progress="hidden",
+                     api_name="job_detail")   # named: bench/page_check.py follows a job through it
     tab.table.select(on_row, [lang], outputs, show_progress="hidden")
     lang.change(on_select, [tab.select, table_sig, lang], outputs, show_progress="hidden")
 
@@ -210,7 +211,8 @@ def _wire_actions(ctx: StudioContext, tab: JobsTab, buttons: list[gr.Button], pa
         return ask
 
     for action, button in zip(ACTIONS, buttons):
-        button.click(asker(action), [tab.select, lang], [confirm, question, pending, notice])
+        button.click(asker(action), [tab.select, lang], [confirm, question, pending, notice],
+                     api_name=f"ask_{action}")
 
     def on_yes(asked: tuple[str, str] | None, language: str) -> list[Any]:
         hidden = [gr.update(visible=False), None]
@@ -220,6 +222,6 @@ def _wire_actions(ctx: StudioContext, tab: JobsTab, buttons: list[gr.Button], pa
         level, message = job_actions.perform(ctx.runner, action, job_id, language)
         return [*hidden, render.notice_html(message, level), *refresh(ctx, job_id, None, None, language, pick=True)]
 
-    yes.click(on_yes, [pending, lang], [confirm, pending, notice, *tab.refresh_outputs])
+    yes.click(on_yes, [pending, lang], [confirm, pending, notice, *tab.refresh_outputs], api_name="job_action")
     no.click(lambda: [gr.update(visible=False), None, ""], None, [confirm, pending, notice])
     tab.select.input(lambda: [gr.update(visible=False), None], None, [confirm, pending])

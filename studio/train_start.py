@@ -20,7 +20,7 @@ from studio.start_check import FitView, StartCheck, Verdict
 
 # The fields the fit check reads (jobs/models/fit.py); a change in any of them redraws it.
 FIT_FIELDS = ("model", "load_in_4bit", "fused_kernels", "base_precision", "gradient_checkpointing", "packing",
-              "dtype", "gpus", "lora_r", "target_modules", "batch_size", "max_seq_length")
+              "dtype", "gpus", "lora_r", "target_modules", "batch_size", "max_seq_length", "max_gpu_memory_gb")
 
 
 @dataclass
@@ -52,13 +52,19 @@ def start_job(runner: Any, check: StartCheck, names: list[str], values: list[Any
         gr.Warning(message)
         return StartResult(render.notice_html(message, "warn"), confirm=confirm_key(spec), fit=fit)
     try:
-        record = runner.submit(spec)
+        record = runner.submit(spec, need_gb=_need_gb(view))
     except SpecError as exc:
         return _refused(t("train.not_started", lang, error=form.error_text(exc, lang)))
     except OSError as exc:  # a full or read-only disk (jobs.io.storage.StorageError): its one line says so
         return _refused(t("train.not_started", lang, error=str(exc)))
     return StartResult(render.notice_html(t("train.started", lang, job=record.id, name=record.name), "ok"),
                        job_id=record.id, fit=fit)
+
+
+def _need_gb(view: FitView) -> float | None:
+    """What the queue waits for on the GPU: the fit check's predicted peak (None on a CPU machine
+    or for a model it cannot size: the job then waits for a whole GPU)."""
+    return None if view.on_cpu or view.estimate is None else view.estimate.total_gb
 
 
 def _refused(message: str) -> StartResult:
@@ -85,9 +91,12 @@ def fit_html(spec: JobSpec | None, view: FitView | None, lang: str) -> str:
         return render.notice_html(t("fit.unknown", lang, gpu=view.gpu, free=f"{view.free_gb:.1f}"), "info")
     numbers = {"need": f"{view.estimate.total_gb:.1f}", "gpu": view.gpu, "free": f"{view.free_gb:.1f}",
                "checkpointing": view.estimate.checkpointing}
+    from jobs.models.fit import advice
+    if view.estimate.over_budget:
+        return render.notice_html(t("fit.over_budget", lang, budget=f"{spec.max_gpu_memory_gb:g}",
+                                    tips="; ".join(advice(spec, view.estimate)), **numbers), "warn")
     if view.fits:
         return render.notice_html(t("fit.fits", lang, **numbers), "ok")
-    from jobs.models.fit import advice
     tips = "; ".join(advice(spec, view.estimate))
     return render.notice_html(t("fit.too_big", lang, tips=tips, **numbers), "warn")
 

@@ -32,17 +32,18 @@ class TrainTab:
     fit: gr.HTML          # predicted peak GPU memory beside the chosen GPU's free memory
     confirm: gr.State     # the config key Start warned about ("" when none)
     gpu_boxes: gr.CheckboxGroup  # this machine's GPUs; checking some writes the `gpus` field
+    budget: gr.Textbox    # max_gpu_memory_gb, prefilled from the chosen GPU's free memory
 
     def fit_check(self, ctx: StudioContext, lang: str, *values: Any) -> str:
         """The fit check's HTML for the form's values (the page load and field changes)."""
         return fit_for_form(ctx.start_check, self.names, list(values), lang)
 
     def refresh_choices(self, ctx: StudioContext, lang: str = "en") -> list[Any]:
-        """Updates for [model, dataset, GPU boxes]: models earlier jobs used, datasets uploaded so
-        far, the GPUs with their free memory now."""
+        """Updates for [model, dataset, GPU boxes, budget]: models earlier jobs used, datasets
+        uploaded so far, the GPUs with their free memory now, the budget those leave."""
         return [gr.update(choices=ctx.known_models()),
                 gr.update(choices=[(c, c) for c in known_datasets(ctx.data_dir)]),
-                self.gpu_update(ctx, lang)]
+                self.gpu_update(ctx, lang), budget_update(ctx, [])]
 
     @staticmethod
     def gpu_update(ctx: StudioContext, lang: str = "en") -> Any:
@@ -64,6 +65,21 @@ def gpu_choices(ctx: StudioContext, lang: str = "en") -> list[tuple[str, str]]:
         choices.append((t("train.gpu_label", lang, index=gpu.index, name=gpu.name, free=f"{gpu.free_gb:.1f}",
                           total=f"{gpu.total_gb:.1f}") + busy, str(gpu.index)))
     return choices
+
+
+def prefilled_budget(inventory: list[Any], checked: list[str] | None) -> float | None:
+    """max_gpu_memory_gb for the chosen GPUs (none checked: the first, where gpus auto starts):
+    the least free memory among them, less the queue's margin (jobs/gpus.budget_for_free), so
+    the job starts on them; None without GPUs (the field stays 0: it is for GPUs)."""
+    from jobs.io.gpus import budget_for_free
+    picked = {int(index) for index in checked or []}
+    chosen = [g for g in inventory if g.index in picked] or inventory[:1]
+    return budget_for_free(min(g.free_gb for g in chosen)) if chosen else None
+
+
+def budget_update(ctx: StudioContext, checked: list[str] | None) -> Any:
+    budget = prefilled_budget(gpu_inventory(ctx), checked)
+    return gr.skip() if budget is None else gr.update(value=form.number_text(budget))
 
 
 def gpus_value(checked: list[str] | None) -> str:
@@ -251,9 +267,10 @@ def build_train_tab(ctx: StudioContext) -> TrainTab:
                 label="train.command")
     tab = TrainTab(inputs=inputs, names=names, start=start, status=status, started_job=started_job,
                    model=made["model"], dataset=made["dataset"], command=command, fit=fit, confirm=confirm,
-                   gpu_boxes=gpu_boxes)
+                   gpu_boxes=gpu_boxes, budget=made["max_gpu_memory_gb"])
     # the text field stays the source of truth (auto, all or a list); the boxes write it
     gpu_boxes.input(gpus_value, gpu_boxes, made["gpus"])
+    gpu_boxes.input(lambda checked: budget_update(ctx, checked), gpu_boxes, tab.budget)
     _wire(ctx, tab, made, upload, upload_info, preview_btn, preview)
     _wire_stats(ctx, tab, stats_btn, stats, stats_warning)
     return tab
@@ -330,7 +347,7 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
                 gr.skip() if result.fit is None else result.fit)
 
     tab.start.click(on_start, [lang, tab.confirm, *inputs],
-                    [tab.status, tab.started_job, tab.confirm, tab.start, tab.fit])
+                    [tab.status, tab.started_job, tab.confirm, tab.start, tab.fit], api_name="start_job")
 
 
 def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:

@@ -10,6 +10,8 @@ per GPU (`Runner.gpu_inventory()` fills `busy_by_jobs` from the running jobs).
 """
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,9 +19,12 @@ import yaml
 
 from jobs.spec import SpecError
 
-# Memory another process may hold on a GPU that still counts as free: the driver's own context and
-# a monitoring tool fit; a model being trained or served does not.
+# For a job without a predicted peak: memory another process may hold on a GPU that still counts
+# as free (the driver's own context and a monitoring tool fit; a model being trained or served
+# does not). A job with a prediction waits only for its need (`Demand`, `need_with_margin`).
 IDLE_USED_GB = 2.0
+# A job with a predicted peak waits for that much free memory plus 5 % and 0.5 GiB.
+NEED_MARGIN, NEED_MARGIN_GB = 0.05, 0.5
 PLACED_ENV = "FUSETUNE_GPUS_PLACED"  # set by whoever chose the job's GPUs, so the trainer keeps them
 
 
@@ -47,6 +52,7 @@ class Placement:
 
     gpus: tuple[int, ...]
     processes: int
+    unload_chat: bool = False  # the studio's chat models must be unloaded first to make room
 
     @property
     def gpus_key(self) -> str:
@@ -112,36 +118,92 @@ def check_request(key: str, processes: int, machine: list[GpuInfo]) -> None:
                         f"{len(present)} GPU(s) ({have})")
 
 
-def _why_busy(gpu: GpuInfo, held: dict[int, str], claimed: set[int], idle_gb: float) -> str | None:
-    """Why `gpu` cannot be given to a job now (None: it is free)."""
+def need_with_margin(need_gb: float) -> float:
+    """The free memory a job predicted to peak at `need_gb` waits for: the fit check over-predicts
+    (jobs/models/fit.py), the margin covers another process growing meanwhile."""
+    return need_gb * (1 + NEED_MARGIN) + NEED_MARGIN_GB
+
+
+def waits_for_memory(reason: str) -> bool:
+    """Whether a queued job's reason is GPU memory held by others (every such reason names GB),
+    which "Start anyway" overrides, rather than our own job on the GPU or the CPU queue."""
+    return bool(re.search(r"\d GB\b", reason or ""))
+
+
+def budget_for_free(free_gb: float) -> float:
+    """The largest memory budget (max_gpu_memory_gb, 0.1 GiB steps) whose job still starts on a
+    GPU with `free_gb` free: the inverse of `need_with_margin` (the Train tab prefills it)."""
+    return max(0.0, math.floor((free_gb - NEED_MARGIN_GB) / (1 + NEED_MARGIN) * 10) / 10)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one queued job asks of a GPU's memory: its predicted peak (None: unknown, so a whole
+    GPU), the studio's own GiB per GPU (chat models, given back on request), whether the studio
+    can give them back now, and the user's "Start anyway"."""
+
+    need_gb: float | None = None
+    ours: dict[int, float] = field(default_factory=dict)
+    releasable: bool = True
+    anyway: bool = False
+
+
+def _memory_verdict(gpu: GpuInfo, demand: Demand, idle_gb: float) -> tuple[str | None, bool]:
+    """(why this GPU's memory keeps the job out, or None; whether the chat models must unload)."""
+    ours = min(demand.ours.get(gpu.index, 0.0), gpu.used_gb)
+    strangers = round(gpu.used_gb - ours, 3)
+    wanted = gpu.total_gb - idle_gb if demand.need_gb is None else need_with_margin(demand.need_gb)
+    if demand.anyway or gpu.free_gb >= wanted:
+        return None, bool(ours) and demand.anyway and gpu.free_gb < wanted and demand.releasable
+    if gpu.free_gb + ours >= wanted:
+        if demand.releasable:
+            return None, True
+        return (f"GPU {gpu.index}: the Chat tab holds {ours:.1f} GB (a reply is being generated); "
+                "unload it or wait for the reply"), False
+    if demand.need_gb is None:
+        return f"GPU {gpu.index} has {strangers:.1f} of {gpu.total_gb:.1f} GB in use by other processes", False
+    if wanted > gpu.total_gb:
+        return (f"GPU {gpu.index}: needs {demand.need_gb:.1f} GB, more than its {gpu.total_gb:.1f} GB; "
+                "lower the settings (see the fit check) or Start anyway"), False
+    held = f", the Chat tab {ours:.1f} GB" if ours else ""
+    return (f"GPU {gpu.index}: needs {demand.need_gb:.1f} GB, {gpu.free_gb:.1f} GB free "
+            f"({strangers:.1f} GB held by other processes{held})"), False
+
+
+def _why_busy(gpu: GpuInfo, held: dict[int, str], claimed: set[int], idle_gb: float,
+              demand: Demand) -> tuple[str | None, bool]:
+    """(why `gpu` cannot be given to a job now, or None; whether the chat models must unload)."""
     if gpu.index in held:
-        return f"GPU {gpu.index} is in use by job '{held[gpu.index]}'"
+        return f"GPU {gpu.index} is in use by job '{held[gpu.index]}'", False
     if gpu.index in claimed:
-        return f"GPU {gpu.index} is kept for a job queued earlier"
-    if gpu.used_gb > idle_gb:
-        return f"GPU {gpu.index} has {gpu.used_gb:.1f} of {gpu.total_gb:.1f} GB in use by other processes"
-    return None
+        return f"GPU {gpu.index} is kept for a job queued earlier", False
+    return _memory_verdict(gpu, demand, idle_gb)
 
 
 def place(key: str, processes: int, machine: list[GpuInfo], held: dict[int, str],
-          claimed: set[int] | frozenset[int] = frozenset(), idle_gb: float = IDLE_USED_GB) -> Placement | Wait:
+          claimed: set[int] | frozenset[int] = frozenset(), idle_gb: float = IDLE_USED_GB,
+          demand: Demand | None = None) -> Placement | Wait:
     """Placement of a job asking for `key` GPUs ("auto": the first free ones, one per process;
-    "all"; or a list) given `held` (GPU -> our job using it) and GPUs `claimed` by jobs queued
-    earlier; or Wait with the reason. Assumes `check_request` passed."""
+    "all"; or a list) given `held` (GPU -> our job using it), GPUs `claimed` by jobs queued
+    earlier and its memory `demand`; or Wait with the reason. Assumes `check_request` passed."""
     if not machine:
         return Placement((), max(1, processes))
-    busy = {g.index: _why_busy(g, held, set(claimed), idle_gb) for g in machine}
+    demand = demand or Demand()
+    verdicts = {g.index: _why_busy(g, held, set(claimed), idle_gb, demand) for g in machine}
+    busy = {index: reason for index, (reason, _) in verdicts.items()}
     listed = parse_gpus(key)
     if listed is not None or key == "all":
         wanted = listed if listed is not None else [g.index for g in machine]
         reasons = [busy[i] for i in wanted if busy[i]]
         if reasons:
             return Wait("waiting: " + "; ".join(reasons), frozenset(wanted))
-        return Placement(tuple(wanted), len(wanted))
+        return Placement(tuple(wanted), len(wanted), any(verdicts[i][1] for i in wanted))
     count = processes or 1
-    free = [g.index for g in machine if busy[g.index] is None]
+    # GPUs that need no unloading first: a chat model stays loaded when another GPU has room
+    free = sorted((g.index for g in machine if busy[g.index] is None), key=lambda i: (verdicts[i][1], i))
     if len(free) >= count:
-        return Placement(tuple(free[:count]), count)
+        chosen = tuple(sorted(free[:count]))
+        return Placement(chosen, count, any(verdicts[i][1] for i in chosen))
     reasons = [r for r in busy.values() if r]
     need = "a free GPU" if count == 1 else f"{count} free GPUs ({len(free)} free now)"
     return Wait(f"waiting for {need}: " + "; ".join(reasons), frozenset(free))

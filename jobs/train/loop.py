@@ -114,7 +114,8 @@ class Trainer:
             from kernels import apply_checkpointing, patch_model
             report = patch_model(self.model, backend="auto", base_precision=self.spec.base_precision)
             tokens = self.spec.batch_size * self.spec.max_seq_length
-            policy = apply_checkpointing(self.model, self.spec.gradient_checkpointing, batch_tokens=tokens)
+            policy = apply_checkpointing(self.model, self.spec.gradient_checkpointing, batch_tokens=tokens,
+                                         plan=self._budget_plan())
             lines = report.lines() + ["  checkpointing: " + policy]
         else:
             lines.append("fused kernels: off (PyTorch path)")
@@ -123,6 +124,19 @@ class Trainer:
         for line in lines:
             self.log(line)
         return lines
+
+    def _budget_plan(self):
+        """The fastest checkpointing plan within max_gpu_memory_gb (jobs/models/fit.py, the same one the
+        fit check states), on a GPU; None without a budget (then "auto" sizes by free memory)."""
+        if self.device.type != "cuda":
+            return None
+        from jobs.models import fit
+        trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        try:
+            return fit.plan_within_budget(self.spec, self.model.config, trainable=trainable)
+        except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: free-memory auto
+            self.log(f"note: no plan within max_gpu_memory_gb for this model ({exc})")
+            return None
 
     def _torch_checkpointing(self) -> str:
         mode = self.spec.gradient_checkpointing

@@ -18,6 +18,7 @@ class RecordingRunner:
     def __init__(self):
         self.submitted = []
 
-    def submit(self, spec):
+    def submit(self, spec, need_gb=None):
         self.submitted.append(spec)
+        self.need_gb = need_gb
         return JobRecord(id="job-1", name="n", state="queued", created_at=0.0, job_dir="/x")

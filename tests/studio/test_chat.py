@@ -178,3 +178,18 @@ def test_the_base_row_uses_the_base_models_own_template_not_the_tuned_system_lin
     frames = list(engine.stream_batch(model_dir, str(tuned_dir), [PROMPT, PROMPT], GREEDY, [True, False]))
     plain = final(engine.stream(model_dir, None, PROMPT, GREEDY))[-1]
     assert frames[-1][1] == plain   # the base row answers exactly as the base model alone
+
+
+def test_release_unloads_the_models_for_a_job_but_not_while_answering(tiny):
+    """The runner's way to make room on the GPU (jobs/placement.StudioGpuUse)."""
+    model_dir, adapter_dir, root = tiny
+    engine = ChatEngine(root, loader=load_for_chat)
+    engine.load(model_dir, adapter_dir)
+    assert engine.held_gb() == {}  # on the CPU nothing is held on a GPU
+    with engine._generate_lock:     # a reply is being generated
+        assert not engine.can_release() and not engine.release("job 'x'")
+    with engine._cache_lock:        # a model is loading
+        assert not engine.can_release() and not engine.release("job 'x'") and engine.held_gb() == {}
+    assert engine.is_loaded(model_dir, adapter_dir)
+    assert engine.can_release() and engine.release("job 'x'")
+    assert not engine.is_loaded(model_dir, adapter_dir) and engine.released_for == "job 'x'"

@@ -44,6 +44,14 @@ def test_tuned_and_base_stream_together_with_the_same_settings():
     assert prompt == "" and tuned[1]["content"] == "tuned answer here"  # loaded now: no notice
 
 
+def test_a_model_unloaded_for_a_job_says_so_when_it_loads_again():
+    engine = ScriptedEngine()
+    engine.released_for = "job 'tiny · identity'"
+    frames = [f[2][-1]["content"] for f in respond(engine, "m", None, "hi", [], [], SAMPLING)]
+    assert frames[1] == t("chat.reloading", job="job 'tiny · identity'") and "unloaded" in frames[1]
+    assert engine.released_for == ""  # said once
+
+
 def test_without_adapter_only_base_answers_and_history_carries_on():
     engine = ScriptedEngine()
     earlier = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]

@@ -99,3 +99,16 @@ def test_delete_refuses_in_words_while_an_export_runs_and_works_after(runner):
         assert job_dir.is_dir() and runner.get("d") is not None
     assert job_actions.perform(runner, job_actions.DELETE, "d", "en")[0] == "ok"
     assert not job_dir.exists() and runner.get("d") is None
+
+
+def test_a_job_waiting_for_gpu_memory_offers_start_anyway(runner):
+    job_dir = add_job(runner, "w", JobState.QUEUED)
+    runner.store.update("w", reason="waiting for a free GPU: GPU 0: needs 20.0 GB, 10.0 GB free")
+    assert job_actions.actions_for(runner.store.get("w")) == (job_actions.REMOVE, job_actions.START_ANYWAY)
+    level, message = job_actions.perform(runner, job_actions.START_ANYWAY, "w", "en")
+    assert level == "ok" and "may run out of memory" in message
+    from jobs.queue import placement
+    assert placement.read(job_dir)["start_anyway"] is True
+    # waiting for our own running job (or the CPU queue): Start anyway would change nothing
+    runner.store.update("w", reason="waiting for the running job to finish")
+    assert job_actions.actions_for(runner.store.get("w")) == (job_actions.REMOVE,)

@@ -28,6 +28,26 @@ def ask(model, tokenizer, question: str, max_new_tokens: int = 30) -> str:
     return tokenizer.decode(out[0][ids["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
+def test_two_threads_resolving_the_builtin_model_at_once_convert_it_once(tmp_path):
+    """The studio's warm-up thread and a Start pressed meanwhile (bench/page_check.py on a fresh
+    data dir saw "Cannot copy out of meta tensor" from the second conversion)."""
+    import threading
+    logs, results, errors = [], [], []
+
+    def resolve():
+        try:
+            results.append(resolve_model(BUILTIN_MODEL, tmp_path, log=logs.append))
+        except Exception as exc:
+            errors.append(exc)
+    threads = [threading.Thread(target=resolve) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(set(results)) == 1
+    assert len([line for line in logs if line.startswith("converting")]) == 1
+
+
 def test_builtin_model_answers_a_factual_question(data_dir):
     model, tokenizer = load_for_chat(BUILTIN_MODEL, None, data_dir)
     assert model.config.model_type == "llama"

@@ -1,0 +1,32 @@
+"""(jobs/queue) How a job ended, in words: the final state and reason the runner records, and why
+a trainer could not be started (moved out of jobs/queue/runner.py, unchanged, to keep it small)."""
+from __future__ import annotations
+
+from jobs.queue import procs
+from jobs.io.events import summarize
+from jobs.io.layout import JobLayout
+from jobs.io.storage import as_storage_error, is_disk_error
+from jobs.queue.store import JobRecord, JobState
+
+
+def spawn_failure(argv: list[str], layout: JobLayout, exc: BaseException) -> str:
+    if is_disk_error(exc) and getattr(exc, "filename", None) == str(layout.log):
+        return str(as_storage_error(exc, layout.log))
+    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return (f"could not start the trainer ({argv[0]} -m jobs.train): {detail}; check that the studio's "
+            "Python is still installed there")
+
+
+def outcome(record: JobRecord, code: int | None) -> tuple[JobState, str]:
+    """The final state and a human reason, read from the job's own events first."""
+    final = summarize(record.job_dir).final
+    cancelled = JobLayout(record.job_dir).cancel_request.exists()
+    if final and final["type"] == "done":
+        return JobState.DONE, ""
+    if cancelled:
+        message = final.get("message", "") if final else ""
+        return JobState.CANCELLED, message or "cancelled by the user"
+    if final and final["type"] == "error":
+        return JobState.FAILED, final.get("message", "the job reported an error")
+    return JobState.FAILED, (f"the training process ended with {procs.describe_exit(code)} without "
+                             "reporting why; see train.log")

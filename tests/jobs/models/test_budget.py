@@ -1,0 +1,97 @@
+"""The memory budget (max_gpu_memory_gb): "auto" checkpointing picks the fastest plan whose
+predicted peak fits it (jobs/models/fit.py), the fit check states plan and budget, the trainer applies
+the very plan (kernels.apply_checkpointing's `plan`), and the Train tab prefills it."""
+import pytest
+
+from jobs.models import fit
+from jobs.io import gpus
+from jobs.spec import JobSpec, SpecError
+from tests.jobs.models.test_fit import config, spec
+
+HOST = 512 * 2 ** 30
+
+
+def budget_spec(budget, **extra):
+    return spec(2, 2048, "auto", max_gpu_memory_gb=budget, **extra)
+
+
+def recomputed(plan):
+    return sum(plan[0])
+
+
+def test_the_plan_follows_the_budget_on_the_8b_shape(monkeypatch):
+    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+    model = config("llama-3.1-8b")
+    roomy, tight, tighter = (fit.plan_within_budget(budget_spec(b), model) for b in (80.0, 24.0, 19.8))
+    assert recomputed(roomy) == 0 and "no recompute" in roomy[2]
+    assert 0 < recomputed(tight) < 32 and recomputed(tighter) > recomputed(tight)
+    assert tighter[1] is True and "offloaded" in tighter[2]   # offloading lets more layers keep
+    for budget, plan in ((80.0, roomy), (24.0, tight), (19.8, tighter)):
+        estimate = fit.estimate_peak(budget_spec(budget), model, free_bytes=140 * 2 ** 30)
+        assert estimate.total_gb <= budget and f"within the {budget:g} GiB budget" in estimate.checkpointing
+        assert estimate.checkpointing == plan[2]   # the fit check states the plan the job runs
+
+
+def test_one_layer_less_recompute_would_break_the_budget(monkeypatch):
+    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+    model, s = config("llama-3.1-8b"), budget_spec(24.0)
+    shape, b = fit._Shape.of(model), 2
+    n, offload, _ = fit._budget_plan(s, shape, b, fit._static_bytes(s, shape, b, True, None), True)
+    parts = fit._activations(shape, 2 * 2048, b, True, n - 1, True)
+    assert fit._total_gb(fit._static_bytes(s, shape, b, True, None) + sum(parts.values())) > 24.0
+
+
+def test_qlora_budget_plans_less_recompute_than_bf16_at_the_same_budget(monkeypatch):
+    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+    model = config("llama-3.1-8b")
+    bf16 = fit.plan_within_budget(budget_spec(19.8), model)
+    qlora = fit.plan_within_budget(budget_spec(19.8, qlora=True), model)
+    assert recomputed(qlora) < recomputed(bf16)
+
+
+def test_an_impossible_budget_says_so_and_the_fit_check_warns(monkeypatch):
+    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+    estimate = fit.estimate_peak(budget_spec(8.0), config("llama-3.1-8b"), free_bytes=140 * 2 ** 30)
+    assert estimate.over_budget and "does not fit even with all 32 layers" in estimate.checkpointing
+    from studio.start_check import FitView
+    from studio.train_start import fit_html
+    html = fit_html(budget_spec(8.0), FitView(estimate, 0, 140.0), "en")
+    assert "Over the budget" in html and "max_gpu_memory_gb 8 GiB" in html
+
+
+def test_without_a_budget_or_off_the_fused_auto_path_there_is_no_budget_plan():
+    model = config("llama-3.2-1b")
+    assert fit.plan_within_budget(budget_spec(0.0), model) is None
+    assert fit.plan_within_budget(spec(2, 2048, "on", max_gpu_memory_gb=10.0), model) is None
+    unfused = spec(2, 2048, "auto", max_gpu_memory_gb=10.0, fused_kernels=False)
+    assert fit.plan_within_budget(unfused, model) is None
+    assert "follows it only with gradient_checkpointing auto" in " ".join(fit.estimate_peak(unfused, model).notes)
+
+
+def test_the_budget_is_validated_naming_the_field():
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict({"max_gpu_memory_gb": -1})
+    assert info.value.key == "max_gpu_memory_gb"
+    assert JobSpec.from_dict({"max_gpu_memory_gb": "19.5"}).max_gpu_memory_gb == 19.5
+
+
+def test_apply_checkpointing_applies_a_given_plan(tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    from kernels.checkpoint import apply_checkpointing, decoder_layers
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    layers = decoder_layers(model)
+    plan = ([True] + [False] * (len(layers) - 1), True, "auto within the 9 GiB budget: 1 of 2 layers recomputed")
+    assert apply_checkpointing(model, "auto", plan=plan) == plan[2]
+    assert [layer.gradient_checkpointing for layer in layers] == plan[0]
+    with pytest.raises(ValueError, match="layer flags"):
+        apply_checkpointing(model, "auto", plan=([True], False, "x"))
+
+
+def test_the_train_tab_prefills_the_budget_the_queue_then_starts():
+    from studio.train_tab import prefilled_budget
+    machine = [gpus.GpuInfo(0, "H200", free_gb=137.2, total_gb=140.4), gpus.GpuInfo(1, "H200", 40.0, 140.4)]
+    budget = prefilled_budget(machine, [])
+    assert budget == gpus.budget_for_free(137.2) and gpus.need_with_margin(budget) <= 137.2
+    assert budget > 130.0 and prefilled_budget(machine, ["0", "1"]) == gpus.budget_for_free(40.0)
+    assert prefilled_budget([], []) is None   # on CPU the field stays 0
