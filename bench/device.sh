@@ -22,7 +22,7 @@
 # machine's packages; only the peers' runs see .whl/site.
 set -u
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-SITE=$PWD/.whl/site
+SITE=${SITE:-$PWD/.whl/site}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG="$OUT/device.log"
 PY=${PY:-python3}
