@@ -30,7 +30,7 @@ import time
 import traceback
 from pathlib import Path
 
-from jobs import gpus, paths, procs
+from jobs import gpus, paths, procs, resume
 from jobs.events import summarize
 from jobs.launch import launch_argv
 from jobs.layout import JobLayout
@@ -123,6 +123,15 @@ class Runner:
             procs.signal_group(record.pid, signal.SIGTERM)
         threading.Thread(target=self._kill_after_grace, args=(job_id,), daemon=True).start()
         return True
+
+    def resume(self, job_id: str, more_steps: int = 0) -> JobRecord:
+        """The same job again, queued, from its newest checkpoint (jobs/resume.py); RunnerError says why not."""
+        try:
+            resume.requeue(self.store, job_id, more_steps)
+        except resume.ResumeError as exc:
+            raise RunnerError(str(exc)) from None
+        self._reconcile_quietly()
+        return self.store.get(job_id)
 
     def delete(self, job_id: str) -> bool:
         """Remove a job and its folder: a finished one, or a queued one (which is first cancelled so

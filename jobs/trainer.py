@@ -341,6 +341,8 @@ class Trainer:
             self.log(f"keep_best: adapter/ holds the best eval loss {self.best_eval[0]:.4f} from step "
                      f"{self.best_eval[1]}; the last step's weights are in checkpoints/step-{self.step}")
         else:
+            if not self.spec.save_steps:
+                self.save_checkpoint()   # "0: only at the end", resumable: the studio's "train more steps"
             adapter = self._save_adapter("finished")
         self.events.emit("done", step=self.step, final_loss=self.last_loss, adapter_dir=str(adapter),
                          best_eval_loss=self.best_eval[0] if self.best_eval else None,
