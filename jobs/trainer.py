@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from jobs import checkpoints, encode, evaluate, models, telemetry
+from jobs import checkpoints, encode, evaluate, models, phases, telemetry
 from jobs.data import load_conversations
 from jobs.distributed import Distributed, resume_position
 from jobs.events import EventWriter
@@ -62,6 +62,9 @@ class Trainer:
         spec = self.spec
         torch.manual_seed(spec.seed)
         self.device = self.dist.device
+        if self.dist.is_main:  # the studio shows what happens before step 1 (jobs/phases.py)
+            phases.install(lambda **fields: self.events.emit("phase", **fields))
+        phases.report(phases.PREPARING)
         if spec.load_in_4bit and self.device.type != "cuda":
             self.log("note: load_in_4bit on CPU uses bitsandbytes' CPU path; it is slow")
         self.source = models.resolve_model(spec.model, self.data_dir, log=self.log)
@@ -72,6 +75,7 @@ class Trainer:
         self.dtype = models.pick_dtype(spec, self.device)
         self.log(f"loading {self.source} on {self.device} as {self.dtype}"
                  + (" with 4-bit NF4 base weights" if spec.load_in_4bit else ""))
+        phases.report(phases.LOADING)
         base = models.load_base_model(self.source, self.dtype, self.device, spec.load_in_4bit)
         base.config.use_cache = False
         self.model = models.add_lora(base, spec)
@@ -94,6 +98,7 @@ class Trainer:
     def _load_examples(self) -> None:
         spec = self.spec
         conversations = load_conversations(spec, self.tokenizer, self.data_dir, log=self.log)
+        phases.report(phases.TOKENIZING)
         examples = encode.encode_all(self.tokenizer, conversations, spec.max_seq_length, log=self.log)
         self.examples, self.eval_examples = evaluate.split_holdout(examples, spec.eval_fraction, spec.seed)
         if spec.eval_dataset:

@@ -9,7 +9,7 @@ import gradio as gr
 
 from studio import compare
 from studio import jobs_view as view
-from studio import render
+from studio import plots, render
 from studio.context import StudioContext
 from studio.i18n import t
 
@@ -28,7 +28,7 @@ class CompareTab:
         kept = [job_id for job_id in (picked or []) if job_id in ids]
         choices = [view.job_choice(r, lang) for r in records]
         plot, table = comparison(ctx, kept, only_diff, lang)
-        return [gr.update(choices=choices, value=kept), plot, table]
+        return [gr.update(choices=choices, value=kept), plots.series_update(plot), table]
 
 
 def comparison(ctx: StudioContext, job_ids: list[str] | None, only_diff: bool, lang: str) -> tuple[Any, str]:
@@ -57,7 +57,8 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
     tab = CompareTab(select=select, only_diff=only_diff, outputs=[select, plot, config])
 
     def on_pick(job_ids: list[str], only: bool, lang: str) -> tuple[Any, str]:
-        return comparison(ctx, job_ids, only, lang)
+        curves, table = comparison(ctx, job_ids, only, lang)
+        return plots.series_update(curves), table  # the chart learns each picked run's series
 
     for trigger in (select.change, only_diff.change, ctx.lang.change):
         trigger(on_pick, [select, only_diff, ctx.lang], [plot, config], show_progress="hidden")

@@ -17,6 +17,7 @@ import time
 import zlib
 from pathlib import Path
 
+from jobs import phases
 from jobs.builtin.general_prompts import PROMPTS_EN, PROMPTS_ZH
 
 # 64 new tokens, cut back to the last full sentence: short rows keep the default run fast. One
@@ -109,6 +110,7 @@ def _generate_batches(model, tokenizer, questions: list[str], device) -> list[tu
     import torch
     order = sorted(range(len(questions)), key=lambda i: len(questions[i]))  # similar lengths batch well
     results: dict[int, tuple[str, str, bool]] = {}
+    phases.report(phases.PREPARING, 0, len(questions), "answers")
     for start in range(0, len(order), BATCH_SIZE):
         batch = order[start:start + BATCH_SIZE]
         texts = [tokenizer.apply_chat_template([{"role": "user", "content": questions[i]}], tokenize=False,
@@ -122,6 +124,7 @@ def _generate_batches(model, tokenizer, questions: list[str], device) -> list[tu
             finished = tokenizer.eos_token_id in new
             text = tokenizer.decode(new, skip_special_tokens=True)
             results[i] = (questions[i], text, finished)
+        phases.report(phases.PREPARING, len(results), len(questions), "answers")
     return [results[i] for i in range(len(questions))]
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs import phases
 from jobs.spec import JobSpec
 from jobs.store import JobState
 from studio import export_tab, form, i18n, job_actions
@@ -19,14 +20,18 @@ DYNAMIC = {
     "help.": {f"help.{f.name}" for f in dataclasses.fields(JobSpec)},
     "state.": {f"state.{s.value}" for s in JobState},
     "group.": {f"group.{g}" for g in form.GROUPS},
-    "confirm.": {f"confirm.{a}" for a in (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE)},
-    "jobs.action_": {f"jobs.action_{a}" for a in (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE)},
+    "confirm.": {f"confirm.{a}" for a in (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE,
+                                          job_actions.RESUME, job_actions.MORE)},
+    "jobs.action_": {f"jobs.action_{a}" for a in (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE,
+                                                  job_actions.RESUME, job_actions.MORE)},
+    "phase.": {f"phase.{p}" for p in phases.PHASES},
+    "phase.unit_": {"phase.unit_answers"},
     "export.format_": {f"export.format_{f}" for f in export_tab.FORMATS},
     "export.quant_": {f"export.quant_{q}" for q in export_tab.QUANTS},
     "export.hint_": {f"export.hint_{f}" for f in export_tab.FORMATS},
 }
 # Texts that are the same in Chinese (units, and a format of placeholders only).
-SAME_IN_CHINESE = {"plot.gb", "plot.percent", "error.field"}
+SAME_IN_CHINESE = {"plot.gb", "plot.percent", "error.field", "phase.counted"}
 
 
 def _key_strings(node, out, problems, where):
