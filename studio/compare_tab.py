@@ -28,7 +28,7 @@ class CompareTab:
         kept = [job_id for job_id in (picked or []) if job_id in ids]
         choices = [view.job_choice(r, lang) for r in records]
         plot, table = comparison(ctx, kept, only_diff, lang)
-        return [gr.update(choices=choices, value=kept), plots.series_update(plot), table]
+        return [gr.update(choices=choices, value=kept), plot, table]
 
 
 def comparison(ctx: StudioContext, job_ids: list[str] | None, only_diff: bool, lang: str) -> tuple[Any, str]:
@@ -57,11 +57,16 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
     tab = CompareTab(select=select, only_diff=only_diff, outputs=[select, plot, config])
 
     def on_pick(job_ids: list[str], only: bool, lang: str) -> tuple[Any, str]:
-        curves, table = comparison(ctx, job_ids, only, lang)
-        return plots.series_update(curves), table  # the chart learns each picked run's series
+        return comparison(ctx, job_ids, only, lang)
+
+    sent = gr.State(None)  # the chart's colour map as last sent (studio/plots.py)
+
+    def on_sync(job_ids: list[str], only: bool, previous: dict | None, lang: str) -> list[Any]:
+        return list(plots.color_sync(comparison(ctx, job_ids, only, lang)[0], previous))
 
     for trigger in (select.change, only_diff.change, ctx.lang.change):
-        trigger(on_pick, [select, only_diff, ctx.lang], [plot, config], show_progress="hidden")
+        trigger(on_pick, [select, only_diff, ctx.lang], [plot, config], show_progress="hidden").then(
+            on_sync, [select, only_diff, sent, ctx.lang], [plot, sent], show_progress="hidden")
     refresh_btn.click(lambda picked, only, lang: tab.refresh(ctx, picked, only, lang),
                       [select, only_diff, ctx.lang], tab.outputs)
     return tab

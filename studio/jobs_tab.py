@@ -61,7 +61,7 @@ def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
     return [
         progress,
         render.notice_html(failure, "error" if record.state == "failed" else "warn") if failure else "",
-        plots.series_update(view.loss_frame(summary, lang)),
+        view.loss_frame(summary, lang),  # its colours follow in a second event (studio/plots.py)
         view.rss_frame(summary),
         view.cpu_frame(summary),
         gr.update(value=util, visible=has_gpu),
@@ -180,14 +180,17 @@ def build_jobs_tab(ctx: StudioContext) -> JobsTab:
             log = gr.HTML(elem_id="ft-log")
     table_sig, detail_sig, pending = gr.State(None), gr.State(None), gr.State(None)
     timer = gr.Timer(POLL_S)
+    plots_sent = gr.State(None)  # the loss plot's colour map as last sent
     outputs = [table, select, progress, failure, *plots, report, log, *buttons, notice, table_sig, detail_sig]
     tab = JobsTab(table=table, select=select, timer=timer, refresh_outputs=outputs)
-    _wire_view(ctx, tab, table_sig, detail_sig)
+    polled = _wire_view(ctx, tab, table_sig, detail_sig)
+    _wire_colors(ctx, tab, polled, plots[0], plots_sent)
     _wire_actions(ctx, tab, buttons, (confirm, question, yes, no, notice, pending, more_steps))
     return tab
 
 
-def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig: gr.State) -> None:
+def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig: gr.State) -> Any:
+    """The poll and the picks; returns the poll's event (for what must follow each poll)."""
     lang, outputs = ctx.lang, tab.refresh_outputs
 
     def on_tick(job_id: str | None, t_sig: Any, d_sig: Any, language: str) -> list[Any]:
@@ -200,10 +203,22 @@ def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig
         job_id = evt.row_value[0] if evt.row_value else None
         return refresh(ctx, job_id, None, None, language, pick=True)
 
-    tab.timer.tick(on_tick, [tab.select, table_sig, detail_sig, lang], outputs, show_progress="hidden")
+    polled = tab.timer.tick(on_tick, [tab.select, table_sig, detail_sig, lang], outputs, show_progress="hidden")
     tab.select.input(on_select, [tab.select, table_sig, lang], outputs, show_progress="hidden")
     tab.table.select(on_row, [lang], outputs, show_progress="hidden")
     lang.change(on_select, [tab.select, table_sig, lang], outputs, show_progress="hidden")
+    return polled
+
+
+def _wire_colors(ctx: StudioContext, tab: JobsTab, polled: Any, loss_plot: gr.LinePlot, sent: gr.State) -> None:
+    """After each poll: tell the loss chart the series it now shows, once they change (a picked
+    job, a language, the first eval), so that vega draws them (studio/plots.py)."""
+    def on_sync(job_id: str | None, previous: dict | None, language: str) -> list[Any]:
+        record = ctx.runner.store.get(job_id) if job_id else None
+        frame = view.loss_frame(ctx.events.get(record.job_dir), language) if record else None
+        return list(plots.color_sync(frame, previous))
+
+    polled.then(on_sync, [tab.select, sent, ctx.lang], [loss_plot, sent], show_progress="hidden")
 
 
 def _wire_actions(ctx: StudioContext, tab: JobsTab, buttons: list[gr.Button], parts: tuple) -> None:

@@ -4,8 +4,10 @@ Gradio's LinePlot (vega-lite, gradio 6) builds its chart spec, including the col
 domain (the series names in the value), only when the component mounts or a spec prop changes; a
 new value only swaps the data. A job's loss plot mounts empty, so its first series was outside the
 domain and its line was never drawn (the axes still rescaled) until the tab was re-entered.
-`series_update` sends a colour map naming the series of this value: a new series changes the map,
-the chart is rebuilt with it, and the line appears at once."""
+A changed `color_map` rebuilds the chart, from the data it holds at that moment. Sent together
+with the new value, the rebuild races the value (it was built from the old, empty data), so the
+map goes in a follow-up event once the value is there (`ColorSync`, chained with `.then`), and
+only when the set of series changed."""
 from __future__ import annotations
 
 import gradio as gr
@@ -20,6 +22,10 @@ def series_colors(frame: pd.DataFrame, column: str = "series") -> dict[str, str]
     return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)} or None
 
 
-def series_update(frame: pd.DataFrame, column: str = "series") -> dict:
-    """The plot's value plus the colour map that makes its chart know every series it holds."""
-    return gr.update(value=frame, color_map=series_colors(frame, column))
+def color_sync(frame: pd.DataFrame | None, sent: dict | None) -> tuple[dict, dict | None]:
+    """(update for the plot, colours now sent): a colour map naming the series of the value the
+    plot already shows, or gr.skip() when the chart knows them."""
+    colors = series_colors(frame) if frame is not None else None
+    if colors == sent:
+        return gr.skip(), sent
+    return gr.update(color_map=colors), colors

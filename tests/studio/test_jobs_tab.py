@@ -18,7 +18,6 @@ def step(n):
 def unpack(out):
     table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, report, log, *rest = out
     cancel, remove, delete, resume, more, notice, t_sig, d_sig = rest
-    loss = loss["value"] if isinstance(loss, dict) and "value" in loss else loss  # with its colour map
     return dict(table=table, select=select, progress=progress, failure=failure, loss=loss, gpu_util=gpu_util,
                 report=report, cancel=cancel, remove=remove, delete=delete, resume=resume, more=more,
                 notice=notice, t_sig=t_sig, d_sig=d_sig)
@@ -94,12 +93,15 @@ def test_before_its_first_step_a_job_says_what_it_does_and_elapsed_counts_from_s
     assert "preparing" not in done["progress"] and "elapsed 6:30" in done["progress"]
 
 
-def test_the_loss_plot_names_its_series_so_the_chart_draws_them(tmp_path):
+def test_the_loss_plot_is_told_its_series_once_they_change(tmp_path):
+    from studio.jobs_view import loss_frame
+    from studio.plots import color_sync
     rec = job(tmp_path, "a", "running")
     EventWriter(rec.job_dir).emit("step", **step(1))
-    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([rec]))
-    loss = refresh(ctx, "a", None, None, pick=True)[4]
-    assert list(loss["color_map"]) == ["training loss"]
+    frame = loss_frame(StudioContext(data_dir=tmp_path, runner=ListRunner([rec])).events.get(rec.job_dir))
+    update, sent = color_sync(frame, None)
+    assert list(update["color_map"]) == list(sent) == ["training loss"]
+    assert is_skip(color_sync(frame, sent)[0])
 
 
 def test_a_notice_about_a_job_goes_when_it_ends_or_another_is_picked(tmp_path):
