@@ -159,7 +159,7 @@ def _bind_field(ctx: StudioContext, widget: form.FieldWidget, component: Any) ->
 
     def info(lang: str) -> str:
         text = t("train.fused_unavailable", lang, reason=off[1]) if off else widget.info(lang)
-        if widget.name == "base_precision":
+        if widget.name == "base_precision" and not off:  # measured H200 figures: only where FP8 can run
             from studio.fp8_effect import effect_text
             text = f"{text} {effect_text(lang)}"
         return text
