@@ -203,3 +203,9 @@ def test_studio_preview_of_a_huge_file_keeps_memory_flat(tmp_path, tiny_model, h
         assert result["answer"].startswith("huge.jsonl has 1 bad row: row 1 (line 1) is 52,4")
     else:
         assert '"trained_tokens"' in result["answer"] and result["answer"].count('"segments"') == 3
+
+
+def test_an_error_at_the_end_of_a_line_names_that_column(tmp_path):
+    from jobs.readers import _jsonl_row
+    problem = _jsonl_row(b'{"a": [1, 2]\n', 3, "row 3 (line 3)", 0)
+    assert "(column 13)" in problem.message, problem

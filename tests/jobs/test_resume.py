@@ -2,7 +2,7 @@
 its events; `save_steps: 0` ("only at the end") leaves a checkpoint that "train more steps" uses."""
 import pytest
 
-from jobs.events import summarize
+from jobs.events import read_events, summarize
 from jobs.resume import newest_checkpoint, resumed_spec
 from jobs.runner import Runner, RunnerError
 from jobs.store import JobRecord
@@ -26,6 +26,9 @@ def test_a_done_job_trains_more_steps_as_the_same_job(tmp_path, tiny_model):
     assert [e["step"] for e in summary.steps] == list(range(1, 10))
     assert summary.start["resumed_at"] == 6 and summary.final["step"] == 9
     assert finished.spec["max_steps"] == 9 and finished.spec["resume_from"].endswith("step-6")
+    phases = [e["phase"] for e in read_events(finished.job_dir) if e["type"] == "phase"]
+    assert phases == ["preparing data", "tokenizing", "loading model"] * 2  # before each run's start
+    assert summary.phase is None
 
 
 def test_what_cannot_be_resumed_says_why(tmp_path):
