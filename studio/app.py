@@ -89,8 +89,8 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
                             [compare.select, compare.only_diff, lang], compare.outputs, show_progress="hidden")
         export_item.select(lambda picked, language: export.refresh(ctx, picked, language),
                            [export.picked, lang], export.select, show_progress="hidden")
-        chat_item.select(lambda language: chat.refresh(ctx, language), [lang], [chat.adapter, chat.model],
-                         show_progress="hidden")
+        chat_item.select(lambda language, current: chat.refresh(ctx, language, current), [lang, chat.adapter],
+                         [chat.adapter, chat.model], show_progress="hidden")
 
         def on_language(language: str | None) -> list[Any]:
             language = normalize(language)

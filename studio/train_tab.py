@@ -293,6 +293,8 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
     upload.upload(on_upload, [upload, lang], [made["dataset"], upload_info]).then(
         on_preview, [lang, *inputs], preview)
     preview_btn.click(on_preview, [lang, *inputs], preview)
+    # another dataset picked by the user: the last upload's note and preview are about a file no longer chosen
+    made["dataset"].input(lambda: ("", ""), None, [upload_info, preview], show_progress="hidden")
 
     def on_start(language: str, confirmed: str, *values: Any) -> tuple[Any, ...]:
         result = start_job(ctx.runner, ctx.start_check, names, list(values), language, confirmed)
