@@ -40,6 +40,7 @@ from jobs.store import FINISHED, JobRecord, JobState, JobStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CANCEL_GRACE_S = 60.0
+FINISHED_BEFORE_CANCEL = "it finished all its steps before the cancel took effect"
 CLAIM_GRACE_S = 120.0  # a claim with no trainer after this long is abandoned (its owner hung or died)
 MAX_BACKOFF_S = 30.0
 
@@ -393,8 +394,8 @@ def _outcome(record: JobRecord, code: int | None) -> tuple[JobState, str]:
     """The final state and a human reason, read from the job's own events first."""
     final = summarize(record.job_dir).final
     cancelled = JobLayout(record.job_dir).cancel_request.exists()
-    if final and final["type"] == "done":
-        return JobState.DONE, ""
+    if final and final["type"] == "done":  # a cancel that came after the last step changes nothing
+        return JobState.DONE, FINISHED_BEFORE_CANCEL if cancelled else ""
     if cancelled:
         message = final.get("message", "") if final else ""
         return JobState.CANCELLED, message or "cancelled by the user"

@@ -16,6 +16,7 @@ import pandas as pd
 
 from jobs.events import JobSummary, read_events, summarize_events
 from jobs.layout import JobLayout
+from jobs.runner import FINISHED_BEFORE_CANCEL
 from jobs.store import JobState
 from studio.i18n import t
 
@@ -130,6 +131,8 @@ def patch_report_text(record: Any, summary: JobSummary, lang: str = "en") -> str
 def failure_text(record: Any, summary: JobSummary, lang: str = "en") -> str:
     """Why a job failed or was cancelled, from the error event and the store's reason."""
     state = JobState(record.state)
+    if state == JobState.DONE and record.reason == FINISHED_BEFORE_CANCEL:  # cancelled at 98/100, yet done
+        return t("failure.done_before_cancel", lang, job=record.id)
     if state not in (JobState.FAILED, JobState.CANCELLED):
         return ""
     error = summary.final if summary.final and summary.final.get("type") == "error" else {}

@@ -131,3 +131,12 @@ def test_event_cache_rereads_only_on_change(tmp_path):
     assert len(calls) == 1
     write(rec, ("step", step(2, 1.9)))
     assert [e["step"] for e in cache.get(rec.job_dir).steps] == [1, 2] and len(calls) == 2
+
+
+def test_a_job_that_finished_before_its_cancel_says_so(tmp_path):
+    from jobs.events import JobSummary
+    from jobs.runner import FINISHED_BEFORE_CANCEL
+    done = JobRecord(id="a", name="n", state="done", created_at=1.0, job_dir=str(tmp_path), reason=FINISHED_BEFORE_CANCEL)
+    assert "finished all its steps before the cancel" in view.failure_text(done, JobSummary())
+    done.reason = ""
+    assert view.failure_text(done, JobSummary()) == ""
