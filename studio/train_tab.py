@@ -16,6 +16,7 @@ from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, JobSpec, SpecError
 from studio import form, render
 from studio.context import StudioContext
 from studio.i18n import t
+from studio.server_text import translated
 from studio.train_start import FIT_FIELDS, fit_for_form, start_job
 
 
@@ -158,7 +159,7 @@ def _bind_field(ctx: StudioContext, widget: form.FieldWidget, component: Any) ->
     off = _unavailable(ctx, widget.name)
 
     def info(lang: str) -> str:
-        text = t("train.fused_unavailable", lang, reason=off[1]) if off else widget.info(lang)
+        text = t("train.fused_unavailable", lang, reason=translated(off[1], lang)) if off else widget.info(lang)
         if widget.name == "base_precision" and not off:  # measured H200 figures: only where FP8 can run
             from studio.fp8_effect import effect_text
             text = f"{text} {effect_text(lang)}"
