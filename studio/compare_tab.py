@@ -61,12 +61,12 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
 
     sent = gr.State(None)  # the chart's colour map as last sent (studio/plots.py)
 
-    def on_sync(job_ids: list[str], only: bool, previous: dict | None, lang: str) -> list[Any]:
-        return list(plots.color_sync(comparison(ctx, job_ids, only, lang)[0], previous))
+    def on_sync(shown: Any, previous: dict | None) -> list[Any]:
+        return list(plots.color_sync(shown, previous))
 
     for trigger in (select.change, only_diff.change, ctx.lang.change):
         trigger(on_pick, [select, only_diff, ctx.lang], [plot, config], show_progress="hidden").then(
-            on_sync, [select, only_diff, sent, ctx.lang], [plot, sent], show_progress="hidden")
+            on_sync, [plot, sent], [plot, sent], show_progress="hidden")
     refresh_btn.click(lambda picked, only, lang: tab.refresh(ctx, picked, only, lang),
                       [select, only_diff, ctx.lang], tab.outputs)
     return tab

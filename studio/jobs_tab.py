@@ -213,12 +213,10 @@ def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig
 def _wire_colors(ctx: StudioContext, tab: JobsTab, polled: Any, loss_plot: gr.LinePlot, sent: gr.State) -> None:
     """After each poll: tell the loss chart the series it now shows, once they change (a picked
     job, a language, the first eval), so that vega draws them (studio/plots.py)."""
-    def on_sync(job_id: str | None, previous: dict | None, language: str) -> list[Any]:
-        record = ctx.runner.store.get(job_id) if job_id else None
-        frame = view.loss_frame(ctx.events.get(record.job_dir), language) if record else None
-        return list(plots.color_sync(frame, previous))
+    def on_sync(shown: Any, previous: dict | None) -> list[Any]:
+        return list(plots.color_sync(shown, previous))
 
-    polled.then(on_sync, [tab.select, sent, ctx.lang], [loss_plot, sent], show_progress="hidden")
+    polled.then(on_sync, [loss_plot, sent], [loss_plot, sent], show_progress="hidden")
 
 
 def _wire_actions(ctx: StudioContext, tab: JobsTab, buttons: list[gr.Button], parts: tuple) -> None:

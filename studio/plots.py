@@ -10,6 +10,8 @@ map goes in a follow-up event once the value is there (`ColorSync`, chained with
 only when the set of series changed."""
 from __future__ import annotations
 
+from typing import Any
+
 import gradio as gr
 import pandas as pd
 
@@ -17,15 +19,31 @@ import pandas as pd
 PALETTE = ("#e66100", "#0072b2", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#000000")
 
 
-def series_colors(frame: pd.DataFrame, column: str = "series") -> dict[str, str] | None:
-    names = list(dict.fromkeys(frame[column].tolist())) if column in frame else []
+def series_names(shown: Any, column: str = "series") -> list[str]:
+    """The series of a plot's value: a DataFrame, or what the page sends back (PlotData / dict)."""
+    if shown is None:
+        return []
+    if isinstance(shown, pd.DataFrame):
+        return list(dict.fromkeys(shown[column].tolist())) if column in shown else []
+    columns = shown.get("columns") if isinstance(shown, dict) else getattr(shown, "columns", None)
+    rows = shown.get("data") if isinstance(shown, dict) else getattr(shown, "data", None)
+    if not columns or column not in columns or not rows:
+        return []
+    at = list(columns).index(column)
+    return list(dict.fromkeys(row[at] for row in rows))
+
+
+def series_colors(shown: Any, column: str = "series") -> dict[str, str] | None:
+    names = series_names(shown, column)
     return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)} or None
 
 
-def color_sync(frame: pd.DataFrame | None, sent: dict | None) -> tuple[dict, dict | None]:
+def color_sync(shown: Any, sent: dict | None) -> tuple[dict, dict | None]:
     """(update for the plot, colours now sent): a colour map naming the series of the value the
-    plot already shows, or gr.skip() when the chart knows them."""
-    colors = series_colors(frame) if frame is not None else None
+    plot shows in the page (its own value as the event's input: reading the job again could find
+    a series the page does not hold yet, and the chart would be rebuilt without it), or gr.skip()
+    when the chart knows them."""
+    colors = series_colors(shown)
     if colors == sent:
         return gr.skip(), sent
     return gr.update(color_map=colors), colors

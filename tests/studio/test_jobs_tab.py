@@ -126,3 +126,11 @@ def test_a_stopped_job_with_a_checkpoint_offers_resume_a_done_one_more_steps(tmp
     assert (c["resume"]["visible"], c["more"]["visible"], c["delete"]["visible"]) == (True, False, True)
     d = unpack(refresh(ctx, "d", None, None, pick=True))
     assert (d["resume"]["visible"], d["more"]["visible"]) == (False, True)
+
+
+def test_the_colour_sync_reads_the_series_the_page_holds():
+    from studio.plots import color_sync
+    shown = {"columns": ["step", "loss", "series"], "data": [[1, 2.0, "training loss"], [2, 1.5, "eval loss"]]}
+    update, sent = color_sync(shown, None)
+    assert list(sent) == ["training loss", "eval loss"]
+    assert is_skip(color_sync({"columns": ["step", "loss", "series"], "data": []}, None)[0])
