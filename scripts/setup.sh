@@ -13,9 +13,10 @@ fi
 .venv/bin/python -m pip install -q --no-deps -r requirements-builtin.txt
 if [ "${1:-}" = "--dev" ]; then
   .venv/bin/python -m pip install -q -r requirements-dev.txt
-  if [ ! -x /usr/bin/chromium ]; then
+  # chromium for the browser tests, and a CJK font so that they (and their screenshots) show Chinese
+  if [ ! -x /usr/bin/chromium ] || ! fc-list :lang=zh 2>/dev/null | grep -q .; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
     $SUDO apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium fonts-dejavu-core
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium fonts-dejavu-core fonts-noto-cjk
   fi
 fi

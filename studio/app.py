@@ -18,6 +18,7 @@ from studio.context import StudioContext
 from studio.export_tab import build_export_tab
 from studio.i18n import DEFAULT_LANG, DETECT_LANG_JS, LANGUAGES, SAVE_LANG_JS, language_choices, normalize, t
 from studio.jobs_tab import build_jobs_tab, refresh
+from studio.server_text import translated
 from studio.train_tab import build_train_tab
 
 TITLE = "Fusetune Studio"
@@ -26,7 +27,7 @@ TITLE = "Fusetune Studio"
 def header_text(fused: tuple[bool, str], lang: str) -> str:
     """The title, and which engine trains on this machine (and why not the other one)."""
     available, reason = fused
-    engine = t("header.engine_fused" if available else "header.engine_torch", lang, reason=reason)
+    engine = t("header.engine_fused" if available else "header.engine_torch", lang, reason=translated(reason, lang))
     return f"# {TITLE}\n{t('header.tagline', lang)}\n\n{engine}"
 
 
@@ -89,8 +90,8 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
                             [compare.select, compare.only_diff, lang], compare.outputs, show_progress="hidden")
         export_item.select(lambda picked, language: export.refresh(ctx, picked, language),
                            [export.picked, lang], export.select, show_progress="hidden")
-        chat_item.select(lambda language: chat.refresh(ctx, language), [lang], [chat.adapter, chat.model],
-                         show_progress="hidden")
+        chat_item.select(lambda language, current: chat.refresh(ctx, language, current), [lang, chat.adapter],
+                         [chat.adapter, chat.model], show_progress="hidden")
 
         def on_language(language: str | None) -> list[Any]:
             language = normalize(language)

@@ -27,8 +27,14 @@ class ChatTab:
     adapter: gr.Dropdown
     model: gr.Dropdown
 
-    def refresh(self, ctx: StudioContext, lang: str = "en") -> list[Any]:
-        return [gr.update(choices=adapter_choices(ctx, lang)), gr.update(choices=model_choices(ctx))]
+    def refresh(self, ctx: StudioContext, lang: str = "en", current: str | None = NO_ADAPTER) -> list[Any]:
+        """Adapter and model choices; with no adapter picked yet, the newest finished job's is
+        picked (the one a user who just trained wants to talk to)."""
+        choices = adapter_choices(ctx, lang)
+        adapter = gr.update(choices=choices)
+        if current in (None, "", NO_ADAPTER) and len(choices) > 1:
+            adapter = gr.update(choices=choices, value=choices[1][1])
+        return [adapter, gr.update(choices=model_choices(ctx))]
 
 
 def adapter_choices(ctx: StudioContext, lang: str = "en") -> list[tuple[str, str]]:
@@ -141,6 +147,10 @@ def _wire(ctx: StudioContext, tab: ChatTab, prompt: Any, chats: list[Any], setti
         return gr.update(value=trained_on) if trained_on else gr.update(value=current_model)
 
     tab.adapter.change(on_adapter, [tab.adapter, tab.model], tab.model)
+    # an exported model answers alone, in the right-hand box: it is not the base model
+    tab.model.change(lambda model_id, language: gr.update(label=t("chat.export" if is_export(model_id) else "chat.base",
+                                                                language)),
+                     [tab.model, ctx.lang], chats[1], show_progress="hidden")
     # input, not change: only the user's own pick, never the update on_adapter makes
     tab.model.input(lambda chosen: gr.update(value=NO_ADAPTER) if is_export(chosen) else gr.skip(),
                     tab.model, tab.adapter)

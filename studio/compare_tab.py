@@ -9,7 +9,7 @@ import gradio as gr
 
 from studio import compare
 from studio import jobs_view as view
-from studio import render
+from studio import plots, render
 from studio.context import StudioContext
 from studio.i18n import t
 
@@ -59,8 +59,14 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
     def on_pick(job_ids: list[str], only: bool, lang: str) -> tuple[Any, str]:
         return comparison(ctx, job_ids, only, lang)
 
+    sent = gr.State(None)  # the chart's colour map as last sent (studio/plots.py)
+
+    def on_sync(shown: Any, previous: dict | None) -> list[Any]:
+        return list(plots.color_sync(shown, previous))
+
     for trigger in (select.change, only_diff.change, ctx.lang.change):
-        trigger(on_pick, [select, only_diff, ctx.lang], [plot, config], show_progress="hidden")
+        trigger(on_pick, [select, only_diff, ctx.lang], [plot, config], show_progress="hidden").then(
+            on_sync, [plot, sent], [plot, sent], show_progress="hidden")
     refresh_btn.click(lambda picked, only, lang: tab.refresh(ctx, picked, only, lang),
                       [select, only_diff, ctx.lang], tab.outputs)
     return tab

@@ -6,18 +6,20 @@ itself) and is confirmed in the page first (studio.jobs_tab). Messages are in th
 Runner calls (jobs.queue.runner.Runner, docs/contracts.md "Runner API"): ``cancel(job_id)`` stops a
 running job; ``start_anyway(job_id)`` lets a job waiting for GPU memory start regardless;
 ``delete(job_id)`` removes a finished or queued job's row and folder, returns False
-for an unknown job and raises RunnerError for a running one.
+for an unknown job and raises RunnerError for a running one; ``resume(job_id, more_steps)`` queues
+the same job again from its newest checkpoint (RunnerError says why it cannot).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from jobs.io.gpus import waits_for_memory
+from jobs.queue.resume import can_resume, newest_checkpoint
 from jobs.queue.runner import RunnerError
 from jobs.queue.store import JobState
 from studio.i18n import t
 
-CANCEL, REMOVE, DELETE, START_ANYWAY = "cancel", "remove", "delete", "start_anyway"
+CANCEL, REMOVE, DELETE, START_ANYWAY, RESUME, MORE = "cancel", "remove", "delete", "start_anyway", "resume", "more"
 
 
 def actions_for(record: Any | None) -> tuple[str, ...]:
@@ -30,15 +32,24 @@ def actions_for(record: Any | None) -> tuple[str, ...]:
         return (CANCEL,)
     if state == JobState.QUEUED:
         return (REMOVE, START_ANYWAY) if waits_for_memory(record.reason) else (REMOVE,)
-    return (DELETE,)
+    if not can_resume(record):  # a job that saved no checkpoint can only be started again
+        return (DELETE,)
+    return (MORE, DELETE) if state == JobState.DONE else (RESUME, DELETE)
 
 
 def question(action: str, record: Any, lang: str) -> str:
     """The confirmation the page asks before `action` on `record`."""
-    return t(f"confirm.{action}", lang, job=record.id, name=record.name, folder=record.job_dir)
+    found = newest_checkpoint(record.job_dir) if action in (RESUME, MORE) else None
+    return t(f"confirm.{action}", lang, job=record.id, name=record.name, folder=record.job_dir,
+             step=found[1] if found else 0)
 
 
-def perform(runner: Any, action: str, job_id: str, lang: str) -> tuple[str, str]:
+def default_more_steps(record: Any) -> int:
+    """What "train more steps" offers first: as many steps again as the job ran."""
+    return max(1, int((record.spec or {}).get("max_steps") or 0) or 50)
+
+
+def perform(runner: Any, action: str, job_id: str, lang: str, more_steps: int = 0) -> tuple[str, str]:
     """Run a confirmed action. Returns (level, message) for a notice: "ok", "warn" or "error".
 
     The job's state is read again first: between the question and the answer it may have moved
@@ -57,6 +68,8 @@ def perform(runner: Any, action: str, job_id: str, lang: str) -> tuple[str, str]
         if not runner.start_anyway(job_id):
             return "warn", t("action.gone", lang, job=job_id)
         return "ok", t("action.starting_anyway", lang, job=job_id)
+    if action in (RESUME, MORE):
+        return _resume(runner, action, job_id, lang, more_steps)
     try:
         removed = runner.delete(job_id)  # a queued job is cancelled first, so it cannot start meanwhile
     except RunnerError as exc:  # it started (or changed) at the last moment
@@ -64,3 +77,16 @@ def perform(runner: Any, action: str, job_id: str, lang: str) -> tuple[str, str]
     if not removed:
         return "warn", t("action.gone", lang, job=job_id)
     return "ok", t("action.removed" if action == REMOVE else "action.deleted", lang, job=job_id)
+
+
+def _resume(runner: Any, action: str, job_id: str, lang: str, more_steps: int) -> tuple[str, str]:
+    more = int(more_steps or 0) if action == MORE else 0
+    if action == MORE and more < 1:
+        return "warn", t("action.more_steps_needed", lang)
+    record = runner.get(job_id)
+    found = newest_checkpoint(record.job_dir) if record else None
+    try:
+        runner.resume(job_id, more)
+    except RunnerError as exc:
+        return "error", t("action.resume_refused", lang, job=job_id, error=str(exc))
+    return "ok", t("action.resumed", lang, job=job_id, step=found[1] if found else 0)

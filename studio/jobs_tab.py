@@ -1,5 +1,7 @@
 """The Jobs tab: every job in a table; the picked one's progress, curves, kernel report, log and
-the actions it offers (cancel, remove from the queue, delete), each confirmed first.
+the actions it offers (cancel, remove from the queue, delete, resume / train more steps), each
+confirmed first. The action notice is cleared when another job is picked or the job it is about
+ends (a "Cancelling job A" must not stay above job B, nor above A once it is cancelled).
 
 A gr.Timer polls every POLL_S seconds. All state is read from disk (the SQLite store and the job's
 events.jsonl / train.log), so a reopened browser shows exactly what the job is doing; the job
@@ -21,7 +23,7 @@ from jobs.io.events import tail_log
 from jobs.io.layout import JobLayout
 from studio import job_actions
 from studio import jobs_view as view
-from studio import render
+from studio import plots, render
 from studio.context import StudioContext
 from studio.i18n import t
 
@@ -50,7 +52,8 @@ def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
     summary = ctx.events.get(record.job_dir)
     numbers = view.progress_numbers(record, summary)
     progress = render.progress_html(record.state, numbers["step"], numbers["max_steps"],
-                                    numbers["progress"], numbers["eta_s"], numbers["elapsed_s"], lang)
+                                    numbers["progress"], numbers["eta_s"], numbers["elapsed_s"], lang,
+                                    phase=numbers["phase"])
     progress += view.tracking_html(record, lang)
     failure = view.failure_text(record, summary, lang)
     util, mem = view.gpu_frames(summary)
@@ -59,7 +62,7 @@ def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
     return [
         progress,
         render.notice_html(failure, "error" if record.state == "failed" else "warn") if failure else "",
-        view.loss_frame(summary, lang),
+        view.loss_frame(summary, lang),  # its colours follow in a second event (studio/plots.py)
         view.rss_frame(summary),
         view.cpu_frame(summary),
         gr.update(value=util, visible=has_gpu),
@@ -70,7 +73,8 @@ def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
     ]
 
 
-ACTIONS = (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE, job_actions.START_ANYWAY)
+ACTIONS = (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE, job_actions.START_ANYWAY,
+           job_actions.RESUME, job_actions.MORE)
 
 
 def empty_detail(lang: str) -> list[Any]:
@@ -80,12 +84,12 @@ def empty_detail(lang: str) -> list[Any]:
             *[gr.update(visible=False) for _ in ACTIONS]]
 
 
-DETAIL_LEN = 13
+DETAIL_LEN = 9 + len(ACTIONS)
 
 
 def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any, lang: str = "en",
             pick: bool = False) -> list[Any]:
-    """[table, select, *detail(12), table_sig, detail_sig]; unchanged parts are gr.skip().
+    """[table, select, *detail(DETAIL_LEN), notice, table_sig, detail_sig]; unchanged parts are gr.skip().
 
     `pick` sets the list's value to `job_id` (the user or Start picked it); a poll only updates
     the list's choices, except that a job which no longer exists is unpicked.
@@ -105,13 +109,21 @@ def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: 
     record = by_id.get(job_id)
     if record is None:
         new_detail_sig = ("none", lang)
+        notice = "" if pick else gr.skip()
         if new_detail_sig == detail_sig:
-            return [table_out, select_out, *[gr.skip()] * DETAIL_LEN, new_table_sig, detail_sig]
-        return [table_out, select_out, *empty_detail(lang), new_table_sig, new_detail_sig]
+            return [table_out, select_out, *[gr.skip()] * DETAIL_LEN, notice, new_table_sig, detail_sig]
+        return [table_out, select_out, *empty_detail(lang), notice, new_table_sig, new_detail_sig]
     new_detail_sig = (record.id, record.state, ctx.events.signature(record.job_dir), _log_size(record), lang)
+    notice = "" if pick or _ended(record, detail_sig) else gr.skip()
     if new_detail_sig == detail_sig:
-        return [table_out, select_out, *[gr.skip()] * DETAIL_LEN, new_table_sig, detail_sig]
-    return [table_out, select_out, *detail(ctx, record, lang), new_table_sig, new_detail_sig]
+        return [table_out, select_out, *[gr.skip()] * DETAIL_LEN, notice, new_table_sig, detail_sig]
+    return [table_out, select_out, *detail(ctx, record, lang), notice, new_table_sig, new_detail_sig]
+
+
+def _ended(record: Any, detail_sig: Any) -> bool:
+    """The shown job has just finished (its notice, e.g. "Cancelling...", is no longer true)."""
+    was = detail_sig[1] if isinstance(detail_sig, tuple) and len(detail_sig) > 2 and detail_sig[0] == record.id else None
+    return record.finished and was is not None and was != record.state
 
 
 def _log_size(record: Any) -> int:
@@ -150,9 +162,11 @@ def build_jobs_tab(ctx: StudioContext) -> JobsTab:
         select = bind(gr.Dropdown(choices=[], value=None, elem_id="ft-job-select", scale=4), label="jobs.job")
         buttons = [bind(gr.Button(variant=variant, elem_id=f"ft-{action}", visible=False, scale=1, min_width=140),
                         value=f"jobs.action_{action}")
-                   for action, variant in zip(ACTIONS, ("stop", "secondary", "stop", "primary"))]
+                   for action, variant in zip(ACTIONS, ("stop", "secondary", "stop", "primary", "primary", "primary"))]
     with gr.Group(visible=False, elem_id="ft-confirm") as confirm:
         question = gr.HTML(elem_id="ft-confirm-text")
+        more_steps = bind(gr.Number(value=50, precision=0, minimum=1, visible=False, elem_id="ft-more-steps"),
+                          label="jobs.more_steps")
         with gr.Row():
             yes = bind(gr.Button(variant="stop", elem_id="ft-confirm-yes", scale=0, min_width=160), value="confirm.yes")
             no = bind(gr.Button(elem_id="ft-confirm-no", scale=0, min_width=160), value="confirm.no")
@@ -168,14 +182,17 @@ def build_jobs_tab(ctx: StudioContext) -> JobsTab:
             log = gr.HTML(elem_id="ft-log")
     table_sig, detail_sig, pending = gr.State(None), gr.State(None), gr.State(None)
     timer = gr.Timer(POLL_S)
-    outputs = [table, select, progress, failure, *plots, report, log, *buttons, table_sig, detail_sig]
+    plots_sent = gr.State(None)  # the loss plot's colour map as last sent
+    outputs = [table, select, progress, failure, *plots, report, log, *buttons, notice, table_sig, detail_sig]
     tab = JobsTab(table=table, select=select, timer=timer, refresh_outputs=outputs)
-    _wire_view(ctx, tab, table_sig, detail_sig)
-    _wire_actions(ctx, tab, buttons, (confirm, question, yes, no, notice, pending))
+    polled = _wire_view(ctx, tab, table_sig, detail_sig)
+    _wire_colors(ctx, tab, polled, plots[0], plots_sent)
+    _wire_actions(ctx, tab, buttons, (confirm, question, yes, no, notice, pending, more_steps))
     return tab
 
 
-def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig: gr.State) -> None:
+def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig: gr.State) -> Any:
+    """The poll and the picks; returns the poll's event (for what must follow each poll)."""
     lang, outputs = ctx.lang, tab.refresh_outputs
 
     def on_tick(job_id: str | None, t_sig: Any, d_sig: Any, language: str) -> list[Any]:
@@ -188,16 +205,26 @@ def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig
         job_id = evt.row_value[0] if evt.row_value else None
         return refresh(ctx, job_id, None, None, language, pick=True)
 
-    tab.timer.tick(on_tick, [tab.select, table_sig, detail_sig, lang], outputs, show_progress="hidden")
+    polled = tab.timer.tick(on_tick, [tab.select, table_sig, detail_sig, lang], outputs, show_progress="hidden")
     tab.select.input(on_select, [tab.select, table_sig, lang], outputs, show_progress="hidden",
                      api_name="job_detail")   # named: bench/page_check.py follows a job through it
     tab.table.select(on_row, [lang], outputs, show_progress="hidden")
     lang.change(on_select, [tab.select, table_sig, lang], outputs, show_progress="hidden")
+    return polled
+
+
+def _wire_colors(ctx: StudioContext, tab: JobsTab, polled: Any, loss_plot: gr.LinePlot, sent: gr.State) -> None:
+    """After each poll: tell the loss chart the series it now shows, once they change (a picked
+    job, a language, the first eval), so that vega draws them (studio/plots.py)."""
+    def on_sync(shown: Any, previous: dict | None) -> list[Any]:
+        return list(plots.color_sync(shown, previous))
+
+    polled.then(on_sync, [loss_plot, sent], [loss_plot, sent], show_progress="hidden")
 
 
 def _wire_actions(ctx: StudioContext, tab: JobsTab, buttons: list[gr.Button], parts: tuple) -> None:
     """Each action button asks first (naming the job); only the answer acts, on the job asked about."""
-    confirm, question, yes, no, notice, pending = parts
+    confirm, question, yes, no, notice, pending, more_steps = parts
     lang = ctx.lang
 
     def asker(action: str):
@@ -205,23 +232,29 @@ def _wire_actions(ctx: StudioContext, tab: JobsTab, buttons: list[gr.Button], pa
             record = ctx.runner.get(job_id) if job_id else None
             if record is None or action not in job_actions.actions_for(record):
                 return [gr.update(visible=False), "", None,
-                        render.notice_html(t("action.pick_first", language), "warn")]
+                        render.notice_html(t("action.pick_first", language), "warn"), gr.update(visible=False)]
             text = job_actions.question(action, record, language)
-            return [gr.update(visible=True), render.notice_html(text, "warn"), (action, record.id), ""]
+            more = (gr.update(visible=True, value=job_actions.default_more_steps(record))
+                    if action == job_actions.MORE else gr.update(visible=False))
+            return [gr.update(visible=True), render.notice_html(text, "warn"), (action, record.id), "", more]
         return ask
 
     for action, button in zip(ACTIONS, buttons):
-        button.click(asker(action), [tab.select, lang], [confirm, question, pending, notice],
+        button.click(asker(action), [tab.select, lang], [confirm, question, pending, notice, more_steps],
                      api_name=f"ask_{action}")
 
-    def on_yes(asked: tuple[str, str] | None, language: str) -> list[Any]:
+    notice_at = tab.refresh_outputs.index(notice)
+
+    def on_yes(asked: tuple[str, str] | None, steps: float | None, language: str) -> list[Any]:
         hidden = [gr.update(visible=False), None]
         if not asked:
-            return [*hidden, gr.skip(), *[gr.skip()] * len(tab.refresh_outputs)]
+            return [*hidden, *[gr.skip()] * len(tab.refresh_outputs)]
         action, job_id = asked
-        level, message = job_actions.perform(ctx.runner, action, job_id, language)
-        return [*hidden, render.notice_html(message, level), *refresh(ctx, job_id, None, None, language, pick=True)]
+        level, message = job_actions.perform(ctx.runner, action, job_id, language, more_steps=int(steps or 0))
+        out = refresh(ctx, job_id, None, None, language, pick=True)
+        out[notice_at] = render.notice_html(message, level)
+        return [*hidden, *out]
 
-    yes.click(on_yes, [pending, lang], [confirm, pending, notice, *tab.refresh_outputs], api_name="job_action")
+    yes.click(on_yes, [pending, more_steps, lang], [confirm, pending, *tab.refresh_outputs], api_name="job_action")
     no.click(lambda: [gr.update(visible=False), None, ""], None, [confirm, pending, notice])
     tab.select.input(lambda: [gr.update(visible=False), None], None, [confirm, pending])

@@ -10,12 +10,14 @@ import datetime as dt
 import html
 import os
 import threading
+import time
 from typing import Any, Callable
 
 import pandas as pd
 
 from jobs.io.events import JobSummary, read_events, summarize_events
 from jobs.io.layout import JobLayout
+from jobs.queue.outcome import FINISHED_BEFORE_CANCEL
 from jobs.queue.store import JobState
 from studio.i18n import t
 
@@ -141,6 +143,8 @@ def tracking_html(record: Any, lang: str = "en") -> str:
 def failure_text(record: Any, summary: JobSummary, lang: str = "en") -> str:
     """Why a job failed or was cancelled, from the error event and the store's reason."""
     state = JobState(record.state)
+    if state == JobState.DONE and record.reason == FINISHED_BEFORE_CANCEL:  # cancelled at 98/100, yet done
+        return t("failure.done_before_cancel", lang, job=record.id)
     if state not in (JobState.FAILED, JobState.CANCELLED):
         return ""
     error = summary.final if summary.final and summary.final.get("type") == "error" else {}
@@ -155,13 +159,25 @@ def failure_text(record: Any, summary: JobSummary, lang: str = "en") -> str:
              job=record.id, reason=reason)
 
 
-def progress_numbers(record: Any, summary: JobSummary) -> dict[str, Any]:
-    """step, max_steps, progress (0..1), eta_s, elapsed_s from the last step event."""
+def progress_numbers(record: Any, summary: JobSummary, now: float | None = None) -> dict[str, Any]:
+    """step, max_steps, progress (0..1), eta_s from the last step event; elapsed_s since the job
+    started (the queue's claim, right after Start: data preparation and model loading count too);
+    phase: what a running job does before its first step (a jobs.io.phases event), else None."""
     last = summary.last_step or {}
     step, max_steps = last.get("step", 0), last.get("max_steps") or (record.spec or {}).get("max_steps")
     progress = (step / max_steps) if max_steps else 0.0
+    running = JobState(record.state) == JobState.RUNNING
     return {"step": step, "max_steps": max_steps, "progress": progress,
-            "eta_s": last.get("eta_s"), "elapsed_s": last.get("elapsed_s")}
+            "eta_s": last.get("eta_s"), "elapsed_s": elapsed_since_start(record, last, now),
+            "phase": summary.phase if running else None}
+
+
+def elapsed_since_start(record: Any, last: dict[str, Any], now: float | None = None) -> float | None:
+    started, state = getattr(record, "started_at", None), JobState(record.state)
+    if not started or state == JobState.QUEUED:
+        return last.get("elapsed_s")
+    end = record.finished_at if state.finished and record.finished_at else (now or time.time())
+    return max(0.0, end - started)
 
 
 def has_adapter(record: Any) -> bool:

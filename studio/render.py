@@ -74,9 +74,18 @@ STATE_COLORS = {"queued": "#6b7280", "running": "#2563eb", "done": "#16a34a",
                 "failed": "#dc2626", "cancelled": "#d97706"}
 
 
+def phase_text(phase: dict, lang: str = "en") -> str:
+    """"preparing data: 40/121 answers", or the phase alone when it has no count."""
+    name = t(f"phase.{phase.get('phase', '')}", lang)
+    if isinstance(phase.get("done"), int) and isinstance(phase.get("total"), int):
+        unit = t(f"phase.unit_{phase['unit']}", lang) if phase.get("unit") else ""
+        return t("phase.counted", lang, phase=name, done=phase["done"], total=phase["total"], unit=unit).strip()
+    return name
+
+
 def progress_html(state: str, step: int | None, max_steps: int | None,
                   progress: float | None, eta_s: float | None, elapsed_s: float | None,
-                  lang: str = "en") -> str:
+                  lang: str = "en", phase: dict | None = None) -> str:
     """A progress bar with step count and ETA for one job (data-state keeps the English state
     name: it is for scripts and tests, the label is for people)."""
     state = str(state)
@@ -87,6 +96,8 @@ def progress_html(state: str, step: int | None, max_steps: int | None,
     steps = (t("progress.step_of", lang, step=step or 0, max=max_steps) if max_steps
              else t("progress.step", lang, step=step or 0))
     parts = [t(f"state.{state}", lang), steps, f"{fraction * 100:.0f}%"]
+    if phase and state == "running":  # before this run's first step: say what it is doing
+        parts = [parts[0], phase_text(phase, lang), *(parts[1:] if step else [])]
     if state == "running" and eta_s is not None:
         parts.append(t("progress.eta", lang, eta=format_duration(eta_s)))
     if elapsed_s is not None:

@@ -141,7 +141,9 @@ class StartCheck:
             from jobs.models import fit
             from jobs.models.load import ModelError
             try:
-                estimate = fit.estimate_peak(spec, self._files.config(source), **_gpu_bytes(free))
+                # on a CPU: the job's tensors in RAM (fp32, PyTorch path), against this machine's RAM
+                kwargs = _gpu_bytes(free) if free is not None else {"cuda": False, "fused": False}
+                estimate = fit.estimate_peak(spec, self._files.config(source), **kwargs)
             except (ModelError, ValueError, AttributeError, KeyError, TypeError):
                 estimate = None   # an architecture jobs/models/fit.py cannot size: no number rather than a wrong one
         return FitView(estimate, gpu, free)

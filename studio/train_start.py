@@ -85,8 +85,7 @@ def fit_html(spec: JobSpec | None, view: FitView | None, lang: str) -> str:
     if spec is None or view is None:
         return ""
     if view.on_cpu:
-        extra = "" if view.estimate is None else t("fit.cpu_estimate", lang, need=f"{view.estimate.total_gb:.1f}")
-        return render.notice_html(t("fit.cpu", lang) + extra, "info")
+        return cpu_fit_html(view, lang)
     if view.estimate is None:
         return render.notice_html(t("fit.unknown", lang, gpu=view.gpu, free=f"{view.free_gb:.1f}"), "info")
     numbers = {"need": f"{view.estimate.total_gb:.1f}", "gpu": view.gpu, "free": f"{view.free_gb:.1f}",
@@ -99,6 +98,24 @@ def fit_html(spec: JobSpec | None, view: FitView | None, lang: str) -> str:
         return render.notice_html(t("fit.fits", lang, **numbers), "ok")
     tips = "; ".join(advice(spec, view.estimate))
     return render.notice_html(t("fit.too_big", lang, tips=tips, **numbers), "warn")
+
+
+# Python, torch and the tokenizer in the trainer's RAM besides the tensors: a tiny-model job's RSS
+# is about 0.5 GB (its step events' rss_gb) with only megabytes of tensors.
+CPU_RUNTIME_GIB = 0.5
+
+
+def cpu_fit_html(view: FitView, lang: str) -> str:
+    """On a machine without a GPU: the RAM the job needs against this machine's RAM."""
+    import psutil
+    if view.estimate is None:
+        return render.notice_html(t("fit.cpu", lang), "info")
+    memory = psutil.virtual_memory()
+    numbers = {"need": f"{view.estimate.allocated_gb + CPU_RUNTIME_GIB:.1f}",
+               "available": f"{memory.available / 2 ** 30:.1f}", "total": f"{memory.total / 2 ** 30:.1f}"}
+    if view.estimate.allocated_gb + CPU_RUNTIME_GIB > memory.available / 2 ** 30:
+        return render.notice_html(t("fit.cpu_ram_short", lang, **numbers), "warn")
+    return render.notice_html(t("fit.cpu_ram", lang, **numbers), "info")
 
 
 def fit_for_form(check: StartCheck, names: list[str], values: list[Any], lang: str) -> str:

@@ -16,6 +16,7 @@ from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, JobSpec, SpecError
 from studio import form, render
 from studio.context import StudioContext
 from studio.i18n import t
+from studio.server_text import translated
 from studio.train_start import FIT_FIELDS, fit_for_form, start_job
 
 
@@ -182,8 +183,8 @@ def _bind_field(ctx: StudioContext, widget: form.FieldWidget, component: Any) ->
     off = _unavailable(ctx, widget.name)
 
     def info(lang: str) -> str:
-        text = t("train.fused_unavailable", lang, reason=off[1]) if off else widget.info(lang)
-        if widget.name == "base_precision":
+        text = t("train.fused_unavailable", lang, reason=translated(off[1], lang)) if off else widget.info(lang)
+        if widget.name == "base_precision" and not off:  # measured H200 figures: only where FP8 can run
             from studio.fp8_effect import effect_text
             text = f"{text} {effect_text(lang)}"
         return text
@@ -339,6 +340,8 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
     upload.upload(on_upload, [upload, lang], [made["dataset"], upload_info]).then(
         on_preview, [lang, *inputs], preview)
     preview_btn.click(on_preview, [lang, *inputs], preview)
+    # another dataset picked by the user: the last upload's note and preview are about a file no longer chosen
+    made["dataset"].input(lambda: ("", ""), None, [upload_info, preview], show_progress="hidden")
 
     def on_start(language: str, confirmed: str, *values: Any) -> tuple[Any, ...]:
         result = start_job(ctx.runner, ctx.start_check, names, list(values), language, confirmed)

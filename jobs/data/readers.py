@@ -63,8 +63,8 @@ def _jsonl_row(line: bytes, number: int, where: str, start: int) -> tuple[int, A
         return Problem(number, not_utf8(where, start + exc.start))
     if too_deep(line):
         return Problem(number, too_deep_message(where))
-    try:
-        return number, json.loads(text), where
+    try:  # without its line end: an error at the end of the line would be reported as column 1 of the next
+        return number, json.loads(text.rstrip("\r\n")), where
     except json.JSONDecodeError as exc:
         return Problem(number, f"{where} is not valid JSON (column {exc.colno}): {exc.msg}")
 

@@ -200,12 +200,32 @@ def modelfile_text(gguf_name: str, fmt: ChatFormat | None, eos: str | None, conf
     return "\n".join(lines) + "\n"
 
 
-def chat_format_of(tokenizer) -> ChatFormat:
-    """The verified format of a tokenizer's chat template (TemplateNotTranslatable if none)."""
+def encoding_adds_bos(tokenizer) -> bool:
+    """Whether tokenizing a prompt puts the BOS token in front by itself (what llama.cpp does
+    when a GGUF does not say)."""
+    if tokenizer.bos_token_id is None:
+        return False
+    return tokenizer("x", add_special_tokens=True)["input_ids"][:1] == [tokenizer.bos_token_id]
+
+
+def gguf_adds_bos(tokenizer_dir: Path, tokenizer) -> bool:
+    """The `tokenizer.ggml.add_bos_token` our GGUF carries (gguf.SpecialVocab reads it from the
+    tokenizer files, as vocab.py writes it); the tokenizer's own behaviour where the files are silent."""
+    import gguf
+    flag = gguf.SpecialVocab(tokenizer_dir, load_merges=False).add_special_token.get("bos")
+    return encoding_adds_bos(tokenizer) if flag is None else bool(flag)
+
+
+def chat_format_of(tokenizer, adds_bos: bool | None = None) -> ChatFormat:
+    """The verified format of a tokenizer's chat template (TemplateNotTranslatable if none).
+    adds_bos: whether the runtime (llama.cpp, from the GGUF's add_bos flag) puts BOS in front of
+    the prompt itself; only then is a BOS the template renders left out of the Go template. SmolLM2's
+    BOS is `<|im_start|>` and its GGUF adds none: stripping it lost the first turn's opener."""
     def render(messages: list[dict], generation: bool) -> str:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
+    adds_bos = encoding_adds_bos(tokenizer) if adds_bos is None else adds_bos
     bos = tokenizer.bos_token or ""
-    bos = bos if bos and render([{"role": "user", "content": "x"}], False).startswith(bos) else ""
+    bos = bos if adds_bos and bos and render([{"role": "user", "content": "x"}], False).startswith(bos) else ""
     fmt = measure(render, bos)
     check(fmt, render, bos)
     return fmt
@@ -221,7 +241,7 @@ def write_modelfile(gguf_path: Path, tokenizer_dir: Path, config: dict, generati
     ensure_chat_template(tokenizer)
     notes: list[str] = []
     try:
-        fmt, reason = chat_format_of(tokenizer), ""
+        fmt, reason = chat_format_of(tokenizer, gguf_adds_bos(tokenizer_dir, tokenizer)), ""
     except TemplateNotTranslatable as exc:
         fmt, reason = None, str(exc)
         notes.append(f"Modelfile without TEMPLATE ({reason}); Ollama falls back to the GGUF's chat template")

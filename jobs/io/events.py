@@ -21,7 +21,7 @@ from typing import Any
 
 from jobs.io.layout import JobLayout
 
-EVENT_TYPES = ("start", "step", "eval", "checkpoint", "done", "error")
+EVENT_TYPES = ("phase", "start", "step", "eval", "checkpoint", "done", "error")
 ERROR_KINDS = ("oom", "data", "config", "nan", "killed", "io", "internal")
 
 
@@ -93,6 +93,7 @@ class JobSummary:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     evals: list[dict[str, Any]] = field(default_factory=list)
     final: dict[str, Any] | None = None  # the done or error event
+    phase: dict[str, Any] | None = None  # the latest phase event of a run that has not started yet
 
     @property
     def last_step(self) -> dict[str, Any] | None:
@@ -128,8 +129,11 @@ def summarize_events(events: list[dict[str, Any]]) -> JobSummary:
     summary = JobSummary()
     for event in events:
         kind = event.get("type")
-        if kind == "start":
+        if kind == "phase":
+            summary.phase = event
+        elif kind == "start":
             _supersede(summary, event)
+            summary.phase = None
         elif kind == "step" and isinstance(event.get("step"), int):
             summary.steps.append(event)
         elif kind == "checkpoint":

@@ -249,17 +249,18 @@ def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused
 
 def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | None = None,
                   trainable: int | None = None, free_bytes: int | None = None,
-                  total_bytes: int | None = None, model=None) -> FitEstimate:
+                  total_bytes: int | None = None, model=None, cuda: bool = True) -> FitEstimate:
     """Predicted peak GPU memory of `spec` on a model of `model_config` (module doc).
 
     free_bytes / total_bytes: the GPU's free and total memory before loading (sizes "auto"
     checkpointing; default: read from GPU 0 when there is one). model: a loaded (and
     checkpointing-configured) model, whose actual per-layer policy is then used. packed: whether
-    rows are packed (the estimate is for full rows either way; recorded in the notes).
+    rows are packed (the estimate is for full rows either way; recorded in the notes). cuda=False:
+    the tensors of a CPU job (fp32 under dtype auto), for a RAM estimate.
     """
     fused = spec.fused_kernels if fused is None else fused
     shape = _Shape.of(model_config)
-    b = _dtype_bytes(spec, cuda=True)
+    b = _dtype_bytes(spec, cuda=cuda)
     tokens = spec.batch_size * spec.max_seq_length
     parts = _weights(spec, shape, b, fused)
     adapters = trainable if trainable is not None else lora_params(spec, shape)

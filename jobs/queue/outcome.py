@@ -9,6 +9,10 @@ from jobs.io.storage import as_storage_error, is_disk_error
 from jobs.queue.store import JobRecord, JobState
 
 
+# the reason of a job whose cancel came after its last step: it ends "done", and says so
+FINISHED_BEFORE_CANCEL = "it finished all its steps before the cancel took effect"
+
+
 def spawn_failure(argv: list[str], layout: JobLayout, exc: BaseException) -> str:
     if is_disk_error(exc) and getattr(exc, "filename", None) == str(layout.log):
         return str(as_storage_error(exc, layout.log))
@@ -21,8 +25,8 @@ def outcome(record: JobRecord, code: int | None) -> tuple[JobState, str]:
     """The final state and a human reason, read from the job's own events first."""
     final = summarize(record.job_dir).final
     cancelled = JobLayout(record.job_dir).cancel_request.exists()
-    if final and final["type"] == "done":
-        return JobState.DONE, ""
+    if final and final["type"] == "done":  # a cancel that came after the last step changes nothing
+        return JobState.DONE, FINISHED_BEFORE_CANCEL if cancelled else ""
     if cancelled:
         message = final.get("message", "") if final else ""
         return JobState.CANCELLED, message or "cancelled by the user"

@@ -32,11 +32,12 @@ from pathlib import Path
 
 from jobs.io import gpus, paths
 from jobs.io.layout import JobLayout
-from jobs.io.storage import PRIVATE_UMASK, as_storage_error, is_disk_error, open_private, write_private_text
+from jobs.io.storage import PRIVATE_UMASK, as_storage_error, open_private, write_private_text
 from jobs.launch import launch_argv
-from jobs.queue import placement, procs
+from jobs.queue import placement, procs, resume
 from jobs.queue.outcome import outcome as _outcome, spawn_failure as _spawn_failure
-from jobs.spec import BUILTIN_DATASET, JobSpec, short_name
+from jobs.queue.runner_log import _guarded, _log, default_name
+from jobs.spec import JobSpec
 from jobs.queue.store import FINISHED, JobRecord, JobState, JobStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -138,6 +139,15 @@ class Runner:
         placement.mark_start_anyway(record.job_dir)
         self._reconcile_quietly()
         return True
+
+    def resume(self, job_id: str, more_steps: int = 0) -> JobRecord:
+        """The same job again, queued, from its newest checkpoint (jobs/queue/resume.py); RunnerError says why not."""
+        try:
+            resume.requeue(self.store, job_id, more_steps)
+        except resume.ResumeError as exc:
+            raise RunnerError(str(exc)) from None
+        self._reconcile_quietly()
+        return self.store.get(job_id)
 
     def delete(self, job_id: str) -> bool:
         """Remove a job and its folder: a finished one, or a queued one (which is first cancelled so
@@ -384,23 +394,3 @@ class Runner:
             if record is not None and self._alive(record):
                 procs.signal_group(record.pid, signal.SIGKILL)
         self._reconcile_quietly()
-
-
-def default_name(spec: JobSpec) -> str:
-    """"model · dataset", plus " · bot name" for the identity dataset (whose rows differ by it)."""
-    name = f"{short_name(spec.model)} · {short_name(spec.dataset)}"
-    return f"{name} · {spec.bot_name.strip()}" if spec.dataset == BUILTIN_DATASET and spec.bot_name.strip() else name
-
-
-def _guarded(record: JobRecord, action) -> None:
-    try:
-        action(record)
-    except Exception as exc:
-        if not is_disk_error(exc):  # a full disk is one line; anything else gets its traceback
-            _log(f"job {record.id}: {action.__name__} failed:\n{traceback.format_exc()}")
-        else:
-            _log(f"job {record.id}: {action.__name__} failed: {as_storage_error(exc, record.job_dir)}")
-
-
-def _log(message: str) -> None:
-    print(f"[runner] {message}", file=sys.stderr, flush=True)

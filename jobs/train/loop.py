@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from jobs.data import encode
+from jobs.io import phases
 from jobs.export import model_card
 from jobs.io import telemetry
 from jobs.io.events import EventWriter
@@ -67,6 +68,9 @@ class Trainer:
         spec = self.spec
         torch.manual_seed(spec.seed)
         self.device = self.dist.device
+        if self.dist.is_main:  # the studio shows what happens before step 1 (jobs/io/phases.py)
+            phases.install(lambda **fields: self.events.emit("phase", **fields))
+        phases.report(phases.PREPARING)
         if spec.load_in_4bit and self.device.type != "cuda":
             self.log("note: load_in_4bit on CPU uses bitsandbytes' CPU path; it is slow")
         self.source = models.resolve_model(spec.model, self.data_dir, log=self.log)
@@ -77,6 +81,7 @@ class Trainer:
         self.dtype = models.pick_dtype(spec, self.device)
         self.log(f"loading {self.source} on {self.device} as {self.dtype}"
                  + (" with 4-bit NF4 base weights" if spec.load_in_4bit else ""))
+        phases.report(phases.LOADING)
         base = models.load_base_model(self.source, self.dtype, self.device, spec.load_in_4bit)
         base.config.use_cache = False
         self.model = models.add_lora(base, spec)
@@ -343,6 +348,8 @@ class Trainer:
             self.log(f"keep_best: adapter/ holds the best eval loss {self.best_eval[0]:.4f} from step "
                      f"{self.best_eval[1]}; the last step's weights are in checkpoints/step-{self.step}")
         else:
+            if not self.spec.save_steps:
+                self.save_checkpoint()   # "0: only at the end", resumable: the studio's "train more steps"
             adapter = self._save_adapter("finished")
         self.events.emit("done", step=self.step, final_loss=self.last_loss, adapter_dir=str(adapter),
                          best_eval_loss=self.best_eval[0] if self.best_eval else None,

@@ -42,7 +42,9 @@ def test_builds_on_an_empty_data_dir(built):
     fp8 = by_id["ft-field-base_precision"]
     assert fp8["label"] == "FP8 base weights (Hopper and newer)" and fp8["value"] is False
     assert fp8["interactive"] is False and "compute capability 8.9" in fp8["info"]
-    assert "Measured on" in fp8["info"] or "has not been measured on this install" in fp8["info"]
+    # issue 24: where FP8 cannot run, the box says in one line what it needs, without the H200 figures
+    # (tests/studio/test_fp8_effect.py covers the measured text shown where it can run)
+    assert "Measured on" not in fp8["info"] and "measured" not in fp8["info"] and fp8["info"].count(".") <= 2
     assert "ft-fit" in by_id
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from jobs.io import phases
 from jobs.spec import JobSpec
 from jobs.queue.store import JobState
-from studio import export_tab, form, i18n, job_actions
+from studio import export_tab, form, i18n, job_actions, server_text
 from studio.i18n import PageText, catalogue, normalize, t
 
 STUDIO = Path(__file__).resolve().parents[2] / "studio"
@@ -20,15 +21,18 @@ DYNAMIC = {
     "state.": {f"state.{s.value}" for s in JobState},
     "group.": {f"group.{g}" for g in form.GROUPS},
     "confirm.": {f"confirm.{a}" for a in (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE,
-                                          job_actions.START_ANYWAY)},
+                                          job_actions.START_ANYWAY, job_actions.RESUME, job_actions.MORE)},
     "jobs.action_": {f"jobs.action_{a}" for a in (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE,
-                                                  job_actions.START_ANYWAY)},
+                                                  job_actions.START_ANYWAY, job_actions.RESUME, job_actions.MORE)},
+    "phase.": {f"phase.{p}" for p in phases.PHASES},
+    "phase.unit_": {"phase.unit_answers"},
+    "reason.": {f"reason.{name}" for name in server_text.PATTERNS} | {"reason.cpu_only_build"},
     "export.format_": {f"export.format_{f}" for f in export_tab.FORMATS},
     "export.quant_": {f"export.quant_{q}" for q in export_tab.QUANTS},
     "export.hint_": {f"export.hint_{f}" for f in export_tab.FORMATS},
 }
 # Texts that are the same in Chinese (units, and a format of placeholders only).
-SAME_IN_CHINESE = {"plot.gb", "plot.percent", "error.field"}
+SAME_IN_CHINESE = {"plot.gb", "plot.percent", "error.field", "phase.counted"}
 
 
 def _key_strings(node, out, problems, where):
@@ -139,3 +143,16 @@ def test_form_error_text_is_translated():
     assert form.error_text(info.value, "en") == "Batch size (batch_size): 'abc' is not a number"
     chinese = form.error_text(info.value, "zh-CN")
     assert "batch_size" in chinese and "abc" in chinese and catalogue("zh-CN")["field.batch_size"] in chinese
+
+
+def test_the_engine_reasons_the_server_sends_are_translated():
+    from jobs.io.telemetry import fused_kernels_available
+    from studio.server_text import translated
+    reason = ("No CUDA GPU found (torch 2.13.0+cpu, a CPU-only build): the Triton kernels need an NVIDIA GPU, "
+              "so training runs on the PyTorch path.")
+    assert translated(reason, "en") == reason
+    chinese = translated(reason, "zh-CN")
+    assert "未找到 CUDA GPU" in chinese and "2.13.0+cpu" in chinese and "仅 CPU 版本" in chinese
+    here = fused_kernels_available()[1]
+    assert translated(here, "zh-CN") != here  # this machine's own reason is a known sentence
+    assert translated("something new", "zh-CN") == "something new"

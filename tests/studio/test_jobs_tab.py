@@ -17,10 +17,10 @@ def step(n):
 
 def unpack(out):
     table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, report, log, *rest = out
-    cancel, remove, delete, start_anyway, t_sig, d_sig = rest
+    cancel, remove, delete, start_anyway, resume, more, notice, t_sig, d_sig = rest
     return dict(table=table, select=select, progress=progress, failure=failure, loss=loss, gpu_util=gpu_util,
-                report=report, cancel=cancel, remove=remove, delete=delete, start_anyway=start_anyway,
-                t_sig=t_sig, d_sig=d_sig)
+                report=report, cancel=cancel, remove=remove, delete=delete, start_anyway=start_anyway, resume=resume,
+                more=more, notice=notice, t_sig=t_sig, d_sig=d_sig)
 
 
 def job(tmp_path, job_id, state):
@@ -76,3 +76,61 @@ def test_a_deleted_job_is_unpicked_and_language_rerenders(tmp_path):
     records.clear()
     gone = unpack(refresh(ctx, "a", chinese["t_sig"], chinese["d_sig"], "zh-CN"))
     assert gone["select"]["value"] is None and "选择一个任务" in gone["progress"]
+
+
+def test_before_its_first_step_a_job_says_what_it_does_and_elapsed_counts_from_start(tmp_path):
+    rec = job(tmp_path, "a", "running")
+    rec.started_at = 1000.0
+    writer = EventWriter(rec.job_dir)
+    writer.emit("phase", phase="preparing data", done=40, total=121, unit="answers")
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([rec]))
+    out = unpack(refresh(ctx, "a", None, None, pick=True))
+    assert "preparing data: 40/121 answers" in out["progress"] and "step 0" not in out["progress"]
+    writer.emit("start", device="cpu", resumed_at=0)
+    writer.emit("step", **step(1))
+    rec.state, rec.finished_at = "done", 1390.0
+    done = unpack(refresh(ctx, "a", out["t_sig"], out["d_sig"]))
+    assert "preparing" not in done["progress"] and "elapsed 6:30" in done["progress"]
+
+
+def test_the_loss_plot_is_told_its_series_once_they_change(tmp_path):
+    from studio.jobs_view import loss_frame
+    from studio.plots import color_sync
+    rec = job(tmp_path, "a", "running")
+    EventWriter(rec.job_dir).emit("step", **step(1))
+    frame = loss_frame(StudioContext(data_dir=tmp_path, runner=ListRunner([rec])).events.get(rec.job_dir))
+    update, sent = color_sync(frame, None)
+    assert list(update["color_map"]) == list(sent) == ["training loss"]
+    assert is_skip(color_sync(frame, sent)[0])
+
+
+def test_a_notice_about_a_job_goes_when_it_ends_or_another_is_picked(tmp_path):
+    a, b = job(tmp_path, "a", "running"), job(tmp_path, "b", "running")
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([a, b]))
+    first = unpack(refresh(ctx, "a", None, None, pick=True))
+    assert first["notice"] == ""
+    assert is_skip(unpack(refresh(ctx, "a", first["t_sig"], first["d_sig"]))["notice"])
+    a.state = "cancelled"
+    assert unpack(refresh(ctx, "a", first["t_sig"], first["d_sig"]))["notice"] == ""
+    assert unpack(refresh(ctx, "b", first["t_sig"], first["d_sig"], pick=True))["notice"] == ""
+
+
+def test_a_stopped_job_with_a_checkpoint_offers_resume_a_done_one_more_steps(tmp_path):
+    cancelled, done = job(tmp_path, "c", "cancelled"), job(tmp_path, "d", "done")
+    for record in (cancelled, done):
+        folder = tmp_path / record.id / "checkpoints" / "step-3"
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text('{"step": 3}')
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([cancelled, done]))
+    c = unpack(refresh(ctx, "c", None, None, pick=True))
+    assert (c["resume"]["visible"], c["more"]["visible"], c["delete"]["visible"]) == (True, False, True)
+    d = unpack(refresh(ctx, "d", None, None, pick=True))
+    assert (d["resume"]["visible"], d["more"]["visible"]) == (False, True)
+
+
+def test_the_colour_sync_reads_the_series_the_page_holds():
+    from studio.plots import color_sync
+    shown = {"columns": ["step", "loss", "series"], "data": [[1, 2.0, "training loss"], [2, 1.5, "eval loss"]]}
+    update, sent = color_sync(shown, None)
+    assert list(sent) == ["training loss", "eval loss"]
+    assert is_skip(color_sync({"columns": ["step", "loss", "series"], "data": []}, None)[0])

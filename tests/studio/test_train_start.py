@@ -142,3 +142,15 @@ def test_fit_check_on_cpu_and_on_a_big_gpu(data_dir):
 
 def _gib(html: str) -> float:
     return float(html.split("about ")[1].split(" GiB")[0])
+
+
+def test_on_a_cpu_the_fit_check_speaks_of_this_machines_ram_not_a_gpu(data_dir):
+    import psutil
+    names, values = form_values(data_dir)
+    cpu = fit_for_form(StartCheck(data_dir, free_memory=lambda _i: None), names, values, "en")
+    assert "On a GPU" not in cpu
+    total = f"{psutil.virtual_memory().total / 2 ** 30:.1f} GiB"
+    assert "in its RAM" in cpu and total in cpu and _gib(cpu) > 0
+    huge = fit_for_form(StartCheck(data_dir, free_memory=lambda _i: None),
+                        *form_values(data_dir, batch_size="512", max_seq_length="4096"), "en")
+    assert "but only" in huge and "lower batch_size" in huge

@@ -18,6 +18,7 @@ import zlib
 from pathlib import Path
 
 from jobs.data.builtin.general_prompts import PROMPTS_EN, PROMPTS_ZH
+from jobs.io import phases
 
 # 64 new tokens, cut back to the last full sentence: short rows keep the default run fast. One
 # batch of 64 prompts costs about as much per step as one of 16 on a CPU (the matrix products are
@@ -110,6 +111,7 @@ def _generate_batches(model, tokenizer, questions: list[str], device) -> list[tu
     import torch
     order = sorted(range(len(questions)), key=lambda i: len(questions[i]))  # similar lengths batch well
     results: dict[int, tuple[str, str, bool]] = {}
+    phases.report(phases.PREPARING, 0, len(questions), "answers")
     for start in range(0, len(order), BATCH_SIZE):
         batch = order[start:start + BATCH_SIZE]
         texts = [tokenizer.apply_chat_template([{"role": "user", "content": questions[i]}], tokenize=False,
@@ -123,6 +125,7 @@ def _generate_batches(model, tokenizer, questions: list[str], device) -> list[tu
             finished = tokenizer.eos_token_id in new
             text = tokenizer.decode(new, skip_special_tokens=True)
             results[i] = (questions[i], text, finished)
+        phases.report(phases.PREPARING, len(results), len(questions), "answers")
     return [results[i] for i in range(len(questions))]
 
 

@@ -10,6 +10,7 @@ import torch
 from jobs.data import encode
 from jobs.data.dataset import load_conversations
 from jobs.data.packing import BatchPlan, resolve_packing
+from jobs.io import phases
 from jobs.train import evaluate
 from jobs.train.methods.base import Method
 
@@ -21,6 +22,7 @@ class SupervisedFineTuning(Method):
     def load_data(self) -> tuple[list, list]:
         t, spec = self.trainer, self.spec
         conversations = load_conversations(spec, t.tokenizer, t.data_dir, log=t.log)
+        phases.report(phases.TOKENIZING)
         examples = encode.encode_all(t.tokenizer, conversations, spec.max_seq_length, log=t.log)
         train, held = evaluate.split_holdout(examples, spec.eval_fraction, spec.seed)
         if spec.eval_dataset:

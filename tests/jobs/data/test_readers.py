@@ -225,3 +225,9 @@ def test_rows_nested_past_the_limit_are_refused_by_number_before_parsing(tmp_pat
     ok = _write(tmp_path, "ok.jsonl", b"[" * MAX_NESTING + b"]" * MAX_NESTING)
     (number, value), = _items(ok)  # exactly at the limit: parsed
     assert number == 1 and isinstance(value, list)
+
+
+def test_an_error_at_the_end_of_a_line_names_that_column(tmp_path):
+    from jobs.data.readers import _jsonl_row
+    problem = _jsonl_row(b'{"a": [1, 2]\n', 3, "row 3 (line 3)", 0)
+    assert "(column 13)" in problem.message, problem

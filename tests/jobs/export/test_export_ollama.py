@@ -57,7 +57,7 @@ def test_a_default_system_prompt_is_kept_and_replaced_by_a_system_turn(base_toke
 
 def test_llama3_headers_without_the_bos_text(base_tokenizer):
     tokenizer = with_template(base_tokenizer, LLAMA3, bos="<|endoftext|>")
-    fmt = ollama.chat_format_of(tokenizer)
+    fmt = ollama.chat_format_of(tokenizer, adds_bos=True)  # Llama 3's GGUF adds BOS
     assert fmt.user == ("<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>")
     assert fmt.generation == "<|start_header_id|>assistant<|end_header_id|>\n\n"
     assert "<|endoftext|>" not in ollama.go_template(fmt)  # llama.cpp adds BOS itself
@@ -65,7 +65,7 @@ def test_llama3_headers_without_the_bos_text(base_tokenizer):
 
 
 def test_mistral_inst_folds_a_system_turn_into_the_next_user_turn(base_tokenizer):
-    fmt = ollama.chat_format_of(with_template(base_tokenizer, MISTRAL_TEMPLATE, bos="<|endoftext|>"))
+    fmt = ollama.chat_format_of(with_template(base_tokenizer, MISTRAL_TEMPLATE, bos="<|endoftext|>"), adds_bos=True)
     assert fmt.system is None and fmt.user == ("[INST] ", " [/INST]") and fmt.assistant == ("", "<|im_end|>")
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     assert fmt.render(chat, True) == "[INST] Be brief.\n\nHi [/INST]"

@@ -1,0 +1,48 @@
+"""Resume keeps the job: same id, row and folder, from its newest checkpoint, one run of steps in
+its events; `save_steps: 0` ("only at the end") leaves a checkpoint that "train more steps" uses."""
+import pytest
+
+from jobs.io.events import read_events, summarize
+from jobs.queue.resume import newest_checkpoint, resumed_spec
+from jobs.queue.runner import Runner, RunnerError
+from jobs.queue.store import JobRecord
+from tests.jobs.queue.test_runner import _spec, wait_for
+
+
+def test_a_done_job_trains_more_steps_as_the_same_job(tmp_path, tiny_model):
+    runner = Runner(tmp_path)
+    record = runner.submit(_spec(tiny_model))  # save_steps 0, 6 steps
+    done = wait_for(lambda: (r := runner.get(record.id)).finished and r)
+    assert done.state == "done", done.reason
+    assert newest_checkpoint(done.job_dir)[1] == 6
+    with pytest.raises(RunnerError, match="how many more steps"):
+        runner.resume(record.id)
+    again = runner.resume(record.id, more_steps=3)
+    assert again.id == record.id and again.state in ("queued", "running")
+    assert [r.id for r in runner.list_jobs()] == [record.id]
+    finished = wait_for(lambda: (r := runner.get(record.id)).finished and r)
+    assert finished.state == "done", finished.reason
+    summary = summarize(finished.job_dir)
+    assert [e["step"] for e in summary.steps] == list(range(1, 10))
+    assert summary.start["resumed_at"] == 6 and summary.final["step"] == 9
+    assert finished.spec["max_steps"] == 9 and finished.spec["resume_from"].endswith("step-6")
+    events = [e for e in read_events(finished.job_dir) if e["type"] in ("phase", "start")]
+    names = [e.get("phase", "start") for e in events]
+    runs = [n for i, n in enumerate(names) if i == 0 or n != names[i - 1]]  # a counted phase repeats
+    assert runs == ["preparing data", "tokenizing", "loading model", "start"] * 2, names
+    counted = [e for e in events if "total" in e]
+    assert all(e["unit"] == "answers" and 0 <= e["done"] <= e["total"] for e in counted)
+    assert summary.phase is None
+
+
+def test_what_cannot_be_resumed_says_why(tmp_path):
+    running = JobRecord(id="a", name="a", state="running", created_at=1.0, job_dir=str(tmp_path / "a"),
+                        spec={"model": "m"})
+    with pytest.raises(RuntimeError, match="only a cancelled, failed or done job"):
+        resumed_spec(running)
+    cancelled = JobRecord(id="b", name="b", state="cancelled", created_at=1.0, job_dir=str(tmp_path / "b"),
+                          spec={"model": "m"})
+    with pytest.raises(RuntimeError, match="saved no checkpoint"):
+        resumed_spec(cancelled)
+    with pytest.raises(RunnerError, match="there is no job"):
+        Runner(tmp_path / "data").resume("nope")
