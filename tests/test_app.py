@@ -135,10 +135,10 @@ def test_the_running_studio_slows_failed_logins_and_sets_lax_cookies(tmp_path):
 def test_the_built_in_models_warm_up_on_a_full_disk_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     import errno
 
-    import jobs.models
+    import jobs.models.load
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "models" / "x.safetensors"))
-    monkeypatch.setattr(jobs.models, "resolve_model", full)
+    monkeypatch.setattr(jobs.models.load, "resolve_model", full)
     app.warm_builtin_model(tmp_path)  # no exception: the warm-up thread would have printed a traceback
     (line,) = capsys.readouterr().err.strip().splitlines()
     target = tmp_path / "models" / "x.safetensors"
