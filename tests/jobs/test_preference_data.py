@@ -117,3 +117,24 @@ def test_preflight_counts_identical_empty_and_over_long_pairs_by_row(tmp_path, t
                                                                                    "rejected": "no"}])),
                           log=lambda _l: None)
     assert not empty.ok and "row 4 (line 4): an answer is empty" in empty.problems[0].message
+
+
+@pytest.mark.parametrize("overrides, key", [
+    ({"method": "dpo", "beta": 0}, "beta"),
+    ({"method": "orpo", "orpo_lambda": 0}, "orpo_lambda"),
+    ({"method": "kto", "kto_desirable_weight": 0, "kto_undesirable_weight": 0}, "kto_desirable_weight"),
+    ({"method": "simpo", "precompute_reference": True}, "precompute_reference"),
+    ({"method": "ppo"}, "method"),
+    ({"method": "dpo", "simpo_gamma": -1}, "simpo_gamma"),
+])
+def test_preference_keys_are_validated_by_name(overrides, key):
+    from jobs.spec import SpecError
+    with pytest.raises(SpecError) as caught:
+        JobSpec.from_dict(overrides)
+    assert caught.value.key == key
+
+
+def test_preference_defaults_are_trls():
+    spec = JobSpec.from_dict({"method": "dpo"})
+    assert (spec.beta, spec.simpo_gamma, spec.orpo_lambda) == (0.1, 0.5, 0.1)
+    assert (spec.kto_desirable_weight, spec.kto_undesirable_weight, spec.precompute_reference) == (1.0, 1.0, False)
