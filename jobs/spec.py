@@ -287,6 +287,9 @@ def _check_preference(spec: "JobSpec") -> None:
     """The preference keys: beta must be positive; weights not both zero; a reference only where used."""
     if spec.method not in PREFERENCE_METHODS:
         return
+    if spec.dataset_format != "auto":
+        raise SpecError("dataset_format", f"{spec.dataset_format} is an SFT row format; preference rows "
+                        f"({spec.method}) are detected from their fields: leave it at auto")
     if spec.method != "orpo" and spec.beta <= 0:
         raise SpecError("beta", f"must be > 0 for {spec.method} (TRL's default is 0.1)")
     if spec.method == "orpo" and spec.orpo_lambda <= 0:

@@ -126,6 +126,7 @@ def test_preflight_counts_identical_empty_and_over_long_pairs_by_row(tmp_path, t
     ({"method": "simpo", "precompute_reference": True}, "precompute_reference"),
     ({"method": "ppo"}, "method"),
     ({"method": "dpo", "simpo_gamma": -1}, "simpo_gamma"),
+    ({"method": "dpo", "dataset_format": "alpaca"}, "dataset_format"),
 ])
 def test_preference_keys_are_validated_by_name(overrides, key):
     from jobs.spec import SpecError
