@@ -139,3 +139,10 @@ def test_preference_defaults_are_trls():
     spec = JobSpec.from_dict({"method": "dpo"})
     assert (spec.beta, spec.simpo_gamma, spec.orpo_lambda) == (0.1, 0.5, 0.1)
     assert (spec.kto_desirable_weight, spec.kto_undesirable_weight, spec.precompute_reference) == (1.0, 1.0, False)
+
+
+def test_sft_training_on_preference_rows_says_which_method_to_pick():
+    from jobs.data.dataset import detect_format
+    for _fmt, row in FORMATS:
+        with pytest.raises(DataError, match="set method to dpo"):
+            detect_format([row])
