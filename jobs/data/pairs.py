@@ -99,10 +99,11 @@ def load_units(spec, tokenizer, data_dir=None, key: str = "dataset", log=print) 
 
 
 def _label_positions(labels: torch.Tensor, seq_index: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Flat indices (over [rows, width - 1]) of the shifted label tokens, their targets and sequences."""
-    shifted = labels[:, 1:].reshape(-1)
-    rows = (shifted != IGNORE_INDEX).nonzero().squeeze(1)
-    return {"pref_rows": rows, "pref_targets": shifted[rows], "pref_seq": seq_index[:, 1:].reshape(-1)[rows]}
+    """For every position t whose next token is a label: its flat index over [rows, width] (the
+    hidden state that predicts it), the label, and the sequence the label belongs to."""
+    row, t = (labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
+    return {"pref_rows": row * labels.shape[1] + t, "pref_targets": labels[row, t + 1],
+            "pref_seq": seq_index[row, t + 1].long()}
 
 
 def collate_units(units: list[PairUnit], pad_id: int, packed_rows: list[list[int]] | None = None,

@@ -60,7 +60,8 @@ def sequence_sums(model, batch: dict, fused: bool) -> tuple[torch.Tensor, torch.
     head = lm.get_output_embeddings()
     text = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
     softcap = getattr(text, "final_logit_softcapping", None)
-    rows = hidden[:, :-1].reshape(-1, hidden.shape[-1]).index_select(0, batch["pref_rows"])
+    # only the label rows reach the head (indices made with the batch on the host: no sync)
+    rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["pref_rows"])
     op = fused_linear_logprobs if fused else fused_linear_logprobs_reference
     token_logp = op(rows, head.weight, batch["pref_targets"], getattr(head, "bias", None), softcap)
     return sequence_logps(token_logp, batch["pref_seq"], 2 * batch["pref_units"].numel())
