@@ -11,7 +11,7 @@ import statistics
 
 from jobs.data.conversation import DataError
 from jobs.data.pairs import read_preference_rows
-from jobs.data.preference import answer_text, is_preference_row, pair_tokens
+from jobs.data.preference import answer_text, is_preference_row, side_tokens
 from jobs.spec import PREFERENCE_METHODS
 
 SHOWN = 10
@@ -60,17 +60,22 @@ def check_pairs(spec, key: str, rows, problems, tokenizer, report, summary_type)
 
 
 def _lengths(summary, tokenizer, read, wheres, max_length: int, key: str, report) -> None:
-    """Tokens of each row's longest side (prompt + answer), over all rows or a seeded sample."""
+    """Tokens of each row's longest side (prompt + answer) for the length statistics, and the
+    tokens and answer tokens of both sides as training cuts them, over all rows or a seeded sample."""
     picked = list(range(len(read)))
     if len(picked) > TOKEN_SAMPLE:
         picked = sorted(random.Random(0).sample(picked, TOKEN_SAMPLE))
         summary.sampled = TOKEN_SAMPLE
-    lengths = [pair_tokens(tokenizer, read[i]) for i in picked]
+    sides = [side_tokens(tokenizer, read[i]) for i in picked]   # uncut
+    lengths = [max(total for total, _ in row) for row in sides]
+    kept = [side_tokens(tokenizer, read[i], max_length) for i in picked]   # as training cuts them
     over = [wheres[i] for i, n in zip(picked, lengths) if n > max_length]
     ordered = sorted(lengths)
     summary.tokens = {"min": ordered[0], "mean": round(statistics.fmean(ordered), 1),
                       "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], "max": ordered[-1]}
-    summary.tokens_total = round(sum(lengths) * len(read) / len(picked))
+    scale = len(read) / len(picked)
+    summary.tokens_total = round(sum(total for row in kept for total, _ in row) * scale)
+    summary.trained_tokens = round(sum(answer for row in kept for _, answer in row) * scale)
     summary.truncated_rows = round(len(over) * len(read) / len(picked))
     if over:
         report.notes.append(f"{key}: {summary.truncated_rows:,} rows are longer than max_seq_length={max_length} "

@@ -158,10 +158,16 @@ def encode_answer(tokenizer, prompt: list[Message], answer: list[Message], max_l
     return Example(ids, labels)
 
 
+def side_tokens(tokenizer, row: PreferenceRow, max_length: int = 10 ** 9) -> list[tuple[int, int]]:
+    """(tokens, answer tokens) of each side (prompt + answer), cut at max_length."""
+    sides = [row.chosen] + ([row.rejected] if row.rejected is not None else [])
+    examples = [encode_answer(tokenizer, row.prompt, side, max_length) for side in sides]
+    return [(len(e.input_ids), e.trained_tokens) for e in examples]
+
+
 def pair_tokens(tokenizer, row: PreferenceRow) -> int:
     """Tokens of the longest side (prompt + answer), uncut: what must fit max_seq_length."""
-    sides = [row.chosen] + ([row.rejected] if row.rejected is not None else [])
-    return max(len(encode_answer(tokenizer, row.prompt, side, 10 ** 9).input_ids) for side in sides)
+    return max(total for total, _ in side_tokens(tokenizer, row))
 
 
 def _clip(tokenizer, text: str, budget: int) -> tuple[str, int]:
