@@ -30,3 +30,18 @@ def test_a_short_dpo_job_raises_reward_accuracy_and_margin_and_exports(tmp_path,
     assert any("fused_linear_logprobs" in line for line in summary.start["patch_report"])
     archive = export_adapter_zip(out)   # a normal PEFT adapter: it exports as SFT's do
     assert "adapter_model.safetensors" in " ".join(zipfile.ZipFile(archive).namelist())
+
+
+def test_two_processes_give_the_update_of_one(tmp_path, tiny_model):
+    """DPO's loss is normalised per pair over the global batch and the forward goes through DDP:
+    2 processes x 2 pairs train exactly as 1 process x 4 pairs."""
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in PAIRS) + "\n")
+    common = dict(method="dpo", dataset=str(data), max_steps=2, learning_rate=5e-3, save_steps=0, max_seq_length=64)
+    _, one = run_job(tmp_path, "one", tiny_model, batch_size=4, **common)
+    _, two = run_job(tmp_path, "two", tiny_model, batch_size=2, processes=2, **common)
+    a, b = summarize(one).steps, summarize(two).steps
+    assert len(a) == len(b) == 2
+    for x, y in zip(a, b):
+        assert abs(x["loss"] - y["loss"]) < 1e-5 and abs(x["grad_norm"] - y["grad_norm"]) < 1e-4 * x["grad_norm"]
+        assert abs(x["reward_margin"] - y["reward_margin"]) < 1e-5
