@@ -14,7 +14,8 @@ window), peak GiB (max_memory_allocated), final loss. One JSON line a run in --o
     python bench/bench_job.py run --stack fusetune --shape llama-3.2-1b --dir /tmp/bj --rows 4
     python bench/bench_job.py smoke        # CPU: the whole path on a tiny model (no GPU needed)
 
-Preference tuning (issue 19): `--method dpo|orpo` trains `--pairs` pairs a step from
+Preference tuning (issue 19): `--method dpo|orpo` trains about `--pairs` pairs a step (packed:
+rows holding as many tokens) from
 bench/pref_data.py's long-tailed pairs (prompt ~80, answers ~180 tokens a side, tails to ~2,000),
 through the same `python -m jobs.train` (method: dpo / orpo); bench_job_unsloth.py --method runs
 TRL's DPOTrainer / ORPOTrainer on the same pairs and pairs a step. `pair_tokens_per_s` counts
@@ -96,11 +97,15 @@ def window_stats(steps: list[dict], warmup: int) -> dict:
 
 
 def preference_config(stack: str, args, common: dict) -> dict:
-    """--method dpo|orpo: --pairs pairs a step for both stacks of this script."""
+    """--method dpo|orpo: about --pairs pairs a step for every stack. Packed (a): rows of
+    2 x max_len that hold as many tokens as --pairs pairs do on average (as (b) of SFT matches
+    packed rows), so tokens per step match; padded (b): --pairs pairs."""
     common = {**common, "method": args.method, "dataset": str(args.dir / "pairs.jsonl"), "dataset_format": "auto"}
     if stack == "fusetune":
+        stats = json.loads((args.dir / "pair_stats.json").read_text())
+        rows = max(1, round(args.pairs * stats["mean_forward"] / (2 * args.max_len * 0.97)))
         return {**common, "fused_kernels": True, "packing": "auto" if args.device == "cuda" else "on",
-                "batch_size": args.pairs, "gradient_checkpointing": args.checkpointing,
+                "batch_size": rows, "gradient_checkpointing": args.checkpointing,
                 "base_precision": args.base_precision}
     micro = min(args.micro_batch, args.pairs)
     return {**common, "fused_kernels": False, "packing": "off", "batch_size": micro,
@@ -171,13 +176,14 @@ def run_job(stack: str, args) -> dict:
 
 
 def pair_rates(args, result: dict, events: list[dict]) -> dict:
-    """Pairs x mean pair tokens (prompt + chosen + rejected) per second over the measured window,
-    and the reward metrics of the last step."""
+    """Pair tokens (prompt + chosen + rejected) per second: the real tokens/s x mean / mean_forward
+    (the same conversion for every stack; packed rows hold a varying number of pairs), and the
+    reward metrics of the last step."""
     stats = json.loads((args.dir / "pair_stats.json").read_text())
-    seconds = max(result["window_end"] - result["window_start"], 1e-9)
     last = [e for e in events if e["type"] == "step"][-1]
-    return {"pairs_per_step": args.pairs, "pair_tokens_per_s": round(result["measured_steps"] * args.pairs
-                                                                      * stats["mean"] / seconds, 1),
+    per_step = result["tokens_per_step_mean"] / stats["mean_forward"]
+    return {"pairs_per_step": round(per_step, 2),
+            "pair_tokens_per_s": round(result["real_tokens_per_s"] * stats["mean"] / stats["mean_forward"], 1),
             "first_loss": next(e["loss"] for e in events if e["type"] == "step"),
             "rewards": {k: last.get(k) for k in ("chosen_reward", "rejected_reward", "reward_margin",
                                                  "reward_accuracy")}}

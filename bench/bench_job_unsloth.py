@@ -103,6 +103,8 @@ def train(args) -> dict:
     if args.method != "sft":
         stats = json.loads((args.dir / "pair_stats.json").read_text())
         seconds = max(result["window_end"] - result["window_start"], 1e-9)
+        # exactly --pairs pairs a step (TRL's preference collator does not pack): pairs x mean pair
+        # tokens, whatever its collator's keys count (bench_job.pair_rates gives the same for Fusetune)
         result.update(stack=f"unsloth+trl {args.method} (c)", method=args.method, pairs_per_step=args.pairs,
                       pair_tokens_per_s=round(result["measured_steps"] * args.pairs * stats["mean"] / seconds, 1),
                       first_loss=losses[0] if losses else None, trl_options=args.trl_option)

@@ -53,8 +53,9 @@ def write_pairs(path: Path, n: int, seed: int = 0) -> Path:
 
 
 def pair_stats(tokenizer, rows: list[dict]) -> dict:
-    """Token percentiles of prompt and answers, and `mean`: tokens of a pair (prompt + chosen +
-    rejected, the template's tokens included), what tokens/s counts."""
+    """Token percentiles of prompt and answers; `mean`: tokens of a pair (prompt + chosen +
+    rejected, the template's tokens included), what pair_tokens_per_s counts; `mean_forward`: the
+    same with the prompt twice (each side runs after it), what a forward sees."""
     def count(messages, generation=False):
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -70,5 +71,7 @@ def pair_stats(tokenizer, rows: list[dict]) -> dict:
     sides = {name: {"p50": pct(v, 0.5), "p90": pct(v, 0.9), "p99": pct(v, 0.99), "max": max(v)}
              for name, v in (("prompt", prompts), ("chosen", chosen), ("rejected", rejected))}
     pair = [p + c + r for p, c, r in zip(prompts, chosen, rejected)]
-    return {"pairs": len(rows), "mean": round(sum(pair) / len(pair), 1), "longest_side": max(
+    forward = [2 * p + c + r for p, c, r in zip(prompts, chosen, rejected)]   # what a forward sees
+    return {"pairs": len(rows), "mean": round(sum(pair) / len(pair), 1),
+            "mean_forward": round(sum(forward) / len(forward), 1), "longest_side": max(
         p + max(c, r) for p, c, r in zip(prompts, chosen, rejected)), **sides}
