@@ -13,6 +13,17 @@ window), peak GiB (max_memory_allocated), final loss. One JSON line a run in --o
     python bench/bench_job.py prepare --shape llama-3.2-1b --dir /tmp/bj
     python bench/bench_job.py run --stack fusetune --shape llama-3.2-1b --dir /tmp/bj --rows 4
     python bench/bench_job.py smoke        # CPU: the whole path on a tiny model (no GPU needed)
+
+Preference tuning (issue 19): `--method dpo|orpo` trains about `--pairs` pairs a step (packed:
+rows holding as many tokens) from
+bench/pref_data.py's long-tailed pairs (prompt ~80, answers ~180 tokens a side, tails to ~2,000),
+through the same `python -m jobs.train` (method: dpo / orpo); bench_job_unsloth.py --method runs
+TRL's DPOTrainer / ORPOTrainer on the same pairs and pairs a step. `pair_tokens_per_s` counts
+prompt + chosen + rejected once per pair (the same count for every stack); `real_tokens_per_s`
+what each stack's forward saw (the prompt twice).
+
+    python bench/bench_job.py prepare --method dpo --shape llama-3.2-1b --dir /tmp/bj
+    python bench/bench_job.py run --method dpo --stack fusetune --shape llama-3.2-1b --dir /tmp/bj --pairs 8
 """
 from __future__ import annotations
 
@@ -32,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_lora import SHAPES, _version  # noqa: E402
 from bench.job_data import build_model, token_stats, write_dataset  # noqa: E402
+from bench.pref_data import pair_stats, write_pairs  # noqa: E402
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 MAX_LEN = 4096
@@ -84,11 +96,29 @@ def window_stats(steps: list[dict], warmup: int) -> dict:
             "peak_gib": max((s.get("peak_gib") or 0) for s in steps) or None}
 
 
+def preference_config(stack: str, args, common: dict) -> dict:
+    """--method dpo|orpo: about --pairs pairs a step for every stack. Packed (a): rows of
+    2 x max_len that hold as many tokens as --pairs pairs do on average (as (b) of SFT matches
+    packed rows), so tokens per step match; padded (b): --pairs pairs."""
+    common = {**common, "method": args.method, "dataset": str(args.dir / "pairs.jsonl"), "dataset_format": "auto"}
+    if stack == "fusetune":
+        stats = json.loads((args.dir / "pair_stats.json").read_text())
+        rows = max(1, round(args.pairs * stats["mean_forward"] / (2 * args.max_len * 0.97)))
+        return {**common, "fused_kernels": True, "packing": "auto" if args.device == "cuda" else "on",
+                "batch_size": rows, "gradient_checkpointing": args.checkpointing,
+                "base_precision": args.base_precision}
+    micro = min(args.micro_batch, args.pairs)
+    return {**common, "fused_kernels": False, "packing": "off", "batch_size": micro,
+            "gradient_accumulation_steps": max(1, args.pairs // micro), "gradient_checkpointing": "on"}
+
+
 def job_config(stack: str, args, model_dir: Path, data: Path, out: Path) -> dict:
     common = dict(model=str(model_dir), dataset=str(data), dataset_format="messages", output_dir=str(out),
                   lora_r=16, lora_alpha=16, lora_dropout=0.0, target_modules=TARGETS, learning_rate=1e-4,
                   warmup_steps=0, max_steps=args.steps, save_steps=0, max_seq_length=args.max_len, seed=0,
                   dtype="bf16" if args.device == "cuda" else "fp32")
+    if args.method != "sft":
+        return preference_config(stack, args, common)
     if stack == "fusetune":
         return {**common, "fused_kernels": True, "packing": "auto" if args.device == "cuda" else "on",
                 "batch_size": args.rows, "gradient_checkpointing": args.checkpointing,
@@ -107,7 +137,8 @@ def run_job(stack: str, args) -> dict:
     name = (f"{args.shape}-{stack}-{args.checkpointing}-{args.base_precision}" if stack == "fusetune"
             else f"{args.shape}-{stack}") + (f"-{args.switch}" if args.switch else "") + (
         f"-budget{args.max_gpu_memory_gb:g}" if stack == "fusetune" and args.max_gpu_memory_gb else "") + (
-        "-qlora" if stack == "fusetune" and args.load_in_4bit else "")
+        "-qlora" if stack == "fusetune" and args.load_in_4bit else "") + (
+        f"-{args.method}" if args.method != "sft" else "")
     out = args.dir / f"job-{name}"
     shutil.rmtree(out, ignore_errors=True)   # events.jsonl appends: a rerun must not read the last run's steps
     config = job_config(stack, args, model_dir, data, out)
@@ -134,6 +165,8 @@ def run_job(stack: str, args) -> dict:
     result.update(window_stats(steps, args.warmup), packing=start.get("packing"),
                   memory_estimate=start.get("memory_estimate"), patch_report=start.get("patch_report"))
     result["gpu_util_mean"] = sampler.mean(result["window_start"], result["window_end"])
+    if args.method != "sft":
+        result.update(pair_rates(args, result, events))
     result["losses"] = [step["loss"] for step in steps]   # step by step: graph vs eager runs compare exactly
     result["cuda_graph_env"] = os.environ.get("FUSETUNE_CUDA_GRAPH", "auto")
     result["switch"] = args.switch
@@ -143,6 +176,20 @@ def run_job(stack: str, args) -> dict:
     result["log_head"] = [line for line in log if "packing" in line or "checkpointing" in line or "cuda graph" in line
                           or "packed" in line or "memory estimate" in line][:10]
     return result
+
+
+def pair_rates(args, result: dict, events: list[dict]) -> dict:
+    """Pair tokens (prompt + chosen + rejected) per second: the real tokens/s x mean / mean_forward
+    (the same conversion for every stack; packed rows hold a varying number of pairs), and the
+    reward metrics of the last step."""
+    stats = json.loads((args.dir / "pair_stats.json").read_text())
+    last = [e for e in events if e["type"] == "step"][-1]
+    per_step = result["tokens_per_step_mean"] / stats["mean_forward"]
+    return {"pairs_per_step": round(per_step, 2),
+            "pair_tokens_per_s": round(result["real_tokens_per_s"] * stats["mean"] / stats["mean_forward"], 1),
+            "first_loss": next(e["loss"] for e in events if e["type"] == "step"),
+            "rewards": {k: last.get(k) for k in ("chosen_reward", "rejected_reward", "reward_margin",
+                                                 "reward_accuracy")}}
 
 
 def job_command(config: Path, switch: str | None) -> list[str]:
@@ -172,9 +219,14 @@ def versions() -> dict:
 def prepare(args) -> None:
     from transformers import AutoTokenizer
     args.dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    if args.method != "sft":
+        pairs = write_pairs(args.dir / "pairs.jsonl", args.examples, seed=0)
+        rows = [json.loads(line) for line in pairs.read_text().splitlines()]
+        (args.dir / "pair_stats.json").write_text(json.dumps(pair_stats(tokenizer, rows)))
     data = write_dataset(args.dir / "data.jsonl", args.examples, seed=0)
     rows = [json.loads(line) for line in data.read_text().splitlines()]
-    stats = token_stats(AutoTokenizer.from_pretrained(args.tokenizer), rows)
+    stats = token_stats(tokenizer, rows)
     (args.dir / "dataset_stats.json").write_text(json.dumps(stats))
     print(json.dumps({"dataset": stats}), flush=True)
     shape = SHAPES[args.shape] if args.shape in SHAPES else json.loads(args.shape_json)
@@ -185,7 +237,7 @@ def write(result: dict, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "a") as fh:
         fh.write(json.dumps(result) + "\n")
-    keys = ("shape", "stack", "real_tokens_per_s", "gpu_util_mean", "peak_gib", "final_loss", "step_s_median",
+    keys = ("shape", "stack", "method", "pair_tokens_per_s", "real_tokens_per_s", "gpu_util_mean", "peak_gib", "final_loss", "step_s_median",
             "tokens_per_step_mean", "packing", "returncode", "error")
     print(json.dumps({k: result[k] for k in keys if k in result})[:1500], flush=True)
 
@@ -210,6 +262,8 @@ def main(argv=None) -> None:
     parser.add_argument("--load-in-4bit", action="store_true", help="(a): QLoRA (the JobSpec key load_in_4bit)")
     parser.add_argument("--base-precision", default="bf16", choices=["bf16", "fp8"], help="(a): the JobSpec key")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--method", default="sft", choices=["sft", "dpo", "orpo"], help="preference: --pairs a step")
+    parser.add_argument("--pairs", type=int, default=8, help="--method dpo|orpo: pairs a step")
     parser.add_argument("--switch", default=None, help="(a): an engine switch from bench_fp8.SWITCHES, e.g. fullx")
     parser.add_argument("--timeout", type=int, default=int(os.environ.get("BENCH_STEP_LIMIT", 500)) - 20,
                         help="seconds for the job (device.sh sets BENCH_STEP_LIMIT to its step's limit)")
@@ -219,9 +273,10 @@ def main(argv=None) -> None:
         return smoke(args)
     if args.what == "prepare":
         return prepare(args)
-    result = {**versions(), "shape": args.shape, "rows": args.rows, "max_len": args.max_len, "steps": args.steps,
+    result = {**versions(), "shape": args.shape, "method": args.method, "rows": args.rows, "max_len": args.max_len, "steps": args.steps,
               "warmup": args.warmup, "dataset": json.loads((args.dir / "dataset_stats.json").read_text()),
-              **run_job(args.stack, args)}
+              **({"pair_dataset": json.loads((args.dir / "pair_stats.json").read_text())} if args.method != "sft"
+                 else {}), **run_job(args.stack, args)}
     write(result, args.out)
 
 
@@ -232,10 +287,12 @@ def smoke(args) -> None:
                            tie_word_embeddings=True, max_position_embeddings=4096))
     base = ["--dir", str(args.dir), "--device", "cpu", "--tokenizer", args.tokenizer, "--shape", "tiny",
             "--shape-json", tiny]
-    main(["prepare", *base, "--examples", "60"])
+    sft = args.method == "sft"   # preference smoke runs are shorter: two sequences a unit
+    base += ["--method", args.method]
+    main(["prepare", *base, "--examples", "60" if sft else "16"])
     for stack in ("fusetune", "torch"):
-        main(["run", *base, "--stack", stack, "--rows", "1", "--steps", "4", "--warmup", "1",
-              "--max-len", "512", "--micro-batch", "2", "--out", str(args.out)])
+        main(["run", *base, "--stack", stack, "--rows", "1", "--steps", "4" if sft else "3", "--warmup", "1",
+              "--pairs", "2", "--max-len", "512" if sft else "192", "--micro-batch", "2", "--out", str(args.out)])
 
 
 if __name__ == "__main__":

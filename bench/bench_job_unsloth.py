@@ -7,7 +7,14 @@ before transformers/peft/trl.
 
 The chats become TRL prompt-completion rows (prompt = system/user turns, completion = the
 assistant turn), so TRL trains the completion only, as Fusetune trains the answer only. Real
-tokens per step are counted in the data collator (non-pad tokens of each batch)."""
+tokens per step are counted in the data collator (non-pad tokens of each batch).
+
+`--method dpo|orpo` (issue 19): TRL's DPOTrainer (ref_model=None: the PEFT model with its adapter
+off is the reference, as in Fusetune) or ORPOTrainer (trl.experimental.orpo in TRL 1.x), on
+bench/pref_data.py's pairs (pairs.jsonl, TRL's conversational prompt/chosen/rejected form) with
+--pairs pairs a step, beta 0.1, max_length --max-len. `--trl-option key=value` sets a further
+config field where the installed TRL has it (e.g. padding_free=true, use_liger_kernel=true for
+Liger's fused DPO loss); each one is written with the result."""
 from __future__ import annotations
 
 import argparse
@@ -33,8 +40,9 @@ class CountingCollator:
 
     def __call__(self, features):
         batch = self.inner(features)
-        mask = batch.get("attention_mask")
-        self.counts.append(int(mask.sum()) if mask is not None else int(batch["input_ids"].numel()))
+        masks = [v for k, v in batch.items() if k.endswith("attention_mask")]   # preference collators: several
+        ids = [v for k, v in batch.items() if k.endswith("input_ids")]
+        self.counts.append(int(sum(m.sum() for m in masks)) if masks else int(sum(i.numel() for i in ids)))
         return batch
 
 
@@ -63,8 +71,11 @@ def train(args) -> dict:
                        max_steps=args.steps, learning_rate=1e-4, warmup_steps=0, lr_scheduler_type="cosine",
                        logging_steps=1, save_strategy="no", report_to="none", bf16=True, optim="adamw_torch",
                        dataset_num_proc=4, seed=0)
-    trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=dataset(args.dir / "data.jsonl"),
-                         args=config)
+    if args.method != "sft":
+        config, trainer = preference_trainer(args, model, tokenizer)
+    else:
+        trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=dataset(args.dir / "data.jsonl"),
+                             args=config)
     counter = CountingCollator(trainer.data_collator)
     trainer.data_collator = counter
     ends: list[float] = []
@@ -86,10 +97,56 @@ def train(args) -> dict:
               "loss": losses[min(i, len(losses) - 1)] if losses else None, "peak_gib": peak}
              for i, t in enumerate(ends)]
     result = {"stack": "unsloth+trl (c)", "wall_s": round(time.time() - began, 1), **window_stats(steps, args.warmup),
-              "config": {"packing": True, "packing_strategy": config.packing_strategy, "rows": args.rows,
+              "config": {"packing": getattr(config, "packing", None),
+                         "packing_strategy": getattr(config, "packing_strategy", None), "rows": args.rows,
                          "max_length": args.max_len, "gradient_checkpointing": "unsloth", "optim": "adamw_torch"}}
+    if args.method != "sft":
+        stats = json.loads((args.dir / "pair_stats.json").read_text())
+        seconds = max(result["window_end"] - result["window_start"], 1e-9)
+        # exactly --pairs pairs a step (TRL's preference collator does not pack): pairs x mean pair
+        # tokens, whatever its collator's keys count (bench_job.pair_rates gives the same for Fusetune)
+        result.update(stack=f"unsloth+trl {args.method} (c)", method=args.method, pairs_per_step=args.pairs,
+                      pair_tokens_per_s=round(result["measured_steps"] * args.pairs * stats["mean"] / seconds, 1),
+                      first_loss=losses[0] if losses else None, trl_options=args.trl_option)
+        result["config"].update(trainer=type(trainer).__name__, beta=config.beta, pairs=args.pairs)
     result["gpu_util_mean"] = sampler.mean(result["window_start"], result["window_end"])
     return result
+
+
+def _options(config_class, pairs: list[str]) -> dict:
+    """--trl-option key=value pairs, typed from the config's own field defaults; unknown keys raise."""
+    import dataclasses
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    out = {}
+    for pair in pairs:
+        key, _, raw = pair.partition("=")
+        if key not in fields:
+            raise ValueError(f"{config_class.__name__} has no field {key!r} in this TRL")
+        default = fields[key].default
+        out[key] = raw.lower() in ("1", "true", "yes") if isinstance(default, bool) else type(default)(raw) \
+            if isinstance(default, (int, float)) else raw
+    return out
+
+
+def preference_trainer(args, model, tokenizer):
+    """(config, trainer): TRL's DPOTrainer or ORPOTrainer on pairs.jsonl, --pairs a step."""
+    from datasets import Dataset
+    rows = [json.loads(line) for line in (args.dir / "pairs.jsonl").read_text().splitlines()]
+    if args.method == "dpo":
+        from trl import DPOConfig as Config, DPOTrainer as Trainer
+    else:
+        try:
+            from trl.experimental.orpo import ORPOConfig as Config, ORPOTrainer as Trainer
+        except ImportError:   # TRL before the move to experimental
+            from trl import ORPOConfig as Config, ORPOTrainer as Trainer
+    config = Config(output_dir=str(args.dir / f"unsloth-{args.shape}-{args.method}"), max_length=args.max_len,
+                    per_device_train_batch_size=args.pairs, gradient_accumulation_steps=1, max_steps=args.steps,
+                    learning_rate=1e-4, warmup_steps=0, lr_scheduler_type="cosine", logging_steps=1,
+                    save_strategy="no", report_to="none", bf16=True, optim="adamw_torch", dataset_num_proc=4,
+                    seed=0, beta=0.1, **_options(Config, args.trl_option))
+    extra = {"ref_model": None} if args.method == "dpo" else {}
+    return config, Trainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
+                           processing_class=tokenizer, **extra)
 
 
 def main() -> None:
@@ -100,9 +157,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--max-len", type=int, default=4096)
+    parser.add_argument("--method", default="sft", choices=["sft", "dpo", "orpo"])
+    parser.add_argument("--pairs", type=int, default=8, help="--method dpo|orpo: pairs a step")
+    parser.add_argument("--trl-option", action="append", default=[], help="key=value of the TRL config")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "job.jsonl")
     args = parser.parse_args()
-    result = {**versions(), "shape": args.shape, "rows": args.rows, "max_len": args.max_len, "steps": args.steps,
+    result = {**versions(), "shape": args.shape, "method": args.method, "rows": args.rows, "max_len": args.max_len, "steps": args.steps,
               "warmup": args.warmup, "dataset": json.loads((args.dir / "dataset_stats.json").read_text())}
     try:
         result.update(train(args))

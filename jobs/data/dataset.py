@@ -162,6 +162,9 @@ def _hub_items(name: str, limit: int):
 def detect_format(rows: list[dict[str, Any]]) -> str:
     """alpaca, sharegpt, messages or text, from the keys of the first row."""
     keys = set(rows[0])
+    if {"chosen", "rejected"} <= keys or {"prompt", "completion", "label"} <= keys:   # jobs/data/preference.py
+        raise DataError("row 1 is a preference row (chosen/rejected or prompt/completion/label), which "
+                        "supervised fine-tuning cannot train: set method to dpo, orpo, simpo or kto")
     if "messages" in keys:
         return "messages"
     if "conversations" in keys:
