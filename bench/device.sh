@@ -12,6 +12,7 @@
 #                                            Unsloth + TRL (c); SHAPE llama-3.2-1b (default) or llama-3.1-8b
 #   bash bench/device.sh fp8pair [SHAPE]     jobs.train bf16 vs FP8, offload and no recompute (studio/fp8_effect.py)
 #   bash bench/device.sh jobgraph            jobs.train with the captured step vs eager (jobs/train/graph_steps.py)
+#   bash bench/device.sh prefs [SHAPE]       DPO and ORPO jobs beside Unsloth + TRL's trainers, same pairs (issue 19)
 #   bash bench/device.sh logprobs            the fused log-probs op vs TRL's chunked kernel vs torch (logprobs_op.py)
 #   bash bench/device.sh page                the studio itself on the GPU, driven through its endpoints (page_check.py)
 #   bash bench/device.sh ddp                 1 GPU vs 2 GPUs through torchrun (kind nvidia-h200-x2; ddp_bench.py)
@@ -108,6 +109,16 @@ case "$what" in
       stage "job graph=$g" 110 env FUSETUNE_CUDA_GRAPH=$g $PY bench/bench_job.py run --dir "$DIR" --out "$OUT/job.jsonl" \
         --stack fusetune --shape llama-3.2-1b --rows 4 --checkpointing off --steps 25
     done ;;
+  prefs)   # issue 19: the DPO and ORPO jobs beside Unsloth + TRL on the same pairs (carry .whl), then the log-probs op
+    versions
+    S=${2:-llama-3.2-1b}; P="--shape $S --pairs 8 --max-len 2560 --steps 20 --warmup 4"
+    stage "prepare pairs" 150 $PY bench/bench_job.py prepare --method dpo --shape "$S" --dir "$DIR" --examples 3000
+    job dpo_offload 120 --method dpo --stack fusetune $P --checkpointing offload
+    unsloth_job 150 --method dpo $P
+    job dpo_auto 100 --method dpo --stack fusetune $P --checkpointing auto
+    job orpo_offload 100 --method orpo --stack fusetune $P --checkpointing offload
+    unsloth_job 130 --method orpo $P
+    stage logprobs_op 120 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/logprobs_op.py --out "$OUT/logprobs_op.jsonl" ;;
   logprobs)
     versions
     stage logprobs_op 300 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/logprobs_op.py --out "$OUT/logprobs_op.jsonl" ;;
