@@ -146,7 +146,7 @@ def test_the_tensorboard_command_shows_for_a_job_that_reports_to_it():
 
 def test_a_job_that_finished_before_its_cancel_says_so(tmp_path):
     from jobs.io.events import JobSummary
-    from jobs.queue.runner import FINISHED_BEFORE_CANCEL
+    from jobs.queue.outcome import FINISHED_BEFORE_CANCEL
     done = JobRecord(id="a", name="n", state="done", created_at=1.0, job_dir=str(tmp_path), reason=FINISHED_BEFORE_CANCEL)
     assert "finished all its steps before the cancel" in view.failure_text(done, JobSummary())
     done.reason = ""

@@ -152,5 +152,5 @@ def test_on_a_cpu_the_fit_check_speaks_of_this_machines_ram_not_a_gpu(data_dir):
     total = f"{psutil.virtual_memory().total / 2 ** 30:.1f} GiB"
     assert "in its RAM" in cpu and total in cpu and _gib(cpu) > 0
     huge = fit_for_form(StartCheck(data_dir, free_memory=lambda _i: None),
-                        *form_values(data_dir, batch_size="512", max_seq_length="4096"), "en")
+                        *form_values(data_dir, batch_size="4096", max_seq_length="8192"), "en")
     assert "but only" in huge and "lower batch_size" in huge

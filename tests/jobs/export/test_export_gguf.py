@@ -179,7 +179,8 @@ def test_llama_cpp_lora_adapter_matches_the_peft_adapter(jobs, tmp_path):
 
 def test_unsupported_architecture_is_named_with_the_supported_ones(jobs, tmp_path):
     base = tmp_path / "base"
-    shutil.copytree(json.loads((jobs["llama"] / "events.jsonl").read_text().splitlines()[0])["source"], base)
+    events = [json.loads(line) for line in (jobs["llama"] / "events.jsonl").read_text().splitlines()]
+    shutil.copytree(next(e for e in events if e["type"] == "start")["source"], base)
     config = json.loads((base / "config.json").read_text())
     (base / "config.json").write_text(json.dumps({**config, "architectures": ["GPTNeoXForCausalLM"]}))
     job = tmp_path / "job"
