@@ -21,7 +21,7 @@ from typing import Any
 
 from jobs.io.layout import JobLayout
 
-EVENT_TYPES = ("start", "step", "eval", "checkpoint", "done", "error")
+EVENT_TYPES = ("start", "step", "eval", "checkpoint", "done", "error", "phase")
 ERROR_KINDS = ("oom", "data", "config", "nan", "killed", "io", "internal")
 
 

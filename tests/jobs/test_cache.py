@@ -1,0 +1,123 @@
+"""The tokenized dataset cache (jobs/data/cache.py): the same examples as encoding in memory, built
+once and reused, lazy and bounded, bad rows still named by number."""
+import json
+
+import pytest
+
+from jobs.data import cache, encode
+from jobs.data.dataset import DataError, load_conversations
+from jobs.data.packing import BatchPlan
+from jobs.io.events import EventWriter, read_events
+from jobs.spec import JobSpec
+from jobs.train.evaluate import split_holdout
+from tests.tiny import make_tokenizer
+
+
+def _rows(n: int) -> list[dict]:
+    rows = []
+    for i in range(n):
+        if i % 3 == 0:
+            rows.append({"messages": [{"role": "user", "content": f"What is {i} plus one?"},
+                                      {"role": "assistant", "content": f"{i + 1}, 名字 😀"}]})
+        else:
+            rows.append({"messages": [{"role": "system", "content": "Be brief."},
+                                      {"role": "user", "content": f"Question {i}?" * (1 + i % 4)},
+                                      {"role": "assistant", "content": f"Answer {i}."},
+                                      {"role": "user", "content": "And?"},
+                                      {"role": "assistant", "content": "The capital of France is Paris." * (i % 3)}]})
+    return rows
+
+
+def _write(path, rows) -> str:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def tokenizer():
+    return make_tokenizer()
+
+
+def _in_memory(spec, tokenizer):
+    conversations = load_conversations(spec, tokenizer)
+    return encode.encode_all(tokenizer, conversations, spec.max_seq_length, log=lambda _l: None)
+
+
+def test_the_cache_holds_exactly_what_in_memory_encoding_gives(tmp_path, tokenizer, monkeypatch):
+    monkeypatch.setattr(cache, "CHUNK_ROWS", 7)   # several chunks, in several workers
+    rows = [r for r in _rows(40) if len(r["messages"]) > 2]   # some have no answer within 52 tokens: dropped
+    spec = JobSpec(dataset=_write(tmp_path / "d.jsonl", rows), dataset_format="messages", max_seq_length=52)
+    store = cache.tokenized_examples(spec, tokenizer, tmp_path / "data", log=lambda _l: None)
+    expected = _in_memory(spec, tokenizer)
+    assert isinstance(store, cache.TokenStore)
+    assert len(store) == len(expected)
+    assert [(e.input_ids, e.labels) for e in store] == [(e.input_ids, e.labels) for e in expected]
+    assert store.lengths == [len(e.input_ids) for e in expected]
+
+
+def test_a_second_job_reuses_the_cache_and_says_so(tmp_path, tokenizer, monkeypatch):
+    spec = JobSpec(dataset=_write(tmp_path / "d.jsonl", _rows(30)), max_seq_length=256)
+    lines: list[str] = []
+    first = cache.tokenized_examples(spec, tokenizer, tmp_path / "data", log=lines.append)
+    monkeypatch.setattr(cache, "build", lambda *a, **k: pytest.fail("the cache was built again"))
+    second = cache.tokenized_examples(spec, tokenizer, tmp_path / "data", log=lines.append)
+    assert any("reusing" in line for line in lines)
+    assert [e.input_ids for e in first] == [e.input_ids for e in second]
+    other = JobSpec(dataset=spec.dataset, max_seq_length=200)   # another key: built anew
+    monkeypatch.undo()
+    assert len(cache.tokenized_examples(other, tokenizer, tmp_path / "data", log=lines.append)) == 30
+    assert sum(line.startswith("tokenizing ") for line in lines) == 2
+
+
+def test_a_changed_file_or_template_is_a_new_key(tmp_path, tokenizer):
+    path = tmp_path / "d.jsonl"
+    spec = JobSpec(dataset=_write(path, _rows(5)))
+    key = cache.cache_key(path, spec, tokenizer)
+    _write(path, _rows(6))
+    assert cache.cache_key(path, spec, tokenizer) != key
+    tokenizer.chat_template = tokenizer.chat_template + " "
+    assert len({key, cache.cache_key(path, spec, tokenizer)}) == 2
+
+
+def test_bad_rows_are_named_by_number_and_nothing_is_cached(tmp_path, tokenizer, monkeypatch):
+    monkeypatch.setattr(cache, "CHUNK_ROWS", 4)
+    rows = _rows(12)
+    rows[9] = {"messages": [{"role": "user", "content": "no answer"}]}
+    lines = [json.dumps(r) for r in rows]
+    lines[5] = "{not json"
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    spec = JobSpec(dataset=str(path), dataset_format="auto")
+    with pytest.raises(DataError) as caught:
+        cache.tokenized_examples(spec, tokenizer, tmp_path / "data", log=lambda _l: None)
+    message = str(caught.value)
+    assert "row 6 (line 6)" in message and "row 10" in message, message
+    assert not [p for p in cache.tokenized_root(tmp_path / "data").iterdir() if p.is_dir()]
+
+
+def test_progress_goes_to_the_log_and_phase_events(tmp_path, tokenizer, monkeypatch):
+    monkeypatch.setattr(cache, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(cache, "CHUNK_ROWS", 5)
+    spec = JobSpec(dataset=_write(tmp_path / "d.jsonl", _rows(20)))
+    events, lines = EventWriter(tmp_path / "job"), []
+    cache.tokenized_examples(spec, tokenizer, tmp_path / "data", log=lines.append, events=events)
+    phases = [e for e in read_events(tmp_path / "job") if e["type"] == "phase"]
+    assert phases[0]["phase"] == "tokenizing" and phases[0]["done"] == 0 and phases[0]["total"] == 20
+    assert phases[-1]["done"] == phases[-1]["total"] == 20
+    assert any(line.strip().startswith("tokenizing: ") for line in lines), lines
+
+
+def test_holdout_and_batch_plans_are_the_same_on_the_store(tmp_path, tokenizer):
+    spec = JobSpec(dataset=_write(tmp_path / "d.jsonl", _rows(45)), max_seq_length=256)
+    store = cache.tokenized_examples(spec, tokenizer, tmp_path / "data", log=lambda _l: None)
+    listed = list(store)
+    train, held = split_holdout(store, 0.2, seed=3)
+    train_list, held_list = split_holdout(listed, 0.2, seed=3)
+    assert [e.input_ids for e in held] == [e.input_ids for e in held_list]
+    assert train.lengths == [len(e.input_ids) for e in train_list]
+    for packed in (False, True):
+        lazy = BatchPlan(train, 4, 256, packed, seed=1, pad_id=0, accumulation=2)
+        eager = BatchPlan(train_list, 4, 256, packed, seed=1, pad_id=0, accumulation=2)
+        for index in range(lazy.per_epoch + 2):
+            a, b = lazy.batch_at(index)[1], eager.batch_at(index)[1]
+            assert all((a.tensors[k] == b.tensors[k]).all() for k in a.tensors)
