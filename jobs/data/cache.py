@@ -32,6 +32,7 @@ from jobs.data import encode
 from jobs.data.dataset import Problems, Rows, _kind, detect_format, load_conversations, to_conversations
 from jobs.data.readers import Problem, iter_rows, max_row_bytes
 from jobs.data.encode import DataError, Example
+from jobs.data.fast_template import Encoder
 from jobs.io import paths
 from jobs.io.storage import make_private_dir
 from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, JobSpec, is_local_reference
@@ -157,7 +158,8 @@ def _write_tokens(path: Path, spec: JobSpec, tokenizer, temp: Path, log, events)
     counts = {"rows": 0, "kept": 0, "dropped": 0}
     total = estimate_rows(path)
     progress = _Progress(log, events, total)
-    _WORKER.update(tokenizer=tokenizer, max_length=spec.max_seq_length, fast=_fast_ids(tokenizer))
+    _WORKER.clear()
+    _WORKER.update(tokenizer=tokenizer, max_length=spec.max_seq_length)
     workers = max(1, min(len(os.sched_getaffinity(0)), 8))
     with open(temp / "input_ids.bin", "wb") as ids_out, open(temp / "labels.bin", "wb") as labels_out, \
             _pool(workers) as pool:
@@ -252,12 +254,10 @@ def conversation_chunks(path: Path, spec: JobSpec, problems: Problems, counts: d
 
 def encode_chunk(conversations: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(input_ids, labels flat, lengths of the kept examples, rows dropped for no answer tokens)."""
-    tokenizer, max_length, fast = _WORKER["tokenizer"], _WORKER["max_length"], _WORKER["fast"]
+    if "encoder" not in _WORKER:   # one per worker process, its per-shape templates kept between chunks
+        _WORKER["encoder"] = Encoder(_WORKER["tokenizer"], _WORKER["max_length"])
     ids, labels, lengths, dropped = [], [], [], 0
-    for conversation in conversations:
-        example = (encode_fast(tokenizer, conversation, max_length, fast)
-                   if fast is not None and not isinstance(conversation, str)
-                   else encode.encode(tokenizer, conversation, max_length))
+    for example in _WORKER["encoder"].encode_many(conversations):
         if example.trained_tokens == 0:
             dropped += 1
             continue
@@ -266,32 +266,6 @@ def encode_chunk(conversations: list) -> tuple[np.ndarray, np.ndarray, np.ndarra
         lengths.append(len(example.input_ids))
     return (np.asarray(ids, dtype=np.int32), np.asarray(labels, dtype=np.int32),
             np.asarray(lengths, dtype=np.int64), dropped)
-
-
-def encode_fast(tokenizer, conversation: list, max_length: int, ids_of) -> Example:
-    """encode.encode with the Rust tokenizer called directly (no per-call Python wrapper): the same
-    ids (checked once per build by `_fast_ids`), several times faster."""
-    input_ids: list[int] = []
-    labels: list[int] = []
-    for text, trained in encode.segments(tokenizer, conversation):
-        piece = ids_of(text)
-        input_ids += piece
-        labels += piece if trained else [encode.IGNORE_INDEX] * len(piece)
-    return Example(input_ids[:max_length], labels[:max_length])
-
-
-def _fast_ids(tokenizer):
-    """text -> ids through the backend tokenizer, if it gives what tokenizer(text) gives on a probe."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        return None
-
-    def ids_of(text: str) -> list[int]:
-        return backend.encode(text, add_special_tokens=False).ids
-
-    probe = "<|im_start|>user\nHello, wörld 名字 😀!\n  two  spaces\n"
-    same = ids_of(probe) == tokenizer(probe, add_special_tokens=False)["input_ids"]
-    return ids_of if same else None
 
 
 def estimate_rows(path: Path) -> int | None:

@@ -121,3 +121,29 @@ def test_holdout_and_batch_plans_are_the_same_on_the_store(tmp_path, tokenizer):
         for index in range(lazy.per_epoch + 2):
             a, b = lazy.batch_at(index)[1], eager.batch_at(index)[1]
             assert all((a.tensors[k] == b.tensors[k]).all() for k in a.tensors)
+
+
+TRIMMING = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | trim }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+BRANCHING = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if 'Paris' in m['content'] %}[geo]{% endif %}"
+             "{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.parametrize("template", ["own", "mistral", "trimming", "branching"])
+def test_the_fast_encoder_equals_encode_for_any_template(template, monkeypatch):
+    from jobs.data import fast_template
+    from jobs.data.dataset import to_conversations
+    from tests.tiny import make_spm_tokenizer
+    monkeypatch.setattr(fast_template, "VERIFY_EVERY", 1 << 30)   # only the first row of a shape is checked
+    tokenizer = make_spm_tokenizer() if template == "mistral" else make_tokenizer()
+    tokenizer.chat_template = {"trimming": TRIMMING, "branching": BRANCHING}.get(template, tokenizer.chat_template)
+    rows = _rows(30) + [{"messages": [{"role": "user", "content": "  padded  "},
+                                      {"role": "assistant", "content": " \x00ft0\x00 \n sentinel-like "}]}]
+    if template == "mistral":   # no system turns there
+        rows = [{"messages": [m for m in r["messages"] if m["role"] != "system"]} for r in rows]
+    conversations = to_conversations(rows, "messages")
+    fast = fast_template.Encoder(tokenizer, 64).encode_many(conversations)
+    slow = [encode.encode(tokenizer, c, 64) for c in conversations]
+    if template == "branching":   # content-dependent branches are only seen on verified rows: the limit
+        fast = [fast_template.Encoder(tokenizer, 64).encode_many([c])[0] for c in conversations]
+    assert [(e.input_ids, e.labels) for e in fast] == [(e.input_ids, e.labels) for e in slow]
