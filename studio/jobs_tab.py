@@ -26,6 +26,7 @@ from studio.context import StudioContext
 from studio.i18n import t
 
 POLL_S = 1.5
+SHARED_TTL_S = 0.5   # a poll may show the job table this much late; a click always reads it afresh
 LOG_LINES = 200
 GB_FORMAT = ".2~f"  # d3 format: 1.83, not 1.827000 on a flat curve
 
@@ -45,28 +46,34 @@ def table_and_choices(ctx: StudioContext, lang: str) -> tuple[list[Any], pd.Data
     return records, table, [view.job_choice(r, lang) for r in records]
 
 
-def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
-    """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, 3 action buttons."""
+def detail(ctx: StudioContext, record: Any, lang: str, sig: Any = None) -> list[Any]:
+    """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, 3 action buttons.
+
+    With `sig` (the detail signature of `refresh`), the values are computed once per change for every
+    open page (ctx.shared, studio/shared_views.py); the gr.update wrappers are made afresh for each answer."""
+    if sig is None:
+        values = _detail_values(ctx, record, lang)
+    else:
+        values = ctx.shared.get(("detail", record.job_dir, sig), lambda: _detail_values(ctx, record, lang))
+    progress, failure, loss, rss, cpu, util, mem, has_gpu, report, log, actions = values
+    return [progress, failure, loss, rss, cpu,
+            gr.update(value=util, visible=has_gpu), gr.update(value=mem, visible=has_gpu), report, log,
+            *[gr.update(visible=action in actions) for action in ACTIONS]]
+
+
+def _detail_values(ctx: StudioContext, record: Any, lang: str) -> tuple:
     summary = ctx.events.get(record.job_dir)
     numbers = view.progress_numbers(record, summary)
     progress = render.progress_html(record.state, numbers["step"], numbers["max_steps"],
                                     numbers["progress"], numbers["eta_s"], numbers["elapsed_s"], lang)
     failure = view.failure_text(record, summary, lang)
     util, mem = view.gpu_frames(summary)
-    has_gpu = not util.empty or not mem.empty
-    actions = job_actions.actions_for(record)
-    return [
-        progress,
-        render.notice_html(failure, "error" if record.state == "failed" else "warn") if failure else "",
-        view.loss_frame(summary, lang),
-        view.rss_frame(summary),
-        view.cpu_frame(summary),
-        gr.update(value=util, visible=has_gpu),
-        gr.update(value=mem, visible=has_gpu),
-        view.patch_report_text(record, summary, lang),
-        render.log_html(tail_log(record.job_dir, lines=LOG_LINES), lang=lang),
-        *[gr.update(visible=action in actions) for action in ACTIONS],
-    ]
+    return (progress,
+            render.notice_html(failure, "error" if record.state == "failed" else "warn") if failure else "",
+            view.loss_frame(summary, lang), view.rss_frame(summary), view.cpu_frame(summary),
+            util, mem, not util.empty or not mem.empty, view.patch_report_text(record, summary, lang),
+            render.log_html(tail_log(record.job_dir, lines=LOG_LINES), lang=lang),
+            tuple(job_actions.actions_for(record)))
 
 
 ACTIONS = (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE)
@@ -83,13 +90,16 @@ DETAIL_LEN = 12
 
 
 def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any, lang: str = "en",
-            pick: bool = False) -> list[Any]:
+            pick: bool = False, shared: bool = False) -> list[Any]:
     """[table, select, *detail(12), table_sig, detail_sig]; unchanged parts are gr.skip().
 
     `pick` sets the list's value to `job_id` (the user or Start picked it); a poll only updates
     the list's choices, except that a job which no longer exists is unpicked.
     """
-    records, table, choices = table_and_choices(ctx, lang)
+    if shared:   # a poll: every open page shares one reading of the store per SHARED_TTL_S
+        records, table, choices = ctx.shared.get(("table", lang), lambda: table_and_choices(ctx, lang), SHARED_TTL_S)
+    else:
+        records, table, choices = table_and_choices(ctx, lang)
     by_id = {r.id: r for r in records}
     gone = job_id is not None and job_id not in by_id
     if gone:
@@ -110,7 +120,7 @@ def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: 
     new_detail_sig = (record.id, record.state, ctx.events.signature(record.job_dir), _log_size(record), lang)
     if new_detail_sig == detail_sig:
         return [table_out, select_out, *[gr.skip()] * DETAIL_LEN, new_table_sig, detail_sig]
-    return [table_out, select_out, *detail(ctx, record, lang), new_table_sig, new_detail_sig]
+    return [table_out, select_out, *detail(ctx, record, lang, new_detail_sig), new_table_sig, new_detail_sig]
 
 
 def _log_size(record: Any) -> int:
@@ -178,7 +188,7 @@ def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig
     lang, outputs = ctx.lang, tab.refresh_outputs
 
     def on_tick(job_id: str | None, t_sig: Any, d_sig: Any, language: str) -> list[Any]:
-        return refresh(ctx, job_id, t_sig, d_sig, language)
+        return refresh(ctx, job_id, t_sig, d_sig, language, shared=True)
 
     def on_select(job_id: str | None, t_sig: Any, language: str) -> list[Any]:
         return refresh(ctx, job_id, t_sig, None, language, pick=True)

@@ -75,3 +75,37 @@ def test_a_deleted_job_is_unpicked_and_language_rerenders(tmp_path):
     records.clear()
     gone = unpack(refresh(ctx, "a", chinese["t_sig"], chinese["d_sig"], "zh-CN"))
     assert gone["select"]["value"] is None and "选择一个任务" in gone["progress"]
+
+
+def test_thirty_pages_polling_share_one_reading_per_change(tmp_path, monkeypatch):
+    import threading
+
+    from studio import jobs_tab
+    rec = job(tmp_path, "a", "running")
+    writer = EventWriter(rec.job_dir)
+    writer.emit("start", device="cpu")
+    writer.emit("step", **step(1))
+    runner = ListRunner([rec])
+    listed = []
+    real_list = runner.list_jobs
+    runner.list_jobs = lambda: listed.append(1) or real_list()
+    computed = []
+    real_values = jobs_tab._detail_values
+    monkeypatch.setattr(jobs_tab, "_detail_values", lambda *a: computed.append(1) or real_values(*a))
+    monkeypatch.setattr(jobs_tab, "SHARED_TTL_S", 60.0)   # a loaded test machine: no second reading
+    ctx = StudioContext(data_dir=tmp_path, runner=runner)
+    pages = [unpack(refresh(ctx, "a", None, None, pick=True)) for _ in range(30)]   # clicks: fresh reads
+    assert len(listed) == 30 and len(computed) == 1     # the detail: once for the 30 pages
+    writer.emit("step", **step(2))
+    listed.clear(), computed.clear()
+    answers = [None] * 30
+
+    def poll(i):
+        answers[i] = unpack(refresh(ctx, "a", pages[i]["t_sig"], pages[i]["d_sig"], shared=True))
+
+    threads = [threading.Thread(target=poll, args=(i,)) for i in range(30)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(listed) == 1 and len(computed) == 1      # one store read, one detail, 30 answers
+    assert all('data-step="2"' in a["progress"] for a in answers)
+    assert all(a["cancel"] is not answers[0]["cancel"] for a in answers[1:])   # updates made per answer
