@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     # The studio imports transformers; do it before the warm-up thread does, not concurrently.
     from studio.app import build_studio
     from studio.context import StudioContext
+    from studio.guard import launch_kwargs as guard_kwargs
     runner.start_monitor()
     context = StudioContext(data_dir=data_dir, runner=runner)
     demo = build_studio(data_dir, runner, context)
@@ -110,9 +111,10 @@ def main(argv: list[str] | None = None) -> None:
     # Gradio hands out only files in its cache, the working directory, the temp dir (now inside the
     # data dir) or allowed_paths. Downloads (the adapter zips) live in the job folders, whose
     # contents the UI shows anyway; uploads, the model cache and everything else stay refused.
+    # guard_kwargs: login for the routes Gradio leaves open (studio/guard.py)
     demo.queue(default_concurrency_limit=4).launch(
         server_name=args.host, server_port=args.port, auth=auth, show_error=True,
-        allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True)
+        allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True, **guard_kwargs())
     # After launch: Gradio's one-shot 3 s check that the page answers fails the launch when the
     # GGUF conversion is busy in the same process on a loaded machine.
     threading.Thread(target=warm_builtin_model, args=(data_dir, context.start_check), daemon=True).start()
