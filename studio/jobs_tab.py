@@ -26,7 +26,7 @@ from studio.context import StudioContext
 from studio.i18n import t
 
 POLL_S = 1.5
-SHARED_TTL_S = 0.5   # a poll may show the job table this much late; a click always reads it afresh
+SHARED_TTL_S = 0.5   # a poll may show the table and a job this much late; a click reads them afresh
 LOG_LINES = 200
 GB_FORMAT = ".2~f"  # d3 format: 1.83, not 1.827000 on a flat curve
 
@@ -46,15 +46,13 @@ def table_and_choices(ctx: StudioContext, lang: str) -> tuple[list[Any], pd.Data
     return records, table, [view.job_choice(r, lang) for r in records]
 
 
-def detail(ctx: StudioContext, record: Any, lang: str, sig: Any = None) -> list[Any]:
+def detail(ctx: StudioContext, record: Any, lang: str, values: tuple | None = None) -> list[Any]:
     """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, 3 action buttons.
 
-    With `sig` (the detail signature of `refresh`), the values are computed once per change for every
-    open page (ctx.shared, studio/shared_views.py); the gr.update wrappers are made afresh for each answer."""
-    if sig is None:
+    `values` (from `_detail_values`) may be shared by every open page (refresh); the gr.update
+    wrappers are made afresh for each answer."""
+    if values is None:
         values = _detail_values(ctx, record, lang)
-    else:
-        values = ctx.shared.get(("detail", record.job_dir, sig), lambda: _detail_values(ctx, record, lang))
     progress, failure, loss, rss, cpu, util, mem, has_gpu, report, log, actions = values
     return [progress, failure, loss, rss, cpu,
             gr.update(value=util, visible=has_gpu), gr.update(value=mem, visible=has_gpu), report, log,
@@ -117,10 +115,23 @@ def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: 
         if new_detail_sig == detail_sig:
             return [table_out, select_out, *[gr.skip()] * DETAIL_LEN, new_table_sig, detail_sig]
         return [table_out, select_out, *empty_detail(lang), new_table_sig, new_detail_sig]
-    new_detail_sig = (record.id, record.state, ctx.events.signature(record.job_dir), _log_size(record), lang)
+    if shared:   # one snapshot of the job's detail per SHARED_TTL_S for every page, however fast it steps
+        new_detail_sig, values = ctx.shared.get(("detail", record.job_dir, record.state, lang),
+                                                lambda: _detail_snapshot(ctx, record, lang), SHARED_TTL_S)
+    else:
+        new_detail_sig, values = _detail_signature(ctx, record, lang), None
     if new_detail_sig == detail_sig:
         return [table_out, select_out, *[gr.skip()] * DETAIL_LEN, new_table_sig, detail_sig]
-    return [table_out, select_out, *detail(ctx, record, lang, new_detail_sig), new_table_sig, new_detail_sig]
+    return [table_out, select_out, *detail(ctx, record, lang, values), new_table_sig, new_detail_sig]
+
+
+def _detail_signature(ctx: StudioContext, record: Any, lang: str) -> tuple:
+    return (record.id, record.state, ctx.events.signature(record.job_dir), _log_size(record), lang)
+
+
+def _detail_snapshot(ctx: StudioContext, record: Any, lang: str) -> tuple[tuple, tuple]:
+    """(signature, values), the signature taken first: a change during the reading shows next time."""
+    return _detail_signature(ctx, record, lang), _detail_values(ctx, record, lang)
 
 
 def _log_size(record: Any) -> int:

