@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--out", default=str(ROOT / "bench/results/page_load.jsonl"))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="page_load_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="page_load_", ignore_cleanup_errors=True) as tmp:
         data_dir = Path(tmp)
         runner, record = start_job(data_dir)
         try:
@@ -114,6 +114,7 @@ def main() -> None:
                     fh.write(json.dumps(row) + "\n")
         finally:
             runner.cancel(record.id)
+            time.sleep(3)   # let the trainer stop writing before its folder goes
             runner.shutdown()
 
 
