@@ -40,6 +40,7 @@ from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, JobSpec, is_local_refer
 CACHE_VERSION = 1          # bump when encoding changes what a row becomes
 CHUNK_ROWS = 2000          # rows a worker templates and tokenizes at a time
 PROGRESS_EVERY_S = 2.0     # seconds between progress lines / phase events
+SMALL_ROWS, SMALL_BYTES = 20_000, 8 << 20   # below either, one process: workers cost more than they save
 
 
 def tokenized_examples(spec: JobSpec, tokenizer, data_dir=None, log=print, events=None):
@@ -133,7 +134,7 @@ class TokenStore:
 
 
 # ---- building ---------------------------------------------------------------------------------
-_WORKER: dict = {}   # what a forked worker encodes with (set before the pool forks)
+_WORKER: dict = {}   # what this process (or a pool worker) encodes with
 
 
 def build(path: Path, spec: JobSpec, tokenizer, folder: Path, log=print, events=None) -> None:
@@ -158,11 +159,11 @@ def _write_tokens(path: Path, spec: JobSpec, tokenizer, temp: Path, log, events)
     counts = {"rows": 0, "kept": 0, "dropped": 0}
     total = estimate_rows(path)
     progress = _Progress(log, events, total)
-    _WORKER.clear()
-    _WORKER.update(tokenizer=tokenizer, max_length=spec.max_seq_length)
-    workers = max(1, min(len(os.sched_getaffinity(0)), 8))
+    _init_worker(tokenizer, spec.max_seq_length)
+    small = total is not None and total < SMALL_ROWS or path.stat().st_size < SMALL_BYTES
+    workers = 1 if small else max(1, min(len(os.sched_getaffinity(0)), 8))
     with open(temp / "input_ids.bin", "wb") as ids_out, open(temp / "labels.bin", "wb") as labels_out, \
-            _pool(workers) as pool:
+            _pool(workers, tokenizer, spec.max_seq_length) as pool:
         pending: collections.deque = collections.deque()
 
         def take_one() -> None:
@@ -214,13 +215,21 @@ class _Done:
         return self.value
 
 
+def _init_worker(tokenizer, max_length: int) -> None:
+    _WORKER.clear()
+    _WORKER.update(tokenizer=tokenizer, max_length=max_length)
+
+
 @contextlib.contextmanager
-def _pool(workers: int):
+def _pool(workers: int, tokenizer, max_length: int):
+    """Worker processes, spawned (not forked: the trainer has threads by now, and a fork can copy a
+    lock one of them holds, which hung a worker), each given the tokenizer once."""
     if workers < 2:
         yield None
         return
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")   # the workers are the parallelism
-    pool = multiprocessing.get_context("fork").Pool(workers)
+    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_init_worker,
+                                                     initargs=(tokenizer, max_length))
     try:
         yield pool
     finally:

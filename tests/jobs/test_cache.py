@@ -45,6 +45,8 @@ def _in_memory(spec, tokenizer):
 
 def test_the_cache_holds_exactly_what_in_memory_encoding_gives(tmp_path, tokenizer, monkeypatch):
     monkeypatch.setattr(cache, "CHUNK_ROWS", 7)   # several chunks, in several workers
+    monkeypatch.setattr(cache, "SMALL_ROWS", 0)
+    monkeypatch.setattr(cache, "SMALL_BYTES", 0)
     rows = [r for r in _rows(40) if len(r["messages"]) > 2]   # some have no answer within 52 tokens: dropped
     spec = JobSpec(dataset=_write(tmp_path / "d.jsonl", rows), dataset_format="messages", max_seq_length=52)
     store = cache.tokenized_examples(spec, tokenizer, tmp_path / "data", log=lambda _l: None)
@@ -147,3 +149,50 @@ def test_the_fast_encoder_equals_encode_for_any_template(template, monkeypatch):
     if template == "branching":   # content-dependent branches are only seen on verified rows: the limit
         fast = [fast_template.Encoder(tokenizer, 64).encode_many([c])[0] for c in conversations]
     assert [(e.input_ids, e.labels) for e in fast] == [(e.input_ids, e.labels) for e in slow]
+
+
+@pytest.mark.slow
+def test_a_200_mb_dataset_is_tokenized_with_bounded_memory_and_reused(tmp_path):
+    """The issue's case: ~804k short chat rows (200 MB). Bounded memory: the builder keeps the lengths,
+    not the rows; the second job opens the cache. Time to the first step goes to bench/dataset_scale.py
+    (bench/results/dataset_scale.jsonl); here a generous bound, $FUSETUNE_SCALE_LIMIT_S (default 90 s)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+    data = tmp_path / "big.jsonl"
+    subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, '.'); from bench.dataset_scale import "
+                    f"generate; from pathlib import Path; generate(Path({str(data)!r}), 804_356)"],
+                   cwd=ROOT, check=True)
+    assert data.stat().st_size > 190e6
+    spec = JobSpec(dataset=str(data), max_seq_length=256)
+    tokenizer = make_tokenizer()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    store = cache.tokenized_examples(spec, tokenizer, tmp_path / "data", log=lambda _l: None)
+    took = time.monotonic() - started
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert len(store) == 804_356 and grown_mb < 400, grown_mb   # the rows as Python Examples: > 4 GB
+    assert took < float(os.environ.get("FUSETUNE_SCALE_LIMIT_S", "90")), took
+    started = time.monotonic()
+    again = cache.tokenized_examples(spec, tokenizer, tmp_path / "data", log=lambda _l: None)
+    assert len(again) == len(store) and time.monotonic() - started < 10
+    assert again[804_355].input_ids == store[804_355].input_ids
+
+
+def test_jobs_train_from_the_cache_packed_with_a_holdout_and_the_second_reuses_it(tmp_path, tiny_model):
+    from tests.jobs.test_train import run_job
+    data = _write(tmp_path / "d.jsonl", _rows(40))
+    common = dict(dataset=data, max_steps=4, save_steps=0, packing="on", eval_fraction=0.2, eval_steps=2,
+                  max_seq_length=256)
+    first, out = run_job(tmp_path, "first", tiny_model, **common)
+    assert first.returncode == 0, first.stderr[-2000:]
+    log = (out / "train.log").read_text()
+    assert "tokenizing d.jsonl into the cache" in log and "8 examples held out" in log, log
+    assert any(e["type"] == "eval" for e in read_events(out))
+    second, out2 = run_job(tmp_path, "second", tiny_model, **common)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "tokenized cache: reusing" in (out2 / "train.log").read_text()
