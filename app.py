@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     # The studio imports transformers; do it before the warm-up thread does, not concurrently.
     from studio.app import build_studio
     from studio.context import StudioContext
+    from studio.route_guard import launch_kwargs as guard_kwargs
     context = StudioContext(data_dir=data_dir, runner=runner)
     runner.studio_gpu = context.chat  # its models are the studio's, unloaded for a job that needs the room
     runner.start_monitor()
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         demo.queue(default_concurrency_limit=4).launch(
             server_name=args.host, server_port=args.port, auth=auth, show_error=True,
             allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True,
-            app_kwargs={"middleware": guards(auth, os.environ["GRADIO_TEMP_DIR"], args.max_upload_mb)})
+            **guard_kwargs(guards(auth, os.environ["GRADIO_TEMP_DIR"], args.max_upload_mb)))
     except OSError as exc:  # taken between the check above and now
         if "port" not in str(exc).lower():
             raise

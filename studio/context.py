@@ -14,6 +14,7 @@ from jobs.spec import BUILTIN_MODEL
 from studio.chat import ChatEngine
 from studio.i18n import PageText
 from studio.jobs_view import EventCache
+from studio.shared_views import SharedViews
 from studio.start_check import StartCheck
 
 
@@ -26,6 +27,7 @@ class StudioContext:
     page: PageText = field(default_factory=PageText)
     lang: Any = None  # the page's language selector (a gr.Dropdown), set by build_studio
     free_gpu_memory: Callable[[int], float | None] | None = None  # GiB free on a GPU (tests: a stand-in)
+    shared: SharedViews = field(default_factory=SharedViews)  # what every page's poll shares
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

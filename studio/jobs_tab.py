@@ -28,6 +28,7 @@ from studio.context import StudioContext
 from studio.i18n import t
 
 POLL_S = 1.5
+SHARED_TTL_S = 0.5   # a poll may show the table and a job this much late; a click reads them afresh
 LOG_LINES = 200
 GB_FORMAT = ".2~f"  # d3 format: 1.83, not 1.827000 on a flat curve
 
@@ -47,8 +48,20 @@ def table_and_choices(ctx: StudioContext, lang: str) -> tuple[list[Any], pd.Data
     return records, table, [view.job_choice(r, lang) for r in records]
 
 
-def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
-    """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, 4 action buttons."""
+def detail(ctx: StudioContext, record: Any, lang: str, values: tuple | None = None) -> list[Any]:
+    """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, the action buttons.
+
+    `values` (from `_detail_values`) may be shared by every open page (refresh); the gr.update
+    wrappers are made afresh for each answer."""
+    if values is None:
+        values = _detail_values(ctx, record, lang)
+    progress, failure, loss, rss, cpu, util, mem, has_gpu, report, log, actions = values
+    return [progress, failure, loss, rss, cpu,
+            gr.update(value=util, visible=has_gpu), gr.update(value=mem, visible=has_gpu), report, log,
+            *[gr.update(visible=action in actions) for action in ACTIONS]]
+
+
+def _detail_values(ctx: StudioContext, record: Any, lang: str) -> tuple:
     summary = ctx.events.get(record.job_dir)
     numbers = view.progress_numbers(record, summary)
     progress = render.progress_html(record.state, numbers["step"], numbers["max_steps"],
@@ -57,20 +70,13 @@ def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
     progress += view.tracking_html(record, lang)
     failure = view.failure_text(record, summary, lang)
     util, mem = view.gpu_frames(summary)
-    has_gpu = not util.empty or not mem.empty
-    actions = job_actions.actions_for(record)
-    return [
-        progress,
-        render.notice_html(failure, "error" if record.state == "failed" else "warn") if failure else "",
-        view.loss_frame(summary, lang),  # its colours follow in a second event (studio/plots.py)
-        view.rss_frame(summary),
-        view.cpu_frame(summary),
-        gr.update(value=util, visible=has_gpu),
-        gr.update(value=mem, visible=has_gpu),
-        view.patch_report_text(record, summary, lang),
-        render.log_html(tail_log(record.job_dir, lines=LOG_LINES), lang=lang),
-        *[gr.update(visible=action in actions) for action in ACTIONS],
-    ]
+    return (progress,
+            render.notice_html(failure, "error" if record.state == "failed" else "warn") if failure else "",
+            view.loss_frame(summary, lang),  # its colours follow in a second event (studio/plots.py)
+            view.rss_frame(summary), view.cpu_frame(summary),
+            util, mem, not util.empty or not mem.empty, view.patch_report_text(record, summary, lang),
+            render.log_html(tail_log(record.job_dir, lines=LOG_LINES), lang=lang),
+            tuple(job_actions.actions_for(record)))
 
 
 ACTIONS = (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE, job_actions.START_ANYWAY,
@@ -88,13 +94,16 @@ DETAIL_LEN = 9 + len(ACTIONS)
 
 
 def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any, lang: str = "en",
-            pick: bool = False) -> list[Any]:
+            pick: bool = False, shared: bool = False) -> list[Any]:
     """[table, select, *detail(DETAIL_LEN), notice, table_sig, detail_sig]; unchanged parts are gr.skip().
 
     `pick` sets the list's value to `job_id` (the user or Start picked it); a poll only updates
     the list's choices, except that a job which no longer exists is unpicked.
     """
-    records, table, choices = table_and_choices(ctx, lang)
+    if shared:   # a poll: every open page shares one reading of the store per SHARED_TTL_S
+        records, table, choices = ctx.shared.get(("table", lang), lambda: table_and_choices(ctx, lang), SHARED_TTL_S)
+    else:
+        records, table, choices = table_and_choices(ctx, lang)
     by_id = {r.id: r for r in records}
     gone = job_id is not None and job_id not in by_id
     if gone:
@@ -113,17 +122,30 @@ def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: 
         if new_detail_sig == detail_sig:
             return [table_out, select_out, *[gr.skip()] * DETAIL_LEN, notice, new_table_sig, detail_sig]
         return [table_out, select_out, *empty_detail(lang), notice, new_table_sig, new_detail_sig]
-    new_detail_sig = (record.id, record.state, ctx.events.signature(record.job_dir), _log_size(record), lang)
     notice = "" if pick or _ended(record, detail_sig) else gr.skip()
+    if shared:   # one snapshot of the job's detail per SHARED_TTL_S for every page, however fast it steps
+        new_detail_sig, values = ctx.shared.get(("detail", record.job_dir, record.state, lang),
+                                                lambda: _detail_snapshot(ctx, record, lang), SHARED_TTL_S)
+    else:
+        new_detail_sig, values = _detail_signature(ctx, record, lang), None
     if new_detail_sig == detail_sig:
         return [table_out, select_out, *[gr.skip()] * DETAIL_LEN, notice, new_table_sig, detail_sig]
-    return [table_out, select_out, *detail(ctx, record, lang), notice, new_table_sig, new_detail_sig]
+    return [table_out, select_out, *detail(ctx, record, lang, values), notice, new_table_sig, new_detail_sig]
 
 
 def _ended(record: Any, detail_sig: Any) -> bool:
     """The shown job has just finished (its notice, e.g. "Cancelling...", is no longer true)."""
     was = detail_sig[1] if isinstance(detail_sig, tuple) and len(detail_sig) > 2 and detail_sig[0] == record.id else None
     return record.finished and was is not None and was != record.state
+
+
+def _detail_signature(ctx: StudioContext, record: Any, lang: str) -> tuple:
+    return (record.id, record.state, ctx.events.signature(record.job_dir), _log_size(record), lang)
+
+
+def _detail_snapshot(ctx: StudioContext, record: Any, lang: str) -> tuple[tuple, tuple]:
+    """(signature, values), the signature taken first: a change during the reading shows next time."""
+    return _detail_signature(ctx, record, lang), _detail_values(ctx, record, lang)
 
 
 def _log_size(record: Any) -> int:
@@ -196,7 +218,7 @@ def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig
     lang, outputs = ctx.lang, tab.refresh_outputs
 
     def on_tick(job_id: str | None, t_sig: Any, d_sig: Any, language: str) -> list[Any]:
-        return refresh(ctx, job_id, t_sig, d_sig, language)
+        return refresh(ctx, job_id, t_sig, d_sig, language, shared=True)
 
     def on_select(job_id: str | None, t_sig: Any, language: str) -> list[Any]:
         return refresh(ctx, job_id, t_sig, None, language, pick=True)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from jobs.io.events import JobSummary, read_events, summarize_events
+from jobs.io.events import EventTail, JobSummary, read_events, summarize_events
 from jobs.io.layout import JobLayout
 from jobs.queue.outcome import FINISHED_BEFORE_CANCEL
 from jobs.queue.store import JobState
@@ -199,6 +199,7 @@ class EventCache:
     def __init__(self, reader: Callable[[str], list[dict[str, Any]]] = read_events):
         self._reader = reader
         self._entries: dict[str, tuple[tuple[int, int], JobSummary]] = {}
+        self._tails: dict[str, EventTail] = {}   # the default reader: only appended bytes are read
         self._lock = threading.Lock()
 
     def get(self, job_dir: str) -> JobSummary:
@@ -209,6 +210,10 @@ class EventCache:
             cached = self._entries.get(job_dir)
             if cached and cached[0] == key:
                 return cached[1]
+            if self._reader is read_events:
+                summary = self._tails.setdefault(job_dir, EventTail(job_dir)).read()
+                self._entries[job_dir] = (key, summary)
+                return summary
         summary = summarize_events(self._reader(job_dir))
         with self._lock:
             self._entries[job_dir] = (key, summary)

@@ -121,21 +121,41 @@ def known_datasets(data_dir: Path) -> list[str]:
     return [BUILTIN_DATASET] + [str(p) for p in files]
 
 
-def describe_dataset(path: Path) -> tuple[str, int]:
-    """(detected format, row count) of a data file, read the way training reads it."""
+UPLOAD_SAMPLE_ROWS = 2000   # rows an upload notice reads; Start (the preflight child) reads them all
+
+
+def describe_dataset(path: Path) -> tuple[str, int | None, bool]:
+    """(detected format, row count, whether the count is exact) of a data file, from a bounded
+    sample read the way training reads it: the studio never holds a whole dataset. Past the sample,
+    the count is estimated from the file's lines (streamed) or Parquet's metadata; None for a JSON
+    array. Bad rows past the sample are for Start's check (studio/preflight_child.py) to name."""
     from jobs.data import dataset as data  # pandas & co: imported on first use, not with the UI
-    rows = data.load_rows(JobSpec(dataset=str(path)))
-    return data.detect_format(rows), len(rows)
+    from jobs.data.cache import estimate_rows
+    rows, problems = data.scan_rows(str(path), first=UPLOAD_SAMPLE_ROWS + 1)
+    error = problems.error(rows.name)
+    if error:
+        raise error
+    if not rows:
+        raise data.DataError(f"{rows.name} has no rows: add at least one example")
+    if len(rows) + problems.count <= UPLOAD_SAMPLE_ROWS:
+        return data.detect_format(rows), len(rows), True
+    return data.detect_format(rows), estimate_rows(path), False
 
 
 def upload_notice(path: Path, lang: str) -> str:
     """What an upload turned out to be: its format and row count, or why it cannot be read."""
     from jobs.data import dataset as data
     try:
-        fmt, count = describe_dataset(path)
+        fmt, count, exact = describe_dataset(path)
     except (data.DataError, OSError, ValueError) as exc:
         return render.notice_html(t("train.upload_unreadable", lang, name=path.name, error=str(exc)), "error")
-    return render.notice_html(t("train.upload_ok", lang, name=path.name, format=fmt, rows=f"{count:,}"), "ok")
+    if exact:
+        return render.notice_html(t("train.upload_ok", lang, name=path.name, format=fmt, rows=f"{count:,}"), "ok")
+    sample = f"{UPLOAD_SAMPLE_ROWS:,}"
+    if count is None:
+        return render.notice_html(t("train.upload_ok_more", lang, name=path.name, format=fmt, sample=sample), "ok")
+    return render.notice_html(t("train.upload_ok_estimated", lang, name=path.name, format=fmt, sample=sample,
+                                rows=f"{count:,}"), "ok")
 
 
 def command_text(runner: Any, data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:

@@ -115,7 +115,9 @@ def segments(tokenizer, messages: list[Message]) -> list[tuple[str, bool]]:
         pieces.append((prompt[len(done):], False))
         pieces.append((full[len(prompt):], True))
         done = full
-    rest = _render(tokenizer, messages, generation_prompt=False)[len(done):]
+    # a conversation that ends with an answer was rendered whole just above: no third render
+    last_answered = messages[-1]["role"] == "assistant"
+    rest = "" if last_answered else _render(tokenizer, messages, generation_prompt=False)[len(done):]
     if rest:
         pieces.append((rest, False))
     return [(text, trained) for text, trained in pieces if text]

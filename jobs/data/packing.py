@@ -194,6 +194,12 @@ def deal(groups: list[list[int]], cost, rank: int, world: int) -> list[list[int]
     return mine
 
 
+def example_lengths(examples) -> list[int]:
+    """Tokens of each example; a lazy store (jobs/data/cache.py TokenStore) has them precomputed."""
+    known = getattr(examples, "lengths", None)
+    return list(known) if known is not None else [len(e.input_ids) for e in examples]
+
+
 class BatchPlan:
     """The micro-batches of every epoch for a set of examples: which examples, in which order."""
 
@@ -205,7 +211,7 @@ class BatchPlan:
         self.examples, self.batch_size, self.row_length = examples, batch_size, row_length
         self.accumulation, self.rank, self.world = accumulation, rank, world
         self.packed, self.seed, self.pad_id, self.shuffle = packed, seed, pad_id, shuffle
-        self.lengths = [len(e.input_ids) for e in examples]
+        self.lengths = example_lengths(examples)
         self.rows = pack(self.lengths, row_length, seed) if packed else None
         self._epoch, self._order = None, []
         self._mine_epoch, self._mine = None, []

@@ -29,6 +29,9 @@ def split_holdout(examples: list, fraction: float, seed: int) -> tuple[list, lis
     random.Random(seed).shuffle(order)
     n_eval = min(len(examples) - 1, max(1, round(fraction * len(examples))))
     held = set(order[:n_eval])
+    if hasattr(examples, "subset"):   # a lazy store (jobs/data/cache.py): views, the same split
+        return (examples.subset([i for i in range(len(examples)) if i not in held]),
+                examples.subset([i for i in range(len(examples)) if i in held]))
     return ([e for i, e in enumerate(examples) if i not in held],
             [e for i, e in enumerate(examples) if i in held])
 

@@ -134,3 +134,37 @@ def test_the_colour_sync_reads_the_series_the_page_holds():
     update, sent = color_sync(shown, None)
     assert list(sent) == ["training loss", "eval loss"]
     assert is_skip(color_sync({"columns": ["step", "loss", "series"], "data": []}, None)[0])
+
+
+def test_thirty_pages_polling_share_one_reading_per_change(tmp_path, monkeypatch):
+    import threading
+
+    from studio import jobs_tab
+    rec = job(tmp_path, "a", "running")
+    writer = EventWriter(rec.job_dir)
+    writer.emit("start", device="cpu")
+    writer.emit("step", **step(1))
+    runner = ListRunner([rec])
+    listed = []
+    real_list = runner.list_jobs
+    runner.list_jobs = lambda: listed.append(1) or real_list()
+    computed = []
+    real_values = jobs_tab._detail_values
+    monkeypatch.setattr(jobs_tab, "_detail_values", lambda *a: computed.append(1) or real_values(*a))
+    monkeypatch.setattr(jobs_tab, "SHARED_TTL_S", 60.0)   # a loaded test machine: no second reading
+    ctx = StudioContext(data_dir=tmp_path, runner=runner)
+    pages = [unpack(refresh(ctx, "a", None, None, pick=True)) for _ in range(30)]   # clicks: fresh reads
+    assert len(listed) == 30 and len(computed) == 30
+    writer.emit("step", **step(2))
+    listed.clear(), computed.clear()
+    answers = [None] * 30
+
+    def poll(i):
+        answers[i] = unpack(refresh(ctx, "a", pages[i]["t_sig"], pages[i]["d_sig"], shared=True))
+
+    threads = [threading.Thread(target=poll, args=(i,)) for i in range(30)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(listed) == 1 and len(computed) == 1      # one store read, one detail, 30 answers
+    assert all('data-step="2"' in a["progress"] for a in answers)
+    assert all(a["cancel"] is not answers[0]["cancel"] for a in answers[1:])   # updates made per answer

@@ -72,6 +72,23 @@ def test_upload_notice_says_format_and_rows(tmp_path):
     assert "ft-error" in notice and "broken.jsonl" in notice and "line 2" in notice
 
 
+def test_upload_notice_reads_a_bounded_sample_of_a_big_file(tmp_path, monkeypatch):
+    from jobs.data import dataset
+    from studio import train_tab
+    monkeypatch.setattr(train_tab, "UPLOAD_SAMPLE_ROWS", 50)
+    big = tmp_path / "big.jsonl"
+    big.write_text("".join(f'{{"instruction": "q{i}", "output": "a{i}"}}\n' for i in range(5000)) + "not json\n")
+    seen = []
+    real = dataset.scan_rows
+    monkeypatch.setattr(dataset, "scan_rows", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    notice = upload_notice(big, "en")
+    assert "alpaca format (from its first 50 rows), about 5,001 rows" in notice, notice
+    assert len(seen[0][0]) == 51   # the sample, not the file (its bad last row is Start's to name)
+    array = tmp_path / "big.json"
+    array.write_text("[" + ",".join('{"text": "t"}' for _ in range(60)) + "]")
+    assert "more than 50 rows" in upload_notice(array, "en")
+
+
 class GpuRunner(RecordingRunner):
     def __init__(self, gpus):
         super().__init__()

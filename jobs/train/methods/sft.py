@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from jobs.data import encode
-from jobs.data.dataset import load_conversations
-from jobs.data.packing import BatchPlan, resolve_packing
+from jobs.data.cache import tokenized_examples
+from jobs.data.packing import BatchPlan, example_lengths, resolve_packing
 from jobs.io import phases
 from jobs.train import evaluate
 from jobs.train.methods.base import Method
@@ -21,9 +20,9 @@ class SupervisedFineTuning(Method):
 
     def load_data(self) -> tuple[list, list]:
         t, spec = self.trainer, self.spec
-        conversations = load_conversations(spec, t.tokenizer, t.data_dir, log=t.log)
-        phases.report(phases.TOKENIZING)
-        examples = encode.encode_all(t.tokenizer, conversations, spec.max_seq_length, log=t.log)
+        phases.report(phases.TOKENIZING)   # the cache adds its counts for a dataset file
+        # a dataset file is tokenized once into the data dir's cache and read lazily from there
+        examples = tokenized_examples(spec, t.tokenizer, t.data_dir, log=t.log, events=t.events)
         train, held = evaluate.split_holdout(examples, spec.eval_fraction, spec.seed)
         if spec.eval_dataset:
             held = evaluate.load_eval_examples(spec, t.tokenizer, log=t.log)
@@ -33,7 +32,7 @@ class SupervisedFineTuning(Method):
         t, spec = self.trainer, self.spec
         config = t.model.config
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        lengths = [len(e.input_ids) for e in t.examples]
+        lengths = example_lengths(t.examples)
         t.packed, line = resolve_packing(spec.packing, t.device.type, lengths, spec.max_seq_length,
                                          getattr(text, "attn_logit_softcapping", None), spec.seed)
         t.log(line)

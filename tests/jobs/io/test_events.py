@@ -60,3 +60,33 @@ def test_the_writer_checks_types_and_kinds_and_writes_private_files(tmp_path):
         writer.emit("progress")
     assert writer.path.stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "job").stat().st_mode & 0o777 == 0o700
+
+
+def test_the_tail_reads_only_appended_lines_and_matches_the_whole_file(tmp_path, monkeypatch):
+    import json as json_module
+
+    from jobs.io import events as events_module
+    from jobs.io.events import EventTail, summarize
+    writer, tail = EventWriter(tmp_path), EventTail(tmp_path)
+    assert tail.read().steps == []
+    writer.emit("start", resumed_at=0)
+    for n in range(1, 6):
+        writer.emit("step", step=n, loss=1.0 / n)
+    first = tail.read()
+    assert [e["step"] for e in first.steps] == [1, 2, 3, 4, 5]
+    parsed, real_loads = [], json_module.loads
+    monkeypatch.setattr(events_module.json, "loads", lambda text: parsed.append(text) or real_loads(text))
+    writer.emit("step", step=6, loss=0.1)
+    with open(writer.path, "a") as fh:
+        fh.write('{"type": "step", "st')          # a line being written: waits for its end
+    second = tail.read()
+    assert len(parsed) == 1 and [e["step"] for e in second.steps][-1] == 6
+    assert [e["step"] for e in first.steps] == [1, 2, 3, 4, 5]   # a summary handed out never changes
+    with open(writer.path, "a") as fh:
+        fh.write('ep": 7, "loss": 0.05}\n')
+    writer.emit("start", resumed_at=3)                  # a resumed run supersedes steps after 3
+    monkeypatch.undo()
+    assert [e["step"] for e in tail.read().steps] == [e["step"] for e in summarize(tmp_path).steps] == [1, 2, 3]
+    writer.path.unlink()                                 # replaced by a new, shorter file: read anew
+    writer.emit("step", step=1, loss=2.0)
+    assert [e["loss"] for e in tail.read().steps] == [2.0]
