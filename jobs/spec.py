@@ -26,7 +26,9 @@ PACKING = ("auto", "on", "off")
 BASE_PRECISIONS = ("bf16", "fp8")
 DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 # training methods (jobs/train/methods/): each new one adds its name here and its class there
-METHODS = ("sft",)
+METHODS = ("sft", "grpo")
+BUILTIN_PROMPT_DATASETS = ("builtin:arithmetic",)   # prompt data for grpo (jobs/data/builtin/arithmetic.py)
+GRPO_LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
 MODULE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 
 
@@ -82,7 +84,8 @@ class JobSpec:
     name: str = _f("", "The job's display name (empty: model · dataset, plus the bot name for identity jobs).")
     model: str = _f(BUILTIN_MODEL, "Base model: a hub id, a local Hugging Face folder, a .gguf file, "
                     f"or {BUILTIN_MODEL} (ships with Fusetune, runs offline).")
-    method: str = _f("sft", "Training method: sft (supervised fine-tuning on answers).", choices=METHODS)
+    method: str = _f("sft", "Training method: sft (supervised fine-tuning on answers) or grpo (reinforcement "
+                     "learning with verifiable rewards: sampled completions scored by `rewards`).", choices=METHODS)
     dataset: str = _f(BUILTIN_DATASET, "Training data: a .json/.jsonl/.csv/.parquet file, a hub id, "
                       f"or {BUILTIN_DATASET} (self-cognition Q&A built from bot_name and bot_author).")
     dataset_format: str = _f("auto", "Row format: auto-detect, alpaca (instruction/input/output), "
@@ -136,6 +139,23 @@ class JobSpec:
                         "several processes use gloo (for tests).", min=0, max=1024)
     seed: int = _f(42, "Random seed for LoRA init, shuffling and dropout.", min=0, max=2**32 - 1)
     resume_from: str = _f("", "A checkpoints/step-N folder to resume from (empty: start fresh).")
+    # ---- grpo (method: grpo; batch_size counts prompts) ------------------------------------
+    num_generations: int = _f(4, "grpo: completions sampled per prompt (the group compared).", min=2, max=256)
+    max_completion_length: int = _f(64, "grpo: most tokens per completion (it stops at EOS).", min=1, max=131072)
+    temperature: float = _f(1.0, "grpo: sampling temperature (also of the log-probs).", min=0.01, max=10.0)
+    top_p: float = _f(1.0, "grpo: nucleus sampling: the smallest token set with probability top_p.", min=0.01, max=1.0)
+    beta: float = _f(0.0, "KL / preference strength. grpo: weight of the KL penalty to the base model (adapter "
+                     "off); 0 skips the reference pass. dpo: the preference temperature.", min=0.0, max=100.0)
+    epsilon: float = _f(0.2, "grpo: clip range of the probability ratio below 1 (PPO's epsilon).", min=0.0, max=10.0)
+    epsilon_high: float = _f(0.0, "grpo: clip range above 1 (DAPO's clip-higher); 0: epsilon.", min=0.0, max=10.0)
+    loss_type: str = _f("dapo", "grpo: loss normalisation: grpo (mean per completion, then over completions), dapo "
+                        "(mean over all completion tokens of the step) or dr_grpo (sum / max_completion_length).",
+                        choices=GRPO_LOSS_TYPES)
+    rewards: Any = _f("", "grpo: rewards, a list of name or name:weight (answer, format, think_format, length, "
+                      "json, or a function of reward_file); empty: the dataset's preset (answer, format).")
+    reward_file: str = _f("", "grpo: a Python file whose top-level functions not starting with _ are rewards "
+                          "(prompts, completions, **columns) -> list[float]; the studio runs it only from its "
+                          "data dir or an --allow-dir folder.")
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -201,6 +221,7 @@ class JobSpec:
             if self.eval_fraction > 0:
                 raise SpecError("eval_fraction", "set either eval_fraction or eval_dataset, not both")
         _check_base_precision(self)
+        _check_grpo(self)
         if self.keep_best and not (self.eval_fraction > 0 or self.eval_dataset):
             raise SpecError("keep_best", "needs eval data: set eval_fraction or eval_dataset")
         self.gpus = _normalise_gpus(self.gpus)
@@ -253,6 +274,43 @@ def _coerce(key: str, value: Any) -> Any:
     return value
 
 
+def _check_grpo(spec: "JobSpec") -> None:
+    """The grpo keys; the reward names are checked against the reward file at preflight."""
+    spec.rewards = _parse_rewards(spec.rewards)
+    if spec.method != "grpo":
+        if spec.dataset in BUILTIN_PROMPT_DATASETS:
+            raise SpecError("dataset", f"{spec.dataset} is prompt data for method grpo; set method: grpo")
+        return
+    if spec.reward_file:
+        path = Path(spec.reward_file).expanduser()
+        if path.suffix != ".py":
+            raise SpecError("reward_file", f"{path.name} is not a Python file (.py)")
+        if not path.is_file():
+            raise SpecError("reward_file", f"file {path} does not exist")
+    if spec.eval_fraction or spec.eval_dataset or spec.keep_best:
+        raise SpecError("eval_fraction", "grpo has no eval loss: leave eval_fraction, eval_dataset and keep_best unset")
+
+
+def _parse_rewards(value: Any) -> list[str]:
+    """rewards as a list of "name:weight" (weight 1 when left out): from a list or "a, b:0.5"."""
+    parts = value.replace("\n", ",").removeprefix("[").removesuffix("]").split(",") if isinstance(value, str) else value
+    if not isinstance(parts, (list, tuple)):
+        raise SpecError("rewards", "must be a list of reward names, each optionally name:weight")
+    out = []
+    for part in (str(p).strip().strip("'\"") for p in parts):
+        name, _, weight = part.partition(":")
+        if not part:
+            continue
+        if not name.strip().isidentifier():
+            raise SpecError("rewards", f"{name!r} is not a reward name (letters, digits and _)")
+        try:
+            number = float(weight) if weight.strip() else 1.0
+        except ValueError:
+            raise SpecError("rewards", f"{part!r}: the weight after ':' must be a number") from None
+        out.append(f"{name.strip()}:{number:g}")
+    return out
+
+
 def _check_base_precision(spec: "JobSpec") -> None:
     if spec.base_precision != "fp8":
         return
@@ -280,8 +338,9 @@ def _looks_like_path(value: str) -> bool:
 
 def _check_dataset_path(dataset: str, key: str = "dataset") -> None:
     if dataset.startswith("builtin:"):
-        if dataset != BUILTIN_DATASET:
-            raise SpecError(key, f"unknown built-in dataset {dataset!r}; the built-in one is {BUILTIN_DATASET}")
+        if dataset != BUILTIN_DATASET and dataset not in BUILTIN_PROMPT_DATASETS:
+            raise SpecError(key, f"unknown built-in dataset {dataset!r}; the built-in ones are "
+                            f"{', '.join((BUILTIN_DATASET, *BUILTIN_PROMPT_DATASETS))}")
         return
     if not _looks_like_path(dataset):
         return  # a hub id; checked when it loads

@@ -4,9 +4,10 @@ reads and the metrics it logs, named by JobSpec's `method` key. The loop owns ev
 from __future__ import annotations
 
 from jobs.train.methods.base import Method
+from jobs.train.methods.grpo import GroupRelativePolicyOptimization
 from jobs.train.methods.sft import SupervisedFineTuning
 
-METHODS: dict[str, type[Method]] = {"sft": SupervisedFineTuning}
+METHODS: dict[str, type[Method]] = {"sft": SupervisedFineTuning, "grpo": GroupRelativePolicyOptimization}
 
 
 def method_for(name: str) -> type[Method]:
