@@ -29,6 +29,7 @@ DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 METHODS = ("sft", "grpo")
 BUILTIN_PROMPT_DATASETS = ("builtin:arithmetic",)   # prompt data for grpo (jobs/data/builtin/arithmetic.py)
 GRPO_LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
+BUILTIN_REWARDS = ("answer", "format", "think_format", "length", "json")   # jobs/train/rewards/builtin.py
 MODULE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 
 
@@ -151,7 +152,7 @@ class JobSpec:
     loss_type: str = _f("dapo", "grpo: loss normalisation: grpo (mean per completion, then over completions), dapo "
                         "(mean over all completion tokens of the step) or dr_grpo (sum / max_completion_length).",
                         choices=GRPO_LOSS_TYPES)
-    rewards: Any = _f("", "grpo: rewards, a list of name or name:weight (answer, format, think_format, length, "
+    rewards: str = _f("", "grpo: rewards, a list of name or name:weight (answer, format, think_format, length, "
                       "json, or a function of reward_file); empty: the dataset's preset (answer, format).")
     reward_file: str = _f("", "grpo: a Python file whose top-level functions not starting with _ are rewards "
                           "(prompts, completions, **columns) -> list[float]; the studio runs it only from its "
@@ -264,8 +265,8 @@ def _coerce(key: str, value: Any) -> Any:
         if kind == "str":
             if value is None:
                 return ""
-            if key == "gpus" and isinstance(value, (list, tuple)):
-                return ",".join(str(v) for v in value)  # gpus: [0, 1] in YAML
+            if key in ("gpus", "rewards") and isinstance(value, (list, tuple)):
+                return ",".join(str(v) for v in value)  # gpus: [0, 1] or rewards: [answer, format] in YAML
             if isinstance(value, (dict, list)):
                 raise ValueError
             return str(value)
@@ -291,11 +292,14 @@ def _check_grpo(spec: "JobSpec") -> None:
         raise SpecError("eval_fraction", "grpo has no eval loss: leave eval_fraction, eval_dataset and keep_best unset")
 
 
-def _parse_rewards(value: Any) -> list[str]:
-    """rewards as a list of "name:weight" (weight 1 when left out): from a list or "a, b:0.5"."""
-    parts = value.replace("\n", ",").removeprefix("[").removesuffix("]").split(",") if isinstance(value, str) else value
-    if not isinstance(parts, (list, tuple)):
-        raise SpecError("rewards", "must be a list of reward names, each optionally name:weight")
+def reward_entries(value: str) -> list[str]:
+    """JobSpec.rewards ("answer:1, format:0.5" once validated) as ["answer:1", "format:0.5"]."""
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _parse_rewards(value: str) -> str:
+    """rewards in the canonical "name:weight, ..." form (weight 1 when left out)."""
+    parts = value.replace("\n", ",").removeprefix("[").removesuffix("]").split(",")
     out = []
     for part in (str(p).strip().strip("'\"") for p in parts):
         name, _, weight = part.partition(":")
@@ -308,7 +312,7 @@ def _parse_rewards(value: Any) -> list[str]:
         except ValueError:
             raise SpecError("rewards", f"{part!r}: the weight after ':' must be a number") from None
         out.append(f"{name.strip()}:{number:g}")
-    return out
+    return ", ".join(out)
 
 
 def _check_base_precision(spec: "JobSpec") -> None:

@@ -35,6 +35,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "training": ("learning_rate", "max_steps", "num_epochs", "batch_size",
                  "gradient_accumulation_steps", "max_seq_length", "seed"),
     "eval": ("eval_fraction", "eval_dataset", "eval_steps", "keep_best"),
+    "grpo": ("num_generations", "max_completion_length", "rewards", "reward_file", "temperature", "top_p", "beta",
+             "epsilon", "epsilon_high", "loss_type"),
     "more": ("warmup_steps", "weight_decay", "max_grad_norm", "save_steps", "processes", "resume_from"),
 }
 NUMBER_KINDS = ("int", "float")

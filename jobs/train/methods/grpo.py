@@ -48,7 +48,7 @@ class GroupRelativePolicyOptimization(Method):
         t.tokenizer.padding_side = "left"
         rows = encode_prompts(t.tokenizer, rows, spec.max_seq_length)
         t.log(f"grpo: {len(rows)} prompts, {spec.num_generations} completions each of at most "
-              f"{spec.max_completion_length} tokens; rewards {', '.join(spec.rewards or self._weights())}")
+              f"{spec.max_completion_length} tokens; rewards {spec.rewards or ', '.join(self._weights())}")
         return rows, []
 
     def _weights(self) -> list[str]:

@@ -15,6 +15,8 @@ import json
 import math
 import re
 
+from jobs.spec import BUILTIN_REWARDS
+
 NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
@@ -97,3 +99,4 @@ def json_reward(prompts, completions, **_) -> list[float]:
 
 BUILTIN = {"answer": answer, "format": format, "think_format": think_format, "length": length,
            "json": json_reward}
+assert tuple(BUILTIN) == BUILTIN_REWARDS, "jobs/spec.py BUILTIN_REWARDS names the same rewards"

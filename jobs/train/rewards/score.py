@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import traceback
 
-from jobs.spec import SpecError
+from jobs.spec import SpecError, reward_entries
 from jobs.train.rewards.builtin import BUILTIN
 from jobs.train.rewards.user_file import load_reward_file
 
@@ -37,11 +37,12 @@ class RewardSet:
 
     @classmethod
     def for_spec(cls, spec, log=print) -> "RewardSet":
-        names = spec.rewards or (PRESETS.get(spec.dataset, [])
-                                 + ([] if spec.reward_file else DEFAULT if spec.dataset not in PRESETS else []))
-        if not names and spec.reward_file:   # a reward file alone: every function in it, weight 1
+        """spec.rewards; when empty the dataset's preset, else every function of reward_file,
+        else answer + format."""
+        names = reward_entries(spec.rewards) or PRESETS.get(spec.dataset)
+        if not names and spec.reward_file:
             names = [f"{n}:1" for n in load_reward_file(spec.reward_file)]
-        return cls(names, spec.reward_file, log=log)
+        return cls(names or DEFAULT, spec.reward_file, log=log)
 
     @property
     def names(self) -> list[str]:
