@@ -278,17 +278,12 @@ def _coerce(key: str, value: Any) -> Any:
 def _check_grpo(spec: "JobSpec") -> None:
     """The grpo keys; the reward names are checked against the reward file at preflight."""
     spec.rewards = _parse_rewards(spec.rewards)
-    if spec.method != "grpo":
-        if spec.dataset in BUILTIN_PROMPT_DATASETS:
-            raise SpecError("dataset", f"{spec.dataset} is prompt data for method grpo; set method: grpo")
-        return
-    if spec.reward_file:
-        path = Path(spec.reward_file).expanduser()
-        if path.suffix != ".py":
-            raise SpecError("reward_file", f"{path.name} is not a Python file (.py)")
-        if not path.is_file():
-            raise SpecError("reward_file", f"file {path} does not exist")
-    if spec.eval_fraction or spec.eval_dataset or spec.keep_best:
+    if spec.method != "grpo" and spec.dataset in BUILTIN_PROMPT_DATASETS:
+        raise SpecError("dataset", f"{spec.dataset} is prompt data for method grpo; set method: grpo")
+    path = Path(spec.reward_file).expanduser()
+    if spec.method == "grpo" and spec.reward_file and (path.suffix != ".py" or not path.is_file()):
+        raise SpecError("reward_file", f"{path} is not an existing Python (.py) file")
+    if spec.method == "grpo" and spec.eval_fraction or spec.eval_dataset or spec.keep_best:
         raise SpecError("eval_fraction", "grpo has no eval loss: leave eval_fraction, eval_dataset and keep_best unset")
 
 
