@@ -46,7 +46,8 @@ def table_and_choices(ctx: StudioContext, lang: str) -> tuple[list[Any], pd.Data
 
 
 def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
-    """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, 3 action buttons."""
+    """progress, failure, loss, rss, cpu, gpu util, gpu mem, reward, completions, kernel report, log,
+    3 action buttons."""
     summary = ctx.events.get(record.job_dir)
     numbers = view.progress_numbers(record, summary)
     progress = render.progress_html(record.state, numbers["step"], numbers["max_steps"],
@@ -54,6 +55,7 @@ def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
     failure = view.failure_text(record, summary, lang)
     util, mem = view.gpu_frames(summary)
     has_gpu = not util.empty or not mem.empty
+    rewards = view.reward_frame(summary, lang)   # grpo jobs: the reward curve and sampled completions
     actions = job_actions.actions_for(record)
     return [
         progress,
@@ -63,6 +65,8 @@ def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
         view.cpu_frame(summary),
         gr.update(value=util, visible=has_gpu),
         gr.update(value=mem, visible=has_gpu),
+        gr.update(value=rewards, visible=not rewards.empty),
+        gr.update(value=view.completions_frame(record.job_dir, lang), visible=not rewards.empty),
         view.patch_report_text(record, summary, lang),
         render.log_html(tail_log(record.job_dir, lines=LOG_LINES), lang=lang),
         *[gr.update(visible=action in actions) for action in ACTIONS],
@@ -75,16 +79,16 @@ ACTIONS = (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE)
 def empty_detail(lang: str) -> list[Any]:
     """The detail outputs while no job is picked: a hint, no curves, no actions."""
     return [render.notice_html(t("jobs.pick_hint", lang), "info"), "", None, None, None,
-            gr.update(visible=False), gr.update(visible=False), "", "",
-            *[gr.update(visible=False) for _ in ACTIONS]]
+            gr.update(visible=False), gr.update(visible=False), gr.update(visible=False), gr.update(visible=False),
+            "", "", *[gr.update(visible=False) for _ in ACTIONS]]
 
 
-DETAIL_LEN = 12
+DETAIL_LEN = 14
 
 
 def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any, lang: str = "en",
             pick: bool = False) -> list[Any]:
-    """[table, select, *detail(12), table_sig, detail_sig]; unchanged parts are gr.skip().
+    """[table, select, *detail(14), table_sig, detail_sig]; unchanged parts are gr.skip().
 
     `pick` sets the list's value to `job_id` (the user or Start picked it); a poll only updates
     the list's choices, except that a job which no longer exists is unpicked.
@@ -121,11 +125,15 @@ def _log_size(record: Any) -> int:
 
 
 def _plots(ctx: StudioContext) -> list[gr.LinePlot]:
-    """loss, rss, cpu, gpu util, gpu mem: axes from zero where a zero means something."""
+    """loss, rss, cpu, gpu util, gpu mem, reward (grpo), completions (grpo): axes from zero where a
+    zero means something."""
     bind = ctx.page.bind
     with gr.Row():
         loss = bind(gr.LinePlot(x="step", y="loss", color="series", elem_id="ft-loss-plot", height=260),
                     title="plot.loss_title", x_title="plot.step", y_title="plot.loss", color_title="plot.series")
+        reward = bind(gr.LinePlot(x="step", y="reward", color="series", elem_id="ft-reward-plot", height=260,
+                                  visible=False),
+                      title="plot.reward_title", x_title="plot.step", y_title="plot.reward", color_title="plot.series")
         rss = bind(gr.LinePlot(x="elapsed_s", y="rss_gb", elem_id="ft-rss-plot", height=260,
                                y_lim=[0, None], y_axis_format=GB_FORMAT),
                    title="plot.rss_title", x_title="plot.seconds", y_title="plot.gb")
@@ -138,7 +146,9 @@ def _plots(ctx: StudioContext) -> list[gr.LinePlot]:
         gpu_mem = bind(gr.LinePlot(x="elapsed_s", y="mem_used_gb", color="gpu", elem_id="ft-gpu-mem", height=240,
                                    visible=False, y_lim=[0, None], y_axis_format=GB_FORMAT),
                        title="plot.gpu_mem_title", x_title="plot.seconds", y_title="plot.gb")
-    return [loss, rss, cpu, gpu_util, gpu_mem]
+    completions = bind(gr.Dataframe(interactive=False, elem_id="ft-completions", visible=False, wrap=True,
+                                    max_height=320), label="jobs.completions_label")
+    return [loss, rss, cpu, gpu_util, gpu_mem, reward, completions]
 
 
 def build_jobs_tab(ctx: StudioContext) -> JobsTab:

@@ -79,3 +79,20 @@ def encode_prompts(tokenizer, rows: list[PromptRow], max_length: int) -> list[Pr
         ids = tokenizer(text, add_special_tokens=isinstance(row.prompt, str))["input_ids"]
         row.input_ids = ids[-max_length:]
     return rows
+
+
+def preview(spec, tokenizer, data_dir=None, n: int = 3) -> list[dict]:
+    """The first n prompts as the model sees them (`segments`: the rendered prompt, untrained),
+    their `tokens`, and the `columns` the rewards receive."""
+    if spec.dataset in BUILTIN_PROMPT_DATASETS:
+        rows = load_prompt_rows(spec, data_dir)[:n]
+    else:
+        from jobs.data.dataset import scan_rows
+        found, problems = scan_rows(spec.dataset, first=n)
+        error = problems.error(found.name)
+        if error:
+            raise error
+        rows = to_prompt_rows(list(found), found.numbers)
+    rows = encode_prompts(tokenizer, rows, spec.max_seq_length)
+    return [{"segments": [(render(tokenizer, row.prompt), False)], "tokens": len(row.input_ids),
+             "columns": row.columns} for row in rows]

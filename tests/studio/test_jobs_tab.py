@@ -16,7 +16,7 @@ def step(n):
 
 
 def unpack(out):
-    table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, report, log, *rest = out
+    table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, reward, completions, report, log, *rest = out
     cancel, remove, delete, t_sig, d_sig = rest
     return dict(table=table, select=select, progress=progress, failure=failure, loss=loss, gpu_util=gpu_util,
                 report=report, cancel=cancel, remove=remove, delete=delete, t_sig=t_sig, d_sig=d_sig)
