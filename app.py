@@ -14,7 +14,7 @@ import threading
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from jobs.io import paths  # noqa: E402
-from jobs.checks.access import use_allowed_dirs  # noqa: E402
+from jobs.checks.access import ALLOW_REWARD_CODE_ENV, use_allowed_dirs  # noqa: E402
 from jobs.queue.runner import Runner  # noqa: E402
 from jobs.io.storage import PRIVATE_UMASK, StorageError  # noqa: E402
 
@@ -29,6 +29,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--allow-dir", action="append", default=None, metavar="DIR",
                         help="a folder whose datasets and models the studio may read, besides its data dir "
                              "(repeatable; or FUSETUNE_ALLOW_DIRS=DIR1:DIR2)")
+    parser.add_argument("--allow-reward-code", action="store_true",
+                        help="let the page upload a GRPO reward file (Python code that jobs run); without it a "
+                             "reward file must already be in <data dir>/rewards or an --allow-dir folder")
     parser.add_argument("--auth", default=None,
                         help="USER:PASS required to use the studio. Prefer the FUSETUNE_AUTH environment "
                              "variable: a command-line argument is visible to every user in `ps`")
@@ -90,6 +93,8 @@ def warm_builtin_model(data_dir, start_check=None) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     use_allowed_dirs(args.allow_dir)  # the studio's read policy (jobs/checks/access.py) picks them up
+    if args.allow_reward_code:
+        os.environ[ALLOW_REWARD_CODE_ENV] = "1"
     os.umask(PRIVATE_UMASK)  # uploads, jobs and caches are the user's alone (0600 files, 0700 folders)
     # Same as in jobs/train/cli.py: an optional bitsandbytes hub kernel, whose absence is harmless.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)

@@ -18,6 +18,12 @@ from jobs.spec import (BUILTIN_DATASET, BUILTIN_MODEL, DATASET_SUFFIXES, JobSpec
                        hub_id_problem, is_local_reference)
 
 ALLOW_DIRS_ENV = "FUSETUNE_ALLOW_DIRS"
+ALLOW_REWARD_CODE_ENV = "FUSETUNE_ALLOW_REWARD_CODE"   # app.py --allow-reward-code: reward files may be uploaded
+
+
+def reward_uploads_allowed() -> bool:
+    """Whether the page may take a reward file (Python code the job runs) as an upload."""
+    return os.environ.get(ALLOW_REWARD_CODE_ENV) == "1"
 class AccessError(SpecError):
     """A reference the studio may not read (or that does not exist: the same answer for both)."""
 

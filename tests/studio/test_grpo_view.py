@@ -39,3 +39,19 @@ def test_preview_of_prompt_data_shows_the_rendered_prompt_and_the_reward_columns
     assert "<|im_start|>user\nWhat is 2 + 3?" in text and text.endswith("<|im_start|>assistant\n")
     html = render.preview_html(rows, "en")
     assert "answer = 5, level = 1" in html
+
+
+def test_a_reward_file_is_uploaded_only_with_allow_reward_code(tmp_path, monkeypatch):
+    import pytest
+    from jobs.checks.access import ALLOW_REWARD_CODE_ENV
+    from jobs.spec import SpecError
+    from studio.train_tab import known_datasets, store_reward_upload
+    source = tmp_path / "my rewards.py"
+    source.write_text("def r(prompts, completions, **kw):\n    return [1.0] * len(completions)\n")
+    monkeypatch.delenv(ALLOW_REWARD_CODE_ENV, raising=False)
+    with pytest.raises(SpecError, match="reward_file.*--allow-reward-code"):
+        store_reward_upload(tmp_path / "data", str(source))
+    monkeypatch.setenv(ALLOW_REWARD_CODE_ENV, "1")
+    stored = store_reward_upload(tmp_path / "data", str(source))
+    assert stored.parent == tmp_path / "data" / "rewards" and stored.suffix == ".py"
+    assert "builtin:arithmetic" in known_datasets(tmp_path / "data")
