@@ -87,3 +87,7 @@ def test_preflight_reads_reward_names_from_the_file_without_running_it(tmp_path)
     check_grpo(spec, tmp_path, report, DatasetSummary)
     assert [p.key for p in report.problems] == ["rewards"] and "'nope'" in report.problems[0].message
     assert "answer" in report.notes[0]
+
+
+def test_the_builtin_prompt_task_passes_the_studio_read_policy(tmp_path):
+    assert DataAccess.for_studio(tmp_path, allow_dirs=[]).dataset("builtin:arithmetic") == "builtin:arithmetic"
