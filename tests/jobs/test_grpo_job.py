@@ -69,3 +69,17 @@ def test_builtin_arithmetic_with_kl_runs_and_resumes_from_its_checkpoint(tmp_pat
     assert again.returncode == 0, again.stderr[-2000:]
     summary = summarize(out2)
     assert summary.start["resumed_at"] == 1 and [s["step"] for s in summary.steps] == [2, 3]
+
+
+def test_the_grpo_benchmark_smoke_run_writes_a_job_line_and_a_generation_line(tmp_path, tiny_model):
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    out = tmp_path / "grpo.jsonl"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_grpo.py"), "--smoke", "--dir", str(tmp_path / "b"),
+                           "--tokenizer", str(tiny_model), "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job, gen = [json.loads(line) for line in out.read_text().splitlines()]
+    assert job["stack"] == "fusetune (a)" and job["returncode"] == 0 and job["steps_per_s"] > 0, job
+    assert gen["stack"] == "generation (gen)" and 0 < gen["transformers_generate"]["tokens"] <= 2 * 2 * 8, gen
