@@ -110,7 +110,7 @@ class Trainer:
         if self.spec.fused_kernels:
             from kernels import apply_checkpointing, patch_model
             report = patch_model(self.model, backend="auto", base_precision=self.spec.base_precision)
-            tokens = self.spec.batch_size * self.spec.max_seq_length
+            tokens = self.method.batch_tokens()
             policy = apply_checkpointing(self.model, self.spec.gradient_checkpointing, batch_tokens=tokens)
             lines = report.lines() + ["  checkpointing: " + policy]
         else:

@@ -83,3 +83,13 @@ def test_the_grpo_benchmark_smoke_run_writes_a_job_line_and_a_generation_line(tm
     job, gen = [json.loads(line) for line in out.read_text().splitlines()]
     assert job["stack"] == "fusetune (a)" and job["returncode"] == 0 and job["steps_per_s"] > 0, job
     assert gen["stack"] == "generation (gen)" and 0 < gen["transformers_generate"]["tokens"] <= 2 * 2 * 8, gen
+
+
+def test_two_processes_each_sample_their_share_and_report_the_rewards_of_all(tmp_path, tiny_model):
+    proc, out = run_job(tmp_path, "grpo-ddp", tiny_model, **grpo_config(tmp_path, max_steps=2, processes=2))
+    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-3000:]
+    summary = summarize(out)
+    assert summary.start["processes"] == 2 and summary.start["global_batch"] == 4
+    assert len(summary.steps) == 2 and all(0 <= s["reward_mean"] <= 1 for s in summary.steps)
+    lines = (out / "completions.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * 4   # rank 0 writes its SAMPLES_PER_STEP a step, the other rank none

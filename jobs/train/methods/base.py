@@ -34,6 +34,10 @@ class Method:
         (jobs/data/packing.py BatchPlan is the SFT one)."""
         raise NotImplementedError
 
+    def batch_tokens(self) -> int:
+        """Tokens one micro-batch may hold at most (the checkpointing policy sizes itself by it)."""
+        return self.spec.batch_size * self.spec.max_seq_length
+
     def loss_units(self, batch) -> int:
         """What this micro-batch's loss is normalised over (answer tokens for SFT, pairs for DPO)."""
         return batch.label_tokens

@@ -15,7 +15,6 @@ completions per step go to completions.jsonl in the job folder."""
 from __future__ import annotations
 
 import json
-import statistics
 from collections import deque
 
 import torch
@@ -61,6 +60,11 @@ class GroupRelativePolicyOptimization(Method):
 
     def loss_units(self, batch) -> int:
         return batch.label_tokens
+
+    def batch_tokens(self) -> int:
+        """batch_size prompts (max_seq_length caps a prompt) x num_generations completions."""
+        spec = self.spec
+        return spec.batch_size * spec.num_generations * (spec.max_seq_length + spec.max_completion_length)
 
     # ---- sampling and scoring (host side, once per optimizer step) ---------------------
     def prepare_step(self, group: list) -> list:
@@ -110,15 +114,20 @@ class GroupRelativePolicyOptimization(Method):
                           "rewards": {n: round(v[i], 4) for n, v in each.items()}}
                 fh.write(json.dumps(record, ensure_ascii=False) + "\n")
 
-    @staticmethod
-    def _fields(stats: dict) -> dict:
-        rewards = stats["rewards"]
-        fields = {"reward_mean": round(statistics.fmean(rewards), 4),
-                  "reward_std": round(statistics.pstdev(rewards), 4) if len(rewards) > 1 else 0.0,
-                  "completion_length": round(statistics.fmean(stats["lengths"]), 2),
-                  "zero_std_groups": round(sum(stats["flat"]) / max(1, len(stats["flat"])), 4)}
-        for name, values in stats["each"].items():
-            fields[f"reward/{name}"] = round(statistics.fmean(values), 4)
+    def _fields(self, stats: dict) -> dict:
+        """The step event's reward fields over every rank's completions (one host all-reduce)."""
+        rewards, names = stats["rewards"], list(stats["each"])
+        sums = self.trainer.dist.all_reduce_sum(
+            sum(rewards), sum(r * r for r in rewards), len(rewards), sum(stats["lengths"]), sum(stats["flat"]),
+            len(stats["flat"]), *[sum(stats["each"][n]) for n in names])
+        total, squares, n, lengths, flat, groups, *each = sums
+        mean = total / max(1.0, n)
+        std = max(0.0, squares / max(1.0, n) - mean * mean) ** 0.5
+        fields = {"reward_mean": round(mean, 4), "reward_std": round(std, 4),
+                  "completion_length": round(lengths / max(1.0, n), 2),
+                  "zero_std_groups": round(flat / max(1.0, groups), 4)}
+        for name, value in zip(names, each):
+            fields[f"reward/{name}"] = round(value / max(1.0, n), 4)
         return fields
 
     # ---- the step ---------------------------------------------------------------------
