@@ -351,7 +351,10 @@ def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str 
     try:
         access = DataAccess.for_studio(data_dir)
         spec = JobSpec.from_dict(access.check_values(form.values_to_dict(names, values)))
-        return render.preview_html(data.preview_rows(spec, n=3, data_dir=data_dir, access=access), lang)
+        preview = data.preview_rows
+        if spec.method == "grpo":   # prompts as the model sees them, and the columns the rewards get
+            from jobs.data.prompts import preview_rows as preview
+        return render.preview_html(preview(spec, n=3, data_dir=data_dir, access=access), lang)
     except SpecError as exc:
         return render.notice_html(form.error_text(exc, lang), "error")
     except data.DataError as exc:

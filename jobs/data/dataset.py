@@ -301,9 +301,6 @@ def preview_rows(spec: JobSpec, n: int = 3, data_dir=None, access=None) -> list[
     source = models.resolve_model(spec.model, data_dir, log=lambda _line: None)
     tokenizer = models.load_tokenizer(source)
     encode.ensure_chat_template(tokenizer)
-    if spec.method == "grpo":   # prompts as the model sees them, and the columns the rewards get
-        from jobs.data import prompts
-        return prompts.preview(spec, tokenizer, data_dir, n)
     if spec.dataset == BUILTIN_DATASET:
         rows = identity_for_template(spec, load_rows(spec, data_dir), tokenizer, log=lambda _line: None)
     else:

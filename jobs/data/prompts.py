@@ -81,9 +81,16 @@ def encode_prompts(tokenizer, rows: list[PromptRow], max_length: int) -> list[Pr
     return rows
 
 
-def preview(spec, tokenizer, data_dir=None, n: int = 3) -> list[dict]:
-    """The first n prompts as the model sees them (`segments`: the rendered prompt, untrained),
-    their `tokens`, and the `columns` the rewards receive."""
+def preview_rows(spec, n: int = 3, data_dir=None, access=None) -> list[dict]:
+    """jobs.data.dataset.preview_rows for prompt data: the first n prompts as the model sees them
+    (`segments`: the rendered prompt, untrained), their `tokens`, and the `columns` the rewards get."""
+    from jobs.data import encode
+    from jobs.models import load as models
+    from jobs.spec import JobSpec
+    if access is not None:
+        spec = access.check_spec(JobSpec.from_dict(spec.to_dict()))
+    tokenizer = models.load_tokenizer(models.resolve_model(spec.model, data_dir, log=lambda _line: None))
+    encode.ensure_chat_template(tokenizer)
     if spec.dataset in BUILTIN_PROMPT_DATASETS:
         rows = load_prompt_rows(spec, data_dir)[:n]
     else:

@@ -2,7 +2,7 @@
 and the preview of prompt data (the prompt as the model sees it, the columns the rewards get)."""
 import json
 
-from jobs.data.dataset import preview_rows
+from jobs.data.prompts import preview_rows
 from jobs.io.events import summarize_events
 from jobs.spec import JobSpec
 from studio import jobs_view as view
