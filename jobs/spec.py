@@ -283,7 +283,7 @@ def _check_grpo(spec: "JobSpec") -> None:
     path = Path(spec.reward_file).expanduser()
     if spec.method == "grpo" and spec.reward_file and (path.suffix != ".py" or not path.is_file()):
         raise SpecError("reward_file", f"{path} is not an existing Python (.py) file")
-    if spec.method == "grpo" and spec.eval_fraction or spec.eval_dataset or spec.keep_best:
+    if spec.method == "grpo" and (spec.eval_fraction or spec.eval_dataset or spec.keep_best):
         raise SpecError("eval_fraction", "grpo has no eval loss: leave eval_fraction, eval_dataset and keep_best unset")
 
 

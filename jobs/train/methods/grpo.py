@@ -44,7 +44,6 @@ class GroupRelativePolicyOptimization(Method):
     def load_data(self):
         t, spec = self.trainer, self.spec
         rows = load_prompt_rows(spec, t.data_dir, log=t.log)
-        t.tokenizer.padding_side = "left"
         rows = encode_prompts(t.tokenizer, rows, spec.max_seq_length)
         t.log(f"grpo: {len(rows)} prompts, {spec.num_generations} completions each of at most "
               f"{spec.max_completion_length} tokens; rewards {spec.rewards or ', '.join(self._weights())}")
