@@ -16,7 +16,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
 
 from jobs.io import paths  # noqa: E402
-from jobs.checks.access import use_allowed_dirs  # noqa: E402
+from jobs.checks.access import ALLOW_REWARD_CODE_ENV, use_allowed_dirs  # noqa: E402
 from jobs.queue.runner import Runner  # noqa: E402
 from jobs.io.storage import PRIVATE_UMASK, StorageError  # noqa: E402
 
@@ -36,6 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-upload-mb", type=int, default=DEFAULT_MAX_UPLOAD_MB, metavar="MB",
                         help=f"largest dataset upload accepted, in MB (default {DEFAULT_MAX_UPLOAD_MB}); an upload "
                              "is also refused before it is written when the data dir's disk lacks the space")
+    parser.add_argument("--allow-reward-code", action="store_true",
+                        help="let the page upload a GRPO reward file (Python code that jobs run); without it a "
+                             "reward file must already be in <data dir>/rewards or an --allow-dir folder")
     parser.add_argument("--auth", default=None,
                         help="USER:PASS required to use the studio. Prefer the FUSETUNE_AUTH environment "
                              "variable: a command-line argument is visible to every user in `ps`")
@@ -141,6 +144,8 @@ def warm_builtin_model(data_dir, start_check=None) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     use_allowed_dirs(args.allow_dir)  # the studio's read policy (jobs/checks/access.py) picks them up
+    if args.allow_reward_code:
+        os.environ[ALLOW_REWARD_CODE_ENV] = "1"
     os.umask(PRIVATE_UMASK)  # uploads, jobs and caches are the user's alone (0600 files, 0700 folders)
     # Same as in jobs/train/cli.py: an optional bitsandbytes hub kernel, whose absence is harmless.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)

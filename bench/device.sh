@@ -13,6 +13,7 @@
 #   bash bench/device.sh fp8pair [SHAPE]     jobs.train bf16 vs FP8, offload and no recompute (studio/fp8_effect.py)
 #   bash bench/device.sh jobgraph            jobs.train with the captured step vs eager (jobs/train/graph_steps.py)
 #   bash bench/device.sh prefs [SHAPE]       DPO and ORPO jobs beside Unsloth + TRL's trainers, same pairs (issue 19)
+#   bash bench/device.sh grpo                GRPO jobs beside Unsloth + TRL's GRPOTrainer, and generation alone (issue 20)
 #   bash bench/device.sh logprobs            the fused log-probs op vs TRL's chunked kernel vs torch (logprobs_op.py)
 #   bash bench/device.sh page                the studio itself on the GPU, driven through its endpoints (page_check.py)
 #   bash bench/device.sh ddp                 1 GPU vs 2 GPUs through torchrun (kind nvidia-h200-x2; ddp_bench.py)
@@ -119,6 +120,13 @@ case "$what" in
     job orpo_offload 100 --method orpo --stack fusetune $P --checkpointing offload
     unsloth_job 130 --method orpo $P
     stage logprobs_op 120 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/logprobs_op.py --out "$OUT/logprobs_op.jsonl" ;;
+  grpo)   # issue 20: GRPO jobs beside Unsloth + TRL GRPOTrainer (transformers generate: no vLLM there), same prompts
+    versions
+    G="--shape llama-3.2-1b --dir /tmp/bench_grpo --prompts 8 --generations 8 --completion-len 256 --steps 4 --warmup 1"
+    stage "prepare grpo" 120 $PY bench/bench_grpo.py prepare $G --out "$OUT/grpo.jsonl"
+    stage "grpo ours" 200 $PY bench/bench_grpo.py run $G --out "$OUT/grpo.jsonl"
+    stage "grpo unsloth+trl" 200 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_grpo.py run --stack unsloth $G --out "$OUT/grpo.jsonl"
+    stage "generation alone" 100 $PY bench/bench_grpo.py gen $G --out "$OUT/grpo.jsonl" ;;
   logprobs)
     versions
     stage logprobs_op 300 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/logprobs_op.py --out "$OUT/logprobs_op.jsonl" ;;

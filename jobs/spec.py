@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,51 +16,14 @@ from typing import Any
 import yaml
 
 from jobs.errors import SpecError  # noqa: F401  (the spec's error; importers take it from here)
+from jobs.spec_values import (  # noqa: F401  (re-exported: importers name jobs.spec)
+    BASE_PRECISIONS, BUILTIN_DATASET, BUILTIN_MODEL, BUILTIN_PROMPT_DATASETS, BUILTIN_REWARDS, CHECKPOINTING,
+    DATASET_FORMATS, DATASET_SUFFIXES, DTYPES, GRPO_LOSS_TYPES, HUB_ID, METHODS, MODULE_NAME_CHARS, PACKING,
+    PREFERENCE_METHODS, REFERENCE_FREE_METHODS, REPORT_TO, _PART, _check_base_precision, _check_dataset_path,
+    _check_grpo, _check_model_path, _check_preference, _looks_like_path, _normalise_gpus,
+    _normalise_report_to, _normalise_targets, _parse_rewards, hub_id_problem, is_local_reference,
+    reward_entries, short_name, trackers)
 from jobs.yaml_bounded import load_config_yaml
-
-BUILTIN_MODEL = "builtin:smollm2-135m-instruct"
-BUILTIN_DATASET = "builtin:identity"
-DATASET_FORMATS = ("auto", "alpaca", "sharegpt", "messages", "text")
-DTYPES = ("auto", "bf16", "fp16", "fp32")
-CHECKPOINTING = ("auto", "on", "off", "offload")
-PACKING = ("auto", "on", "off")
-BASE_PRECISIONS = ("bf16", "fp8")
-REPORT_TO = ("none", "tensorboard", "mlflow", "wandb")
-DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
-# training methods (jobs/train/methods/): each new one adds its name here and its class there
-METHODS = ("sft", "dpo", "orpo", "simpo", "kto")
-PREFERENCE_METHODS = ("dpo", "orpo", "simpo", "kto")
-REFERENCE_FREE_METHODS = ("orpo", "simpo")
-MODULE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
-
-
-# owner/name as the Hub spells it: letters, digits, '-', '_' and '.', not starting or ending with
-# '-' or '.', at most 96 characters each; '..' anywhere is refused by hub_id_problem.
-_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
-HUB_ID = re.compile(rf"{_PART}/{_PART}")
-
-
-def hub_id_problem(value: str) -> str | None:
-    """Why `value` is not a usable hub id (None when it is one): the strict owner/name shape, and
-    never the name of something on this machine."""
-    if not HUB_ID.fullmatch(value) or ".." in value:
-        return (f"{value!r} is not a hub id: a hub id looks like owner/name (letters, digits, '-', '_', "
-                "'.'); a file must be uploaded or picked from the list")
-    if os.path.lexists(value):
-        return (f"{value!r} names a local path, which is never read as a hub id; upload the data file "
-                "or give a hub id that is not a local folder name")
-    return None
-
-
-def is_local_reference(value: str, suffixes: tuple[str, ...]) -> bool:
-    """A path (absolute, ~, ./ or ../, or ending in one of `suffixes`) rather than a hub id."""
-    return value.startswith(("/", "~", ".", "\\")) or Path(value).suffix.lower() in suffixes
-
-
-def short_name(value: str) -> str:
-    """The last component of a model or dataset reference: builtin:identity -> identity,
-    /models/tiny/ -> tiny, org/model -> model, ~/x.gguf -> x (for job names and folders)."""
-    return value.split(":")[-1].rstrip("/").split("/")[-1].removesuffix(".gguf")
 
 
 def _f(default: Any, help: str, **extra: Any) -> Any:
@@ -80,8 +41,9 @@ class JobSpec:
     name: str = _f("", "The job's display name (empty: model · dataset, plus the bot name for identity jobs).")
     model: str = _f(BUILTIN_MODEL, "Base model: a hub id, a local Hugging Face folder, a .gguf file, "
                     f"or {BUILTIN_MODEL} (ships with Fusetune, runs offline).")
-    method: str = _f("sft", "Training method: sft (supervised fine-tuning on answers), or preference tuning on "
-                     "chosen/rejected pairs: dpo, orpo, simpo, or kto (prompt/completion/label rows).",
+    method: str = _f("sft", "Training method: sft (supervised fine-tuning on answers); preference tuning on "
+                     "chosen/rejected pairs: dpo, orpo, simpo, or kto (prompt/completion/label rows); or grpo "
+                     "(reinforcement learning with verifiable rewards: sampled completions scored by `rewards`).",
                      choices=METHODS)
     dataset: str = _f(BUILTIN_DATASET, "Training data: a .json/.jsonl/.csv/.parquet file, a hub id, "
                       f"or {BUILTIN_DATASET} (self-cognition Q&A built from bot_name and bot_author).")
@@ -142,7 +104,9 @@ class JobSpec:
                         "(an offline run in wandb/), e.g. tensorboard, mlflow.")
     # preference tuning (method dpo/orpo/simpo/kto); defaults are TRL's (DPOConfig, ORPOConfig, CPOConfig, KTOConfig)
     beta: float = _f(0.1, "Preference methods: the temperature of the implicit reward (DPO, SimPO, KTO; "
-                     "TRL's beta): higher keeps the tuned model closer to the reference.", min=0.0, max=100.0)
+                     "TRL's beta): higher keeps the tuned model closer to the reference. grpo: the weight of the "
+                     "KL penalty to the base model (adapter off); 0 skips the reference pass (TRL's GRPO default).",
+                     min=0.0, max=100.0)
     simpo_gamma: float = _f(0.5, "SimPO: the target reward margin gamma between chosen and rejected "
                             "(TRL's simpo_gamma).", min=0.0, max=100.0)
     orpo_lambda: float = _f(0.1, "ORPO: the weight of the odds-ratio term beside the NLL on chosen answers "
@@ -154,6 +118,21 @@ class JobSpec:
     precompute_reference: bool = _f(False, "DPO/KTO: compute the reference model's log-probs once over the "
                                     "dataset before training (the base model with the adapter off) instead "
                                     "of at every step.")
+    # ---- grpo (method: grpo; batch_size counts prompts) ------------------------------------
+    num_generations: int = _f(4, "grpo: completions sampled per prompt (the group compared).", min=2, max=256)
+    max_completion_length: int = _f(64, "grpo: most tokens per completion (it stops at EOS).", min=1, max=131072)
+    temperature: float = _f(1.0, "grpo: sampling temperature (also of the log-probs).", min=0.01, max=10.0)
+    top_p: float = _f(1.0, "grpo: nucleus sampling: the smallest token set with probability top_p.", min=0.01, max=1.0)
+    epsilon: float = _f(0.2, "grpo: clip range of the probability ratio below 1 (PPO's epsilon).", min=0.0, max=10.0)
+    epsilon_high: float = _f(0.0, "grpo: clip range above 1 (DAPO's clip-higher); 0: epsilon.", min=0.0, max=10.0)
+    loss_type: str = _f("dapo", "grpo: loss normalisation: grpo (mean per completion, then over completions), dapo "
+                        "(mean over all completion tokens of the step) or dr_grpo (sum / max_completion_length).",
+                        choices=GRPO_LOSS_TYPES)
+    rewards: str = _f("", "grpo: rewards, a list of name or name:weight (answer, format, think_format, length, "
+                      "json, or a function of reward_file); empty: the dataset's preset (answer, format).")
+    reward_file: str = _f("", "grpo: a Python file whose top-level functions not starting with _ are rewards "
+                          "(prompts, completions, **columns) -> list[float]; the studio runs it only from its "
+                          "data dir or an --allow-dir folder.")
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -221,6 +200,7 @@ class JobSpec:
                 raise SpecError("eval_fraction", "set either eval_fraction or eval_dataset, not both")
         _check_base_precision(self)
         _check_preference(self)
+        _check_grpo(self)
         if self.keep_best and not (self.eval_fraction > 0 or self.eval_dataset):
             raise SpecError("keep_best", "needs eval data: set eval_fraction or eval_dataset")
         self.gpus = _normalise_gpus(self.gpus)
@@ -263,42 +243,14 @@ def _coerce(key: str, value: Any) -> Any:
         if kind == "str":
             if value is None:
                 return ""
-            if key == "gpus" and isinstance(value, (list, tuple)):
-                return ",".join(str(v) for v in value)  # gpus: [0, 1] in YAML
+            if key in ("gpus", "rewards") and isinstance(value, (list, tuple)):
+                return ",".join(str(v) for v in value)  # gpus: [0, 1] or rewards: [answer, format] in YAML
             if isinstance(value, (dict, list)):
                 raise ValueError
             return str(value)
     except (TypeError, ValueError):
         raise SpecError(key, f"{value!r} is not a valid {kind}") from None
     return value
-
-
-def _check_base_precision(spec: "JobSpec") -> None:
-    if spec.base_precision != "fp8":
-        return
-    if spec.load_in_4bit:
-        raise SpecError("base_precision", "fp8 cannot be combined with load_in_4bit: QLoRA keeps its base "
-                        "weights in 4-bit NF4; set base_precision: bf16 for QLoRA, or load_in_4bit: false for FP8")
-    if not spec.fused_kernels:
-        raise SpecError("base_precision", "fp8 runs on the fused engine: set fused_kernels: true "
-                        "(or base_precision: bf16)")
-
-
-def _check_preference(spec: "JobSpec") -> None:
-    """The preference keys: beta must be positive; weights not both zero; a reference only where used."""
-    if spec.method not in PREFERENCE_METHODS:
-        return
-    if spec.dataset_format != "auto":
-        raise SpecError("dataset_format", f"{spec.dataset_format} is an SFT row format; preference rows "
-                        f"({spec.method}) are detected from their fields: leave it at auto")
-    if spec.method != "orpo" and spec.beta <= 0:
-        raise SpecError("beta", f"must be > 0 for {spec.method} (TRL's default is 0.1)")
-    if spec.method == "orpo" and spec.orpo_lambda <= 0:
-        raise SpecError("orpo_lambda", "must be > 0 (TRL's default is 0.1)")
-    if spec.method == "kto" and spec.kto_desirable_weight == 0 and spec.kto_undesirable_weight == 0:
-        raise SpecError("kto_desirable_weight", "and kto_undesirable_weight are both 0: nothing would train")
-    if spec.precompute_reference and spec.method in REFERENCE_FREE_METHODS:
-        raise SpecError("precompute_reference", f"{spec.method} uses no reference model; set it to false")
 
 
 def _check_bounds(f: dataclasses.Field, value: Any) -> None:
@@ -309,90 +261,3 @@ def _check_bounds(f: dataclasses.Field, value: Any) -> None:
         raise SpecError(f.name, f"{value} is below the minimum {meta['min']}")
     if "max" in meta and value > meta["max"]:
         raise SpecError(f.name, f"{value} is above the maximum {meta['max']}")
-
-
-def _looks_like_path(value: str) -> bool:
-    return value.startswith(("/", "./", "../", "~")) or Path(value).suffix != ""
-
-
-def _check_dataset_path(dataset: str, key: str = "dataset") -> None:
-    if dataset.startswith("builtin:"):
-        if dataset != BUILTIN_DATASET:
-            raise SpecError(key, f"unknown built-in dataset {dataset!r}; the built-in one is {BUILTIN_DATASET}")
-        return
-    if not _looks_like_path(dataset):
-        return  # a hub id; checked when it loads
-    path = Path(dataset).expanduser()
-    if path.suffix.lower() not in DATASET_SUFFIXES:
-        raise SpecError(key, f"{path.name} has an unsupported type; use one of {', '.join(DATASET_SUFFIXES)}")
-    if not path.is_file():
-        raise SpecError(key, f"file {path} does not exist")
-
-
-def _check_model_path(model: str) -> None:
-    if model.startswith("builtin:"):
-        if model != BUILTIN_MODEL:
-            raise SpecError("model", f"unknown built-in model {model!r}; the built-in one is {BUILTIN_MODEL}")
-        return
-    path = Path(model).expanduser()
-    if model.endswith(".gguf"):
-        if not path.is_file():
-            raise SpecError("model", f"GGUF file {path} does not exist")
-    elif model.startswith(("/", "./", "../", "~")):
-        if not (path / "config.json").is_file():
-            raise SpecError("model", f"{path} is not a Hugging Face model folder (no config.json)")
-
-
-def _normalise_targets(value: Any) -> Any:
-    if isinstance(value, str):
-        text = value.strip()
-        if text in ("all-linear", ""):
-            return "all-linear"
-        text = text.removeprefix("[").removesuffix("]")  # "[q_proj, v_proj]" from a form or the CLI
-        value = [part.strip().strip("'\"") for part in text.replace("\n", ",").split(",") if part.strip()]
-    if not isinstance(value, (list, tuple)) or not value:
-        raise SpecError("target_modules", "must be 'all-linear' or a non-empty list of module names")
-    names = [str(v).strip() for v in value]
-    for name in names:
-        if not name or set(name) - MODULE_NAME_CHARS:
-            raise SpecError("target_modules", f"{name!r} is not a module name (letters, digits, _ and .)")
-    return names
-
-
-def _normalise_report_to(value: Any) -> Any:
-    """"none", or a list of trackers: "tensorboard, mlflow", [tensorboard] and "[wandb]" all work."""
-    if isinstance(value, str):
-        value = value.strip().removeprefix("[").removesuffix("]").replace(" ", ",").split(",")
-    if not isinstance(value, (list, tuple)):
-        raise SpecError("report_to", f"{value!r} is not none or a list of {', '.join(REPORT_TO[1:])}")
-    names = []
-    for part in (str(v).strip().strip("'\"").lower() for v in value):
-        if part and part not in REPORT_TO:
-            raise SpecError("report_to", f"{part!r} is not one of {', '.join(REPORT_TO)}")
-        if part and part != "none" and part not in names:
-            names.append(part)
-    if "none" in [str(v).strip().lower() for v in value] and names:
-        raise SpecError("report_to", "none cannot be combined with a tracker; list the trackers alone")
-    return names or "none"
-
-
-def trackers(spec: "JobSpec") -> list[str]:
-    """The trackers a job reports to ([] for none)."""
-    return [] if spec.report_to == "none" else list(spec.report_to)
-
-
-def _normalise_gpus(value: Any) -> str:
-    """"auto", "all" or a comma list of distinct GPU indices ("0,1"); [0, 1] from YAML is accepted."""
-    if isinstance(value, (list, tuple)):
-        value = ",".join(str(v) for v in value)
-    text = str(value).strip().lower().replace(" ", "").removeprefix("[").removesuffix("]")
-    if text in ("", "auto"):
-        return "auto"
-    if text == "all":
-        return "all"
-    parts = text.split(",")
-    if not all(part.isdigit() for part in parts):
-        raise SpecError("gpus", f"{value!r} is not auto, all or a list of GPU numbers such as 0,1")
-    if len(set(parts)) != len(parts):
-        raise SpecError("gpus", f"{value!r} names a GPU twice")
-    return ",".join(str(int(part)) for part in parts)

@@ -49,16 +49,19 @@ def table_and_choices(ctx: StudioContext, lang: str) -> tuple[list[Any], pd.Data
 
 
 def detail(ctx: StudioContext, record: Any, lang: str, values: tuple | None = None) -> list[Any]:
-    """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, the action buttons.
+    """progress, failure, loss, rss, cpu, gpu util, gpu mem, reward, completions, kernel report, log, the
+    action buttons.
 
     `values` (from `_detail_values`) may be shared by every open page (refresh); the gr.update
     wrappers are made afresh for each answer."""
     if values is None:
         values = _detail_values(ctx, record, lang)
-    progress, failure, loss, rss, cpu, util, mem, has_gpu, report, log, actions = values
+    progress, failure, loss, rss, cpu, util, mem, has_gpu, rewards, completions, report, log, actions = values
     return [progress, failure, loss, rss, cpu,
-            gr.update(value=util, visible=has_gpu), gr.update(value=mem, visible=has_gpu), report, log,
-            *[gr.update(visible=action in actions) for action in ACTIONS]]
+            gr.update(value=util, visible=has_gpu), gr.update(value=mem, visible=has_gpu),
+            gr.update(value=rewards, visible=not rewards.empty),      # grpo jobs: the reward curve
+            gr.update(value=completions, visible=not rewards.empty),  # and their sampled completions
+            report, log, *[gr.update(visible=action in actions) for action in ACTIONS]]
 
 
 def _detail_values(ctx: StudioContext, record: Any, lang: str) -> tuple:
@@ -70,11 +73,14 @@ def _detail_values(ctx: StudioContext, record: Any, lang: str) -> tuple:
     progress += view.tracking_html(record, lang)
     failure = view.failure_text(record, summary, lang)
     util, mem = view.gpu_frames(summary)
+    rewards = view.reward_frame(summary, lang)
     return (progress,
             render.notice_html(failure, "error" if record.state == "failed" else "warn") if failure else "",
             view.loss_frame(summary, lang),  # its colours follow in a second event (studio/plots.py)
             view.rss_frame(summary), view.cpu_frame(summary),
-            util, mem, not util.empty or not mem.empty, view.patch_report_text(record, summary, lang),
+            util, mem, not util.empty or not mem.empty, rewards,
+            view.completions_frame(record.job_dir, lang) if not rewards.empty else None,
+            view.patch_report_text(record, summary, lang),
             render.log_html(tail_log(record.job_dir, lines=LOG_LINES), lang=lang),
             tuple(job_actions.actions_for(record)))
 
@@ -86,11 +92,11 @@ ACTIONS = (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE, job_actio
 def empty_detail(lang: str) -> list[Any]:
     """The detail outputs while no job is picked: a hint, no curves, no actions."""
     return [render.notice_html(t("jobs.pick_hint", lang), "info"), "", None, None, None,
-            gr.update(visible=False), gr.update(visible=False), "", "",
-            *[gr.update(visible=False) for _ in ACTIONS]]
+            gr.update(visible=False), gr.update(visible=False), gr.update(visible=False), gr.update(visible=False),
+            "", "", *[gr.update(visible=False) for _ in ACTIONS]]
 
 
-DETAIL_LEN = 9 + len(ACTIONS)
+DETAIL_LEN = 11 + len(ACTIONS)
 
 
 def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any, lang: str = "en",
@@ -156,11 +162,15 @@ def _log_size(record: Any) -> int:
 
 
 def _plots(ctx: StudioContext) -> list[gr.LinePlot]:
-    """loss, rss, cpu, gpu util, gpu mem: axes from zero where a zero means something."""
+    """loss, rss, cpu, gpu util, gpu mem, reward (grpo), completions (grpo): axes from zero where a
+    zero means something."""
     bind = ctx.page.bind
     with gr.Row():
         loss = bind(gr.LinePlot(x="step", y="loss", color="series", elem_id="ft-loss-plot", height=260),
                     title="plot.loss_title", x_title="plot.step", y_title="plot.loss", color_title="plot.series")
+        reward = bind(gr.LinePlot(x="step", y="reward", color="series", elem_id="ft-reward-plot", height=260,
+                                  visible=False),
+                      title="plot.reward_title", x_title="plot.step", y_title="plot.reward", color_title="plot.series")
         rss = bind(gr.LinePlot(x="elapsed_s", y="rss_gb", elem_id="ft-rss-plot", height=260,
                                y_lim=[0, None], y_axis_format=GB_FORMAT),
                    title="plot.rss_title", x_title="plot.seconds", y_title="plot.gb")
@@ -173,7 +183,9 @@ def _plots(ctx: StudioContext) -> list[gr.LinePlot]:
         gpu_mem = bind(gr.LinePlot(x="elapsed_s", y="mem_used_gb", color="gpu", elem_id="ft-gpu-mem", height=240,
                                    visible=False, y_lim=[0, None], y_axis_format=GB_FORMAT),
                        title="plot.gpu_mem_title", x_title="plot.seconds", y_title="plot.gb")
-    return [loss, rss, cpu, gpu_util, gpu_mem]
+    completions = bind(gr.Dataframe(interactive=False, elem_id="ft-completions", visible=False, wrap=True,
+                                    max_height=320), label="jobs.completions_label")
+    return [loss, rss, cpu, gpu_util, gpu_mem, reward, completions]
 
 
 def build_jobs_tab(ctx: StudioContext) -> JobsTab:

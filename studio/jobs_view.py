@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import json
 import os
 import threading
 import time
@@ -227,3 +228,39 @@ class EventCache:
         except OSError:
             return None
         return (stat.st_size, stat.st_mtime_ns)
+
+
+REWARD_COLUMNS = {"step": "int64", "reward": "float64", "series": "string"}
+COMPLETIONS_SHOWN = 8
+
+
+def reward_frame(summary: JobSummary, lang: str = "en") -> pd.DataFrame:
+    """grpo: the mean reward per step, and each named reward (reward/<name>) as its own series."""
+    rows = []
+    for event in summary.steps:
+        if not isinstance(event.get("reward_mean"), (int, float)):
+            continue
+        rows.append({"step": int(event["step"]), "reward": float(event["reward_mean"]),
+                     "series": t("plot.reward_mean", lang)})
+        rows += [{"step": int(event["step"]), "reward": float(v), "series": k.removeprefix("reward/")}
+                 for k, v in event.items() if k.startswith("reward/") and isinstance(v, (int, float))]
+    return _frame(rows, REWARD_COLUMNS)
+
+
+def completions_frame(job_dir: str, lang: str = "en") -> pd.DataFrame:
+    """grpo: the latest sampled completions (completions.jsonl) with their rewards, newest first."""
+    headers = [t("jobs.col_step", lang), t("jobs.col_completion", lang), t("jobs.col_reward", lang),
+               t("jobs.col_rewards", lang)]
+    try:
+        lines = JobLayout(job_dir).completions.read_text(encoding="utf-8").splitlines()[-COMPLETIONS_SHOWN:]
+    except OSError:
+        return pd.DataFrame([], columns=headers)
+    rows = []
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue   # a line being written
+        each = ", ".join(f"{k} {v:g}" for k, v in (record.get("rewards") or {}).items())
+        rows.append([record.get("step"), str(record.get("completion", ""))[:300], record.get("reward"), each])
+    return pd.DataFrame(rows, columns=headers)

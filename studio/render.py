@@ -47,8 +47,17 @@ def preview_html(rows: Iterable[dict[str, Any]], lang: str = "en") -> str:
         title = (t("preview.example_tokens", lang, number=number, tokens=int(tokens))
                  if isinstance(tokens, (int, float)) else t("preview.example", lang, number=number))
         cards.append(f'<div style="font-size:12px;opacity:.8">{html.escape(title)}</div>'
-                     f'<div class="ft-preview-row" style="{BLOCK_STYLE}">{spans}</div>')
+                     f'<div class="ft-preview-row" style="{BLOCK_STYLE}">{spans}</div>' + _columns_line(row, lang))
     return f'<div id="ft-preview-rows">{legend}{"".join(cards)}</div>'
+
+
+def _columns_line(row: dict[str, Any], lang: str) -> str:
+    """grpo prompt rows: the columns their rewards receive (answer = 7, ...)."""
+    if "columns" not in row:
+        return ""
+    shown = ", ".join(f"{k} = {str(v)[:80]}" for k, v in row["columns"].items()) or "-"
+    return (f'<div class="ft-reward-columns" style="font-size:12px;margin:-4px 0 8px">'
+            f'{html.escape(t("preview.reward_columns", lang, columns=shown))}</div>')
 
 
 NOTICE_COLORS = {"error": "#dc2626", "warn": "#d97706", "info": "#2563eb", "ok": "#16a34a"}

@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 
 from jobs.io import paths
-from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, JobSpec, SpecError
+from jobs.spec import BUILTIN_DATASET, BUILTIN_PROMPT_DATASETS, DATASET_SUFFIXES, JobSpec, SpecError
 from studio import form, render
 from studio.context import StudioContext
 from studio.i18n import t
@@ -116,9 +116,25 @@ def store_upload(data_dir: Path, uploaded: str) -> Path:
 
 
 def known_datasets(data_dir: Path) -> list[str]:
-    """The built-in dataset, then every upload in the data dir."""
+    """The built-in datasets (identity; grpo's prompt tasks), then every upload in the data dir."""
     files = sorted(p for p in paths.datasets_dir(data_dir).glob("*") if p.suffix.lower() in DATASET_SUFFIXES)
-    return [BUILTIN_DATASET] + [str(p) for p in files]
+    return [BUILTIN_DATASET, *BUILTIN_PROMPT_DATASETS] + [str(p) for p in files]
+
+
+def store_reward_upload(data_dir: Path, uploaded: str) -> Path:
+    """Copy an uploaded reward file into <data_dir>/rewards/; refused unless the studio was started
+    with --allow-reward-code (a reward file is code every job that names it runs)."""
+    from jobs.checks.access import reward_uploads_allowed
+    source = Path(uploaded)
+    if not reward_uploads_allowed():
+        raise form.FieldError("reward_file", "reward_upload_off")
+    if source.suffix.lower() != ".py":
+        raise form.FieldError("reward_file", "upload_type", name=source.name, types=".py")
+    folder = Path(data_dir) / "rewards"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / safe_upload_name(source.name)
+    shutil.copyfile(source, target)
+    return target
 
 
 UPLOAD_SAMPLE_ROWS = 2000   # rows an upload notice reads; Start (the preflight child) reads them all
@@ -231,6 +247,10 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
                         gr.UploadButton(file_types=list(DATASET_SUFFIXES), size="sm", elem_id="ft-upload"),
                         label="train.upload")
                     extras["upload_info"] = gr.HTML(elem_id="ft-upload-info")
+                if widget.name == "reward_file" and _reward_uploads():
+                    extras["reward_upload"] = ctx.page.bind(
+                        gr.UploadButton(file_types=[".py"], size="sm", elem_id="ft-reward-upload"),
+                        label="train.reward_upload")
 
     with gr.Row(equal_height=False):
         with gr.Column():
@@ -246,7 +266,27 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
                 place("eval")
             with gr.Column():
                 place("more")
+            with gr.Column():
+                place("grpo")
+    if "reward_upload" in extras:
+        _wire_reward_upload(ctx, extras["reward_upload"], made["reward_file"])
     return made, extras["upload"], extras["upload_info"]
+
+
+def _reward_uploads() -> bool:
+    from jobs.checks.access import reward_uploads_allowed
+    return reward_uploads_allowed()
+
+
+def _wire_reward_upload(ctx: StudioContext, button: gr.UploadButton, field: Any) -> None:
+    def on_reward_upload(file: str | None, language: str = "en") -> Any:
+        if not file:
+            return gr.skip()
+        try:
+            return gr.update(value=str(store_reward_upload(ctx.data_dir, file)))
+        except SpecError as exc:
+            raise gr.Error(form.error_text(exc, language)) from None
+    button.upload(on_reward_upload, [button, ctx.lang] if ctx.lang is not None else [button], field)
 
 
 def _gpu_boxes(ctx: StudioContext) -> gr.CheckboxGroup:
@@ -380,7 +420,10 @@ def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str 
     try:
         access = DataAccess.for_studio(data_dir)
         spec = JobSpec.from_dict(access.check_values(form.values_to_dict(names, values)))
-        return render.preview_html(data.preview_rows(spec, n=3, data_dir=data_dir, access=access), lang)
+        preview = data.preview_rows
+        if spec.method == "grpo":   # prompts as the model sees them, and the columns the rewards get
+            from jobs.data.prompts import preview_rows as preview
+        return render.preview_html(preview(spec, n=3, data_dir=data_dir, access=access), lang)
     except SpecError as exc:
         return render.notice_html(form.error_text(exc, lang), "error")
     except data.DataError as exc:

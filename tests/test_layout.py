@@ -16,7 +16,7 @@ FLOORS = [
     {"kernels.ops"},
     {"kernels"},
     {"jobs.errors"},
-    {"jobs.yaml_bounded"},
+    {"jobs.yaml_bounded", "jobs.spec_values"},
     {"jobs.spec"},
     {"jobs.io"},
     {"jobs.launch", "jobs.models"},

@@ -14,10 +14,16 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.spec import (BUILTIN_DATASET, BUILTIN_MODEL, DATASET_SUFFIXES, JobSpec, SpecError,  # noqa: F401
-                       hub_id_problem, is_local_reference)
+from jobs.spec import (BUILTIN_DATASET, BUILTIN_MODEL, BUILTIN_PROMPT_DATASETS, DATASET_SUFFIXES, JobSpec,  # noqa: F401
+                       SpecError, hub_id_problem, is_local_reference)
 
 ALLOW_DIRS_ENV = "FUSETUNE_ALLOW_DIRS"
+ALLOW_REWARD_CODE_ENV = "FUSETUNE_ALLOW_REWARD_CODE"   # app.py --allow-reward-code: reward files may be uploaded
+
+
+def reward_uploads_allowed() -> bool:
+    """Whether the page may take a reward file (Python code the job runs) as an upload."""
+    return os.environ.get(ALLOW_REWARD_CODE_ENV) == "1"
 class AccessError(SpecError):
     """A reference the studio may not read (or that does not exist: the same answer for both)."""
 
@@ -65,6 +71,14 @@ class DataAccess:
     def model_roots(self) -> tuple[Path, ...]:
         return (self.data_dir / "models", *self.allowed)
 
+    def reward_roots(self) -> tuple[Path, ...]:
+        """Reward files are code the job runs: only the data dir's rewards/ (uploads, which need
+        app.py --allow-reward-code) and the operator's folders."""
+        return (self.data_dir / "rewards", *self.allowed)
+
+    def reward_file(self, value: str, key: str = "reward_file") -> str:
+        return str(self._inside(value.strip(), self.reward_roots(), key, want_dir=False))
+
     def checkpoint_roots(self) -> tuple[Path, ...]:
         return (self.data_dir / "jobs", *self.allowed)
 
@@ -72,7 +86,7 @@ class DataAccess:
     def dataset(self, value: str, key: str = "dataset") -> str:
         """The dataset reference to use (an allowed file's real path, builtin or a hub id)."""
         value = value.strip()
-        if value == BUILTIN_DATASET:
+        if value == BUILTIN_DATASET or value in BUILTIN_PROMPT_DATASETS:
             return value
         if is_local_reference(value, DATASET_SUFFIXES):
             return str(self._inside(value, self.dataset_roots(), key, want_dir=False))
@@ -96,7 +110,7 @@ class DataAccess:
         it first would tell a visitor which files exist. Raises AccessError naming the field;
         paths come back as their real paths, so what is checked is what the job opens."""
         checks = {"dataset": self.dataset, "eval_dataset": self.dataset, "model": self.model,
-                  "resume_from": self.checkpoint}
+                  "resume_from": self.checkpoint, "reward_file": self.reward_file}
         out = dict(values)
         for key, check in checks.items():
             value = out.get(key)
@@ -133,7 +147,8 @@ class DataAccess:
         inside = any(real.is_relative_to(Path(os.path.realpath(root))) for root in roots)
         exists = real.is_dir() if want_dir else real.is_file()
         if not (inside and exists):
-            where = "an uploaded file" if key != "resume_from" else "a checkpoint of one of its jobs"
+            where = {"resume_from": "a checkpoint of one of its jobs",
+                     "reward_file": "a reward file in its data dir's rewards/ folder"}.get(key, "an uploaded file")
             extra = f" or a file inside {', '.join(str(p) for p in self.allowed)}" if self.allowed else ""
             raise AccessError(key, f"{value!r} is not available to the studio: use {where}{extra}. The "
                               "studio reads only its data dir and folders the operator allows "

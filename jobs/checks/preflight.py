@@ -117,9 +117,12 @@ def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: i
     _check_gpus(spec, report)
     _check_trackers(spec, report)
     config, tokenizer = _check_model(spec, data_dir, report, log, model_files or ModelFiles(size=0))
-    for key in ("dataset", "eval_dataset"):
+    for key in ("dataset", "eval_dataset") if spec.method != "grpo" else ():
         if getattr(spec, key):
             _check_dataset(spec, key, tokenizer, data_dir, report, limit)
+    if spec.method == "grpo":   # prompt data and rewards (jobs/checks/grpo.py)
+        from jobs.checks.grpo import check_grpo
+        check_grpo(spec, data_dir, report, DatasetSummary)
     if config is not None:
         report.predicted_memory = _predicted_memory(spec, config, report)
     report.seconds = time.time() - began

@@ -10,6 +10,7 @@ from pathlib import Path
 CONFIG_FILE = "config.yaml"
 LOG_FILE = "train.log"
 EVENTS_FILE = "events.jsonl"
+COMPLETIONS_FILE = "completions.jsonl"   # grpo: a few sampled completions per step, with their rewards
 CANCEL_FILE = "cancel.request"
 CHECKPOINTS_DIR = "checkpoints"
 ADAPTER_DIR = "adapter"
@@ -43,6 +44,10 @@ class JobLayout:
     @property
     def events(self) -> Path:
         return self.root / EVENTS_FILE
+
+    @property
+    def completions(self) -> Path:
+        return self.root / COMPLETIONS_FILE
 
     @property
     def cancel_request(self) -> Path:

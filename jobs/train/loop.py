@@ -118,7 +118,7 @@ class Trainer:
         if self.spec.fused_kernels:
             from kernels import apply_checkpointing, patch_model
             report = patch_model(self.model, backend="auto", base_precision=self.spec.base_precision)
-            tokens = self.spec.batch_size * self.spec.max_seq_length
+            tokens = self.method.batch_tokens()
             policy = apply_checkpointing(self.model, self.spec.gradient_checkpointing, batch_tokens=tokens,
                                          plan=self._budget_plan())
             lines = report.lines() + ["  checkpointing: " + policy]
@@ -189,6 +189,7 @@ class Trainer:
         stop flag in ONE host all-reduce per step (gloo: no GPU sync), so every rank's loss has the
         same denominator; with one process that is a no-op."""
         group = [next(stream) for _ in range(self.spec.gradient_accumulation_steps)]
+        group = self.method.prepare_step(group)   # e.g. GRPO samples and scores here (methods/base.py)
         labels = sum(self.method.loss_units(b) for _, b in group)
         real = sum(b.real_tokens for _, b in group)
         labels, real, stop = self.dist.all_reduce_sum(labels, real, 1.0 if self.stop_requested else 0.0)

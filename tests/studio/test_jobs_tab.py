@@ -16,7 +16,7 @@ def step(n):
 
 
 def unpack(out):
-    table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, report, log, *rest = out
+    table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, reward, completions, report, log, *rest = out
     cancel, remove, delete, start_anyway, resume, more, notice, t_sig, d_sig = rest
     return dict(table=table, select=select, progress=progress, failure=failure, loss=loss, gpu_util=gpu_util,
                 report=report, cancel=cancel, remove=remove, delete=delete, start_anyway=start_anyway, resume=resume,

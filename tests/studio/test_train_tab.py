@@ -31,7 +31,7 @@ def test_store_upload_copies_into_data_dir(tmp_path):
     upload.write_bytes(b"PAR1")
     stored = store_upload(tmp_path / "data", str(upload))
     assert stored.parent == tmp_path / "data" / "datasets" and stored.read_bytes() == b"PAR1"
-    assert known_datasets(tmp_path / "data") == [BUILTIN_DATASET, str(stored)]
+    assert known_datasets(tmp_path / "data") == [BUILTIN_DATASET, "builtin:arithmetic", str(stored)]
     bad = tmp_path / "notes.txt"
     bad.write_text("x")
     with pytest.raises(SpecError) as info:

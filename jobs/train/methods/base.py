@@ -34,9 +34,19 @@ class Method:
         (jobs/data/packing.py BatchPlan is the SFT one)."""
         raise NotImplementedError
 
+    def batch_tokens(self) -> int:
+        """Tokens one micro-batch may hold at most (the checkpointing policy sizes itself by it)."""
+        return self.spec.batch_size * self.spec.max_seq_length
+
     def loss_units(self, batch) -> int:
         """What this micro-batch's loss is normalised over (answer tokens for SFT, pairs for DPO)."""
         return batch.label_tokens
+
+    def prepare_step(self, group: list) -> list:
+        """Host work on one optimizer step's micro-batches [(epoch, batch)] before their device
+        step, e.g. GRPO's sampling and rewards; may fill each batch's tensors and counts (the
+        loop reads loss_units and real_tokens after it). Default: nothing."""
+        return group
 
     def before_training(self) -> None:
         """Once after the model and plans exist, before the first step (e.g. reference log-probs)."""

@@ -1,0 +1,183 @@
+"""GRPO, end to end, on the same prompts, lengths and LoRA config:
+(a) `python -m jobs.train` with method grpo and the fused engine (sampling: jobs/train/rollout.py,
+    today transformers' `generate`, batched, KV cache; policy step: fused log-probs),
+(b) Unsloth + TRL GRPOTrainer (bench/bench_grpo_unsloth.py, its own process; without vLLM: it is
+    not on the device, so TRL samples with transformers' generate too; say so with the numbers),
+(gen) generation alone: jobs/train/rollout.py's sampler on the job's (patched) model against plain
+    transformers `generate` of the same weights, tokens/s over the whole batch.
+
+Random weights of a real shape (bench/job_data.py build_model; bench_lora.SHAPES), prompts from
+builtin:arithmetic written to prompts.jsonl, `--prompts` prompts x `--generations` completions a
+step, completions to `--completion-len` tokens, beta 0, LoRA r16 on every linear. Random weights
+rarely sample EOS, so completions run to the limit in every stack alike. Optimizer steps/s over the
+steps after --warmup and peak GiB; one JSON line a run in --out (bench/results/grpo.jsonl).
+
+    python bench/bench_grpo.py prepare --shape llama-3.2-1b --dir /tmp/bg
+    python bench/bench_grpo.py run --stack fusetune --shape llama-3.2-1b --dir /tmp/bg
+    python bench/bench_grpo.py run --stack unsloth --shape llama-3.2-1b --dir /tmp/bg
+    python bench/bench_grpo.py gen --shape llama-3.2-1b --dir /tmp/bg
+    python bench/bench_grpo.py --smoke            # CPU: (a) and (gen) on a tiny model
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_job import TARGETS, versions, write  # noqa: E402
+
+
+def prepare(args) -> None:
+    from bench.bench_lora import SHAPES
+    from bench.job_data import build_model
+    from jobs.data.builtin.arithmetic import arithmetic_rows
+    args.dir.mkdir(parents=True, exist_ok=True)
+    rows = arithmetic_rows(n=max(64, args.prompts * (args.steps + 1)), seed=0)
+    (args.dir / "prompts.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    shape = SHAPES[args.shape] if args.shape in SHAPES else json.loads(args.shape_json)
+    build_model(shape, Path(args.tokenizer), args.dir / args.shape, device=args.device)
+
+
+def job_config(args, out: Path) -> dict:
+    return dict(model=str(args.dir / args.shape), method="grpo", dataset=str(args.dir / "prompts.jsonl"),
+                output_dir=str(out), lora_r=16, lora_alpha=16, lora_dropout=0.0, target_modules=TARGETS,
+                learning_rate=1e-5, warmup_steps=0, max_steps=args.steps, save_steps=0, seed=0,
+                batch_size=args.prompts, num_generations=args.generations,
+                max_completion_length=args.completion_len, max_seq_length=512, beta=0.0, rewards="answer, format",
+                fused_kernels=args.device == "cuda", dtype="bf16" if args.device == "cuda" else "fp32")
+
+
+def step_stats(times: list[float], warmup: int) -> dict:
+    """Optimizer steps per second over the steps after `warmup` (time stamps of step ends)."""
+    if len(times) <= warmup + 1:
+        warmup = 0
+    window = times[warmup:]
+    span = window[-1] - window[0]
+    return {"measured_steps": len(window) - 1,
+            "steps_per_s": round((len(window) - 1) / span, 4) if span > 0 else None,
+            "step_s_mean": round(span / max(1, len(window) - 1), 3)}
+
+
+def run_fusetune(args) -> dict:
+    import yaml
+    out = args.dir / f"job-grpo-{args.shape}"
+    shutil.rmtree(out, ignore_errors=True)
+    config = job_config(args, out)
+    path = args.dir / f"grpo-{args.shape}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    began = time.time()
+    proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=args.timeout)
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()] \
+        if (out / "events.jsonl").is_file() else []
+    steps = [e for e in events if e["type"] == "step"]
+    result = {"stack": "fusetune (a)", "returncode": proc.returncode, "wall_s": round(time.time() - began, 1),
+              "config": config}
+    if proc.returncode or not steps:
+        result["error"] = (proc.stderr or proc.stdout)[-1500:]
+        return result
+    result.update(step_stats([e["time"] for e in steps], args.warmup),
+                  peak_gib=max((e.get("peak_gb") or 0) for e in steps) or None,
+                  completion_length=[e.get("completion_length") for e in steps],
+                  sampler="transformers generate (batched, dynamic KV cache)")
+    return result
+
+
+def run_unsloth(args) -> dict:
+    cmd = [sys.executable, str(ROOT / "bench" / "bench_grpo_unsloth.py"), "--shape", args.shape, "--dir",
+           str(args.dir), "--prompts", str(args.prompts), "--generations", str(args.generations),
+           "--completion-len", str(args.completion_len), "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not lines:
+        return {"stack": "unsloth+trl (b)", "returncode": proc.returncode, "error": (proc.stderr or proc.stdout)[-1500:]}
+    return json.loads(lines[-1])
+
+
+def generation(args) -> dict:
+    """(gen): ours (the job's sampler on the engine-patched model) vs transformers generate."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from jobs.data.prompts import encode_prompts, load_prompt_rows
+    from jobs.spec import JobSpec
+    from jobs.train.rollout import sample_completions
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    source = args.dir / args.shape
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    spec = JobSpec.from_dict({"method": "grpo", "dataset": str(args.dir / "prompts.jsonl")})
+    prompts = [r.input_ids for r in encode_prompts(tokenizer, load_prompt_rows(spec), 512)[:args.prompts]]
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
+    result = {"stack": "generation (gen)", "prompts": args.prompts, "generations": args.generations}
+    for name, patched in (("transformers_generate", False), ("fusetune_rollout", True)):
+        if patched and args.device == "cuda":
+            from kernels import patch_model
+            patch_model(model, backend="auto")
+        sample_completions(model, tokenizer, prompts[:1], 2, 8, 1.0, 1.0, device)   # warm-up
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        began = time.time()
+        completions = sample_completions(model, tokenizer, prompts, args.generations, args.completion_len,
+                                         1.0, 1.0, device)
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.time() - began
+        tokens = sum(len(c) for c in completions)
+        result[name] = {"tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1)}
+    result["speedup"] = round(result["fusetune_rollout"]["tokens_per_s"] / result["transformers_generate"]["tokens_per_s"], 3)
+    result["note"] = "both call transformers generate today (the static-cache CUDA-graph decode loop is not written)"
+    return result
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", nargs="?", choices=["prepare", "run", "gen"], default="run")
+    parser.add_argument("--smoke", action="store_true", help="CPU: prepare a tiny model, run (a) and (gen)")
+    parser.add_argument("--shape", default="llama-3.2-1b")
+    parser.add_argument("--shape-json", default=None)
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/bench_grpo"))
+    parser.add_argument("--tokenizer", default=str(ROOT / ".carry" / "tok"))
+    parser.add_argument("--stack", choices=["fusetune", "unsloth"], default="fusetune")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--generations", type=int, default=8)
+    parser.add_argument("--completion-len", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--timeout", type=int, default=560)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "grpo.jsonl")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        return smoke(args)
+    if args.what == "prepare":
+        return prepare(args)
+    head = {**versions(), "shape": args.shape, "prompts": args.prompts, "generations": args.generations,
+            "completion_len": args.completion_len, "steps": args.steps, "warmup": args.warmup}
+    if args.what == "gen":
+        return write({**head, **generation(args)}, args.out)
+    write({**head, **(run_fusetune(args) if args.stack == "fusetune" else run_unsloth(args))}, args.out)
+
+
+def smoke(args) -> None:
+    from transformers import AutoTokenizer
+    vocab = len(AutoTokenizer.from_pretrained(args.tokenizer))
+    tiny = json.dumps(dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab,
+                           tie_word_embeddings=True, max_position_embeddings=1024))
+    base = ["--dir", str(args.dir), "--device", "cpu", "--tokenizer", args.tokenizer, "--shape", "tiny",
+            "--shape-json", tiny, "--prompts", "2", "--generations", "2", "--completion-len", "8",
+            "--steps", "3", "--warmup", "1", "--out", str(args.out)]
+    main(["prepare", *base])
+    main(["run", *base])
+    main(["gen", *base])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""(b) of bench/bench_grpo.py: Unsloth + TRL GRPOTrainer on the same model folder, prompts, group
+size, completion length, LoRA config and step count; beta 0 (no reference model), no vLLM (not on
+the device: TRL samples with transformers' generate). Its own process: Unsloth must be imported
+before transformers/peft/trl. TRL 1.x counts per_device_train_batch_size in completions, so it is
+prompts x generations here (one optimizer step = one generation round, as in (a)).
+
+    python bench/bench_grpo_unsloth.py --shape llama-3.2-1b --dir /tmp/bg --prompts 8 --generations 8"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import unsloth  # noqa: F401  (first: it patches transformers, peft and trl on import)
+from unsloth import FastLanguageModel
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_grpo import step_stats  # noqa: E402
+from bench.bench_job import TARGETS, versions  # noqa: E402
+from jobs.train.rewards.builtin import answer, format as format_reward  # noqa: E402  (the same rewards)
+
+
+def train(args) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    rows = [json.loads(line) for line in (args.dir / "prompts.jsonl").read_text().splitlines() if line.strip()]
+    data = Dataset.from_list(rows)
+    model, tokenizer = FastLanguageModel.from_pretrained(model_name=str(args.dir / args.shape), max_seq_length=1024,
+                                                         dtype=torch.bfloat16, load_in_4bit=False, fast_inference=False)
+    model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, lora_dropout=0, bias="none",
+                                             target_modules=TARGETS, use_gradient_checkpointing="unsloth",
+                                             random_state=0)
+    config = GRPOConfig(output_dir=str(args.dir / f"unsloth-grpo-{args.shape}"), use_vllm=False, beta=0.0,
+                        num_generations=args.generations, max_completion_length=args.completion_len,
+                        per_device_train_batch_size=args.prompts * args.generations, gradient_accumulation_steps=1,
+                        max_steps=args.steps, learning_rate=1e-5, warmup_steps=0, logging_steps=1,
+                        save_strategy="no", report_to="none", bf16=True, seed=0, loss_type="dapo")
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[answer, format_reward],
+                          args=config, train_dataset=data)
+    ends: list[float] = []
+
+    class StepTimes(TrainerCallback):
+        def on_step_end(self, *_, **__):
+            ends.append(time.time())
+
+    trainer.add_callback(StepTimes())
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    began = time.time()
+    trainer.train()
+    return {"stack": "unsloth+trl (b)", "wall_s": round(time.time() - began, 1), **step_stats(ends, args.warmup),
+            "peak_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 3), "vllm": False,
+            "config": {"per_device_train_batch_size": config.per_device_train_batch_size,
+                       "num_generations": args.generations, "max_completion_length": args.completion_len,
+                       "loss_type": "dapo", "gradient_checkpointing": "unsloth"}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", default="llama-3.2-1b")
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/bench_grpo"))
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--generations", type=int, default=8)
+    parser.add_argument("--completion-len", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    args = parser.parse_args()
+    result = {**versions(), "shape": args.shape}
+    try:
+        result.update(train(args))
+    except Exception as exc:  # a result line all the same: bench_grpo.py writes it beside (a)
+        result.update(stack="unsloth+trl (b)", error=f"{type(exc).__name__}: {exc}"[:1500])
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Preflight for method grpo: the prompt data reads (every row has a prompt), and every reward
+named in `rewards` exists, built in or as a top-level function of reward_file. The reward file is
+read with `ast`, never imported: the studio process does not run a user's code, only the job does."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from jobs.data.conversation import DataError
+from jobs.spec import BUILTIN_REWARDS, JobSpec, reward_entries
+
+
+def reward_file_functions(path: str) -> list[str]:
+    """The names of the file's public top-level functions (the rewards it defines)."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+    return [node.name for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")]
+
+
+def check_grpo(spec: JobSpec, data_dir, report, summary_cls) -> None:
+    """Adds findings (naming the field) and the prompt data's summary to `report`."""
+    from jobs.data.prompts import load_prompt_rows
+    try:
+        rows = load_prompt_rows(spec, data_dir, log=lambda _line: None)
+    except DataError as exc:
+        report.fail("dataset", str(exc))
+        rows = None
+    if rows is not None:
+        columns = sorted({k for row in rows for k in row.columns})
+        report.datasets.append(summary_cls("dataset", spec.dataset, len(rows), "prompts"))
+        report.notes.append(f"grpo: {len(rows)} prompts; the rewards get the columns "
+                            f"{', '.join(columns) if columns else '(none)'}")
+    known = set(BUILTIN_REWARDS)
+    if spec.reward_file:
+        try:
+            functions = reward_file_functions(spec.reward_file)
+        except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+            report.fail("reward_file", f"{Path(spec.reward_file).name} cannot be read as Python: {exc}")
+            return
+        if not functions:
+            report.fail("reward_file", f"{Path(spec.reward_file).name} defines no reward: add a top-level function "
+                        "def my_reward(prompts, completions, **columns) -> list[float]")
+        known |= set(functions)
+    for entry in reward_entries(spec.rewards):
+        name = entry.partition(":")[0]
+        if name not in known:
+            report.fail("rewards", f"unknown reward {name!r}; known: {', '.join(sorted(known))}")

@@ -1,0 +1,213 @@
+"""The values JobSpec's keys may take and the rules that check them (jobs/spec.py holds the fields).
+
+Kept below the spec so the dataclass file stays one readable list of keys; everything here is re-exported
+by jobs/spec.py, the name importers use."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jobs.errors import SpecError
+
+if TYPE_CHECKING:
+    from jobs.spec import JobSpec
+
+BUILTIN_MODEL = "builtin:smollm2-135m-instruct"
+BUILTIN_DATASET = "builtin:identity"
+DATASET_FORMATS = ("auto", "alpaca", "sharegpt", "messages", "text")
+DTYPES = ("auto", "bf16", "fp16", "fp32")
+CHECKPOINTING = ("auto", "on", "off", "offload")
+PACKING = ("auto", "on", "off")
+BASE_PRECISIONS = ("bf16", "fp8")
+REPORT_TO = ("none", "tensorboard", "mlflow", "wandb")
+DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
+# training methods (jobs/train/methods/): each new one adds its name here and its class there
+METHODS = ("sft", "dpo", "orpo", "simpo", "kto", "grpo")
+PREFERENCE_METHODS = ("dpo", "orpo", "simpo", "kto")
+REFERENCE_FREE_METHODS = ("orpo", "simpo")
+BUILTIN_PROMPT_DATASETS = ("builtin:arithmetic",)   # prompt data for grpo (jobs/data/builtin/arithmetic.py)
+GRPO_LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
+BUILTIN_REWARDS = ("answer", "format", "think_format", "length", "json")   # jobs/train/rewards/builtin.py
+MODULE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+
+
+# owner/name as the Hub spells it: letters, digits, '-', '_' and '.', not starting or ending with
+# '-' or '.', at most 96 characters each; '..' anywhere is refused by hub_id_problem.
+_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+HUB_ID = re.compile(rf"{_PART}/{_PART}")
+
+
+def hub_id_problem(value: str) -> str | None:
+    """Why `value` is not a usable hub id (None when it is one): the strict owner/name shape, and
+    never the name of something on this machine."""
+    if not HUB_ID.fullmatch(value) or ".." in value:
+        return (f"{value!r} is not a hub id: a hub id looks like owner/name (letters, digits, '-', '_', "
+                "'.'); a file must be uploaded or picked from the list")
+    if os.path.lexists(value):
+        return (f"{value!r} names a local path, which is never read as a hub id; upload the data file "
+                "or give a hub id that is not a local folder name")
+    return None
+
+
+def is_local_reference(value: str, suffixes: tuple[str, ...]) -> bool:
+    """A path (absolute, ~, ./ or ../, or ending in one of `suffixes`) rather than a hub id."""
+    return value.startswith(("/", "~", ".", "\\")) or Path(value).suffix.lower() in suffixes
+
+
+def short_name(value: str) -> str:
+    """The last component of a model or dataset reference: builtin:identity -> identity,
+    /models/tiny/ -> tiny, org/model -> model, ~/x.gguf -> x (for job names and folders)."""
+    return value.split(":")[-1].rstrip("/").split("/")[-1].removesuffix(".gguf")
+
+
+def _check_grpo(spec: "JobSpec") -> None:
+    """The grpo keys; the reward names are checked against the reward file at preflight."""
+    spec.rewards = _parse_rewards(spec.rewards)
+    if spec.method != "grpo" and spec.dataset in BUILTIN_PROMPT_DATASETS:
+        raise SpecError("dataset", f"{spec.dataset} is prompt data for method grpo; set method: grpo")
+    path = Path(spec.reward_file).expanduser()
+    if spec.method == "grpo" and spec.reward_file and (path.suffix != ".py" or not path.is_file()):
+        raise SpecError("reward_file", f"{path} is not an existing Python (.py) file")
+    if spec.method == "grpo" and (spec.eval_fraction or spec.eval_dataset or spec.keep_best):
+        raise SpecError("eval_fraction", "grpo has no eval loss: leave eval_fraction, eval_dataset and keep_best unset")
+
+
+def reward_entries(value: str) -> list[str]:
+    """JobSpec.rewards ("answer:1, format:0.5" once validated) as ["answer:1", "format:0.5"]."""
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _parse_rewards(value: str) -> str:
+    """rewards in the canonical "name:weight, ..." form (weight 1 when left out)."""
+    parts = value.replace("\n", ",").removeprefix("[").removesuffix("]").split(",")
+    out = []
+    for part in (str(p).strip().strip("'\"") for p in parts):
+        name, _, weight = part.partition(":")
+        if not part:
+            continue
+        if not name.strip().isidentifier():
+            raise SpecError("rewards", f"{name!r} is not a reward name (letters, digits and _)")
+        try:
+            number = float(weight) if weight.strip() else 1.0
+        except ValueError:
+            raise SpecError("rewards", f"{part!r}: the weight after ':' must be a number") from None
+        out.append(f"{name.strip()}:{number:g}")
+    return ", ".join(out)
+
+
+def _check_base_precision(spec: "JobSpec") -> None:
+    if spec.base_precision != "fp8":
+        return
+    if spec.load_in_4bit:
+        raise SpecError("base_precision", "fp8 cannot be combined with load_in_4bit: QLoRA keeps its base "
+                        "weights in 4-bit NF4; set base_precision: bf16 for QLoRA, or load_in_4bit: false for FP8")
+    if not spec.fused_kernels:
+        raise SpecError("base_precision", "fp8 runs on the fused engine: set fused_kernels: true "
+                        "(or base_precision: bf16)")
+
+
+def _check_preference(spec: "JobSpec") -> None:
+    """The preference keys: beta must be positive; weights not both zero; a reference only where used."""
+    if spec.method not in PREFERENCE_METHODS:
+        return
+    if spec.dataset_format != "auto":
+        raise SpecError("dataset_format", f"{spec.dataset_format} is an SFT row format; preference rows "
+                        f"({spec.method}) are detected from their fields: leave it at auto")
+    if spec.method != "orpo" and spec.beta <= 0:
+        raise SpecError("beta", f"must be > 0 for {spec.method} (TRL's default is 0.1)")
+    if spec.method == "orpo" and spec.orpo_lambda <= 0:
+        raise SpecError("orpo_lambda", "must be > 0 (TRL's default is 0.1)")
+    if spec.method == "kto" and spec.kto_desirable_weight == 0 and spec.kto_undesirable_weight == 0:
+        raise SpecError("kto_desirable_weight", "and kto_undesirable_weight are both 0: nothing would train")
+    if spec.precompute_reference and spec.method in REFERENCE_FREE_METHODS:
+        raise SpecError("precompute_reference", f"{spec.method} uses no reference model; set it to false")
+
+
+def _looks_like_path(value: str) -> bool:
+    return value.startswith(("/", "./", "../", "~")) or Path(value).suffix != ""
+
+
+def _check_dataset_path(dataset: str, key: str = "dataset") -> None:
+    if dataset.startswith("builtin:"):
+        if dataset != BUILTIN_DATASET and dataset not in BUILTIN_PROMPT_DATASETS:
+            raise SpecError(key, f"unknown built-in dataset {dataset!r}; the built-in ones are "
+                            f"{', '.join((BUILTIN_DATASET, *BUILTIN_PROMPT_DATASETS))}")
+        return
+    if not _looks_like_path(dataset):
+        return  # a hub id; checked when it loads
+    path = Path(dataset).expanduser()
+    if path.suffix.lower() not in DATASET_SUFFIXES:
+        raise SpecError(key, f"{path.name} has an unsupported type; use one of {', '.join(DATASET_SUFFIXES)}")
+    if not path.is_file():
+        raise SpecError(key, f"file {path} does not exist")
+
+
+def _check_model_path(model: str) -> None:
+    if model.startswith("builtin:"):
+        if model != BUILTIN_MODEL:
+            raise SpecError("model", f"unknown built-in model {model!r}; the built-in one is {BUILTIN_MODEL}")
+        return
+    path = Path(model).expanduser()
+    if model.endswith(".gguf"):
+        if not path.is_file():
+            raise SpecError("model", f"GGUF file {path} does not exist")
+    elif model.startswith(("/", "./", "../", "~")):
+        if not (path / "config.json").is_file():
+            raise SpecError("model", f"{path} is not a Hugging Face model folder (no config.json)")
+
+
+def _normalise_targets(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if text in ("all-linear", ""):
+            return "all-linear"
+        text = text.removeprefix("[").removesuffix("]")  # "[q_proj, v_proj]" from a form or the CLI
+        value = [part.strip().strip("'\"") for part in text.replace("\n", ",").split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SpecError("target_modules", "must be 'all-linear' or a non-empty list of module names")
+    names = [str(v).strip() for v in value]
+    for name in names:
+        if not name or set(name) - MODULE_NAME_CHARS:
+            raise SpecError("target_modules", f"{name!r} is not a module name (letters, digits, _ and .)")
+    return names
+
+
+def _normalise_report_to(value: Any) -> Any:
+    """"none", or a list of trackers: "tensorboard, mlflow", [tensorboard] and "[wandb]" all work."""
+    if isinstance(value, str):
+        value = value.strip().removeprefix("[").removesuffix("]").replace(" ", ",").split(",")
+    if not isinstance(value, (list, tuple)):
+        raise SpecError("report_to", f"{value!r} is not none or a list of {', '.join(REPORT_TO[1:])}")
+    names = []
+    for part in (str(v).strip().strip("'\"").lower() for v in value):
+        if part and part not in REPORT_TO:
+            raise SpecError("report_to", f"{part!r} is not one of {', '.join(REPORT_TO)}")
+        if part and part != "none" and part not in names:
+            names.append(part)
+    if "none" in [str(v).strip().lower() for v in value] and names:
+        raise SpecError("report_to", "none cannot be combined with a tracker; list the trackers alone")
+    return names or "none"
+
+
+def trackers(spec: "JobSpec") -> list[str]:
+    """The trackers a job reports to ([] for none)."""
+    return [] if spec.report_to == "none" else list(spec.report_to)
+
+
+def _normalise_gpus(value: Any) -> str:
+    """"auto", "all" or a comma list of distinct GPU indices ("0,1"); [0, 1] from YAML is accepted."""
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    text = str(value).strip().lower().replace(" ", "").removeprefix("[").removesuffix("]")
+    if text in ("", "auto"):
+        return "auto"
+    if text == "all":
+        return "all"
+    parts = text.split(",")
+    if not all(part.isdigit() for part in parts):
+        raise SpecError("gpus", f"{value!r} is not auto, all or a list of GPU numbers such as 0,1")
+    if len(set(parts)) != len(parts):
+        raise SpecError("gpus", f"{value!r} names a GPU twice")
+    return ",".join(str(int(part)) for part in parts)

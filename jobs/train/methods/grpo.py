@@ -1,0 +1,183 @@
+"""GRPO (Group Relative Policy Optimization, Shao et al. 2024) with verifiable rewards.
+
+Per optimizer step (the loop's `prepare_step` hook, before any device step): every micro-batch of
+prompts gets `num_generations` completions sampled from the current policy (jobs/train/rollout.py),
+scored by the job's rewards (jobs/train/rewards/), turned into group advantages. Then the loop
+runs its usual forward/backward per micro-batch: `loss` runs the policy over prompt + completion,
+takes the last hidden states of the completion positions only and hands them with the LM head's
+weight to the fused log-probs op (kernels/ops/fused_linear_logprobs.py: no [tokens x vocab] logits),
+and the clipped GRPO loss of jobs/train/methods/grpo_loss.py. The reference of the KL term is the
+same model with the adapter off (no second copy), run only when beta > 0.
+
+Step events carry reward_mean, reward_std, reward/<name>, completion_length, zero_std_groups
+(the share of groups whose rewards are all equal: they train nothing) and kl (beta > 0); a few
+completions per step go to completions.jsonl in the job folder."""
+from __future__ import annotations
+
+import json
+from collections import deque
+
+import torch
+
+from jobs.data.prompts import encode_prompts, load_prompt_rows, render
+from jobs.io.layout import JobLayout
+from jobs.train.methods import grpo_loss
+from jobs.train.methods.base import Method
+from jobs.train.methods.grpo_data import PromptPlan, rollout_tensors
+from jobs.train.rewards.score import RewardSet
+from jobs.train.rollout import sample_completions
+
+SAMPLES_PER_STEP = 4   # completions written to completions.jsonl each step
+
+
+class GroupRelativePolicyOptimization(Method):
+    name = "grpo"
+    capturable = False   # the step's shapes change with every sampling
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.metric_names = ("kl",) if self.spec.beta > 0 else ()
+        self.pending_fields: deque = deque()
+        self.rewards = RewardSet.for_spec(self.spec, log=trainer.log)
+
+    # ---- data -----------------------------------------------------------------------
+    def load_data(self):
+        t, spec = self.trainer, self.spec
+        rows = load_prompt_rows(spec, t.data_dir, log=t.log)
+        rows = encode_prompts(t.tokenizer, rows, spec.max_seq_length)
+        t.log(f"grpo: {len(rows)} prompts, {spec.num_generations} completions each of at most "
+              f"{spec.max_completion_length} tokens; rewards {spec.rewards or ', '.join(self._weights())}")
+        return rows, []
+
+    def _weights(self) -> list[str]:
+        return [f"{n}:{self.rewards.weights[n]:g}" for n in self.rewards.names]
+
+    def plan_batches(self):
+        t = self.trainer
+        t.packed = False
+        return PromptPlan(t.examples, self.spec.batch_size, self.spec.seed, t.dist.rank, t.dist.world_size), None
+
+    def loss_units(self, batch) -> int:
+        return batch.label_tokens
+
+    def batch_tokens(self) -> int:
+        """batch_size prompts (max_seq_length caps a prompt) x num_generations completions."""
+        spec = self.spec
+        return spec.batch_size * spec.num_generations * (spec.max_seq_length + spec.max_completion_length)
+
+    # ---- sampling and scoring (host side, once per optimizer step) ---------------------
+    def prepare_step(self, group: list) -> list:
+        spec, t = self.spec, self.trainer
+        stats = {"rewards": [], "each": {n: [] for n in self.rewards.names}, "lengths": [], "flat": []}
+        for _, batch in group:
+            prompts = [row.input_ids for row in batch.rows]
+            completions = sample_completions(t.model, t.tokenizer, prompts, spec.num_generations,
+                                             spec.max_completion_length, spec.temperature, spec.top_p, t.device)
+            totals = self._score(batch, completions, stats)
+            advantages, flat = grpo_loss.group_advantages(torch.tensor(totals), spec.num_generations,
+                                                          scale=spec.loss_type != "dr_grpo")
+            pad_id = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else t.tokenizer.eos_token_id
+            batch.tensors = rollout_tensors(prompts, completions, spec.num_generations, pad_id)
+            batch.tensors["advantages"] = advantages
+            lengths = [len(c) for c in completions]
+            batch.label_tokens = grpo_loss.units(lengths, spec.loss_type)
+            batch.real_tokens = int(batch.tensors["attention_mask"].sum())
+            stats["lengths"] += lengths
+            stats["flat"] += flat.tolist()
+        self.pending_fields.append(self._fields(stats))
+        return group
+
+    def _score(self, batch, completions: list[list[int]], stats: dict) -> list[float]:
+        spec, tok = self.spec, self.trainer.tokenizer
+        G = spec.num_generations
+        rows = [row for row in batch.rows for _ in range(G)]
+        texts = tok.batch_decode(completions, skip_special_tokens=True)
+        shown = [t if isinstance(r.prompt, str) else [{"role": "assistant", "content": t}] for t, r in zip(texts, rows)]
+        columns = {k: [r.columns.get(k) for r in rows] for k in {k for r in rows for k in r.columns}}
+        totals, each = self.rewards.score([r.prompt for r in rows], shown, columns, [len(c) for c in completions],
+                                          spec.max_completion_length)
+        stats["rewards"] += totals
+        for name, values in each.items():
+            stats["each"][name] += values
+        if self.trainer.dist.is_main and not stats.get("written"):
+            self._write_samples(rows, texts, totals, each)
+            stats["written"] = True
+        return totals
+
+    def _write_samples(self, rows, texts, totals, each) -> None:
+        step = self.trainer.step + 1
+        with JobLayout(self.trainer.job_dir).completions.open("a", encoding="utf-8") as fh:
+            for i in range(min(SAMPLES_PER_STEP, len(texts))):
+                record = {"step": step, "prompt": render(self.trainer.tokenizer, rows[i].prompt)[-400:],
+                          "completion": texts[i], "reward": round(totals[i], 4),
+                          "rewards": {n: round(v[i], 4) for n, v in each.items()}}
+                fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def _fields(self, stats: dict) -> dict:
+        """The step event's reward fields over every rank's completions (one host all-reduce)."""
+        rewards, names = stats["rewards"], list(stats["each"])
+        sums = self.trainer.dist.all_reduce_sum(
+            sum(rewards), sum(r * r for r in rewards), len(rewards), sum(stats["lengths"]), sum(stats["flat"]),
+            len(stats["flat"]), *[sum(stats["each"][n]) for n in names])
+        total, squares, n, lengths, flat, groups, *each = sums
+        mean = total / max(1.0, n)
+        std = max(0.0, squares / max(1.0, n) - mean * mean) ** 0.5
+        fields = {"reward_mean": round(mean, 4), "reward_std": round(std, 4),
+                  "completion_length": round(lengths / max(1.0, n), 2),
+                  "zero_std_groups": round(flat / max(1.0, groups), 4)}
+        for name, value in zip(names, each):
+            fields[f"reward/{name}"] = round(value / max(1.0, n), 4)
+        return fields
+
+    # ---- the step ---------------------------------------------------------------------
+    def loss(self, model, batch: dict, count: torch.Tensor):
+        from kernels.loss_patch import find_causal_lm
+        from kernels.ops.fused_linear_logprobs import fused_linear_logprobs
+        spec, peft = self.spec, self.trainer.model
+        lm = find_causal_lm(peft)
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+        head = dict(weight=lm.lm_head.weight, bias=lm.lm_head.bias, temperature=spec.temperature,
+                    softcap=getattr(_text_config(lm.config), "final_logit_softcapping", None))
+        ref = None
+        if spec.beta > 0:
+            with torch.no_grad(), peft.disable_adapter():
+                hidden = _completion_hidden(peft, lm, inputs, batch["gather"])
+                ref = fused_linear_logprobs(hidden, labels=batch["labels"], **head)
+        hidden = _completion_hidden(model, lm, inputs, batch["gather"])
+        logp = fused_linear_logprobs(hidden, labels=batch["labels"], **head)
+        loss, kl = grpo_loss.grpo_loss(
+            logp, batch["seq_index"], batch["lengths"], batch["advantages"].to(logp.device), count, ref_logp=ref,
+            beta=spec.beta, eps_low=spec.epsilon, eps_high=spec.epsilon_high or spec.epsilon,
+            loss_type=spec.loss_type, max_completion_length=spec.max_completion_length)
+        return loss, (kl.view(1) if kl is not None else None)
+
+    def step_fields(self, metrics: list[float]) -> dict:
+        fields = self.pending_fields.popleft() if self.pending_fields else {}
+        if self.metric_names:
+            fields["kl"] = metrics[0]
+        return fields
+
+    def evaluate(self, model, plan, device) -> dict:
+        return {"eval_loss": float("nan"), "eval_tokens": 0}
+
+
+def _text_config(config):
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _completion_hidden(model, lm, inputs: dict, gather: torch.Tensor) -> torch.Tensor:
+    """The final-norm hidden states [N, D] at the positions that predict completion tokens.
+    The model runs through `model` (DDP's hooks, the fused LoRA kernels) with logits_to_keep=1,
+    so no full logits are made; a forward hook on the decoder (lm.model) catches its output."""
+    caught = {}
+
+    def keep(_module, _args, output):
+        caught["hidden"] = output[0] if isinstance(output, tuple) else output.last_hidden_state
+
+    handle = lm.model.register_forward_hook(keep)
+    try:
+        model(**inputs, logits_to_keep=1, use_cache=False)
+    finally:
+        handle.remove()
+    hidden = caught["hidden"]
+    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, gather.to(hidden.device))

@@ -1,0 +1,87 @@
+"""GRPO's batches: a plan of prompt micro-batches (what the loop's Prefetcher reads) and the
+rollout batch a step trains on once its completions are sampled (jobs/train/methods/grpo.py).
+
+`batch_size` counts prompts; with several processes each micro-batch is `batch_size x world`
+prompts and each rank samples its own `batch_size` of them (rank r takes the r-th slice). An
+epoch's order is shuffled from the seed; its short last micro-batch is filled from the start of
+the epoch, so every rank always has prompts (DDP needs every rank's backward)."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class RolloutBatch:
+    """A micro-batch of prompts (`rows`), and after prepare_step its completions' tensors."""
+
+    rows: list
+    tensors: dict = field(default_factory=dict)
+    ints: dict = field(default_factory=dict)
+    real_tokens: int = 0
+    label_tokens: int = 0
+
+    def pinned(self) -> "RolloutBatch":
+        return self   # the tensors are built after sampling, on the training thread
+
+    def to(self, device) -> dict:
+        return {**{k: v.to(device, non_blocking=True) for k, v in self.tensors.items()}, **self.ints}
+
+
+class PromptPlan:
+    def __init__(self, rows: list, batch_size: int, seed: int, rank: int = 0, world: int = 1):
+        self.rows, self.batch_size, self.seed, self.rank, self.world = rows, batch_size, seed, rank, world
+        self.examples = rows   # resume_position reads plan.examples and plan.packed
+        self.packed = False
+        self._epoch, self._order = None, []
+
+    @property
+    def per_epoch(self) -> int:
+        return max(1, -(-len(self.rows) // (self.batch_size * self.world)))
+
+    def _order_of(self, epoch: int) -> list[int]:
+        if self._epoch != epoch:
+            self._order = list(range(len(self.rows)))
+            random.Random(self.seed * 1000 + epoch).shuffle(self._order)
+            self._epoch = epoch
+        return self._order
+
+    def batch_at(self, micro_index: int) -> tuple[float, RolloutBatch]:
+        epoch, index = divmod(micro_index, self.per_epoch)
+        order, size = self._order_of(epoch), self.batch_size * self.world
+        start = index * size + self.rank * self.batch_size
+        mine = [order[(start + i) % len(order)] for i in range(self.batch_size)]
+        return epoch + (index + 1) / self.per_epoch, RolloutBatch([self.rows[i] for i in mine])
+
+    def all_batches(self):
+        return iter(())
+
+
+def rollout_tensors(prompts: list[list[int]], completions: list[list[int]], group: int, pad_id: int) -> dict:
+    """Rows of prompt (left-padded) + completion (right-padded), for the policy forward:
+    input_ids, attention_mask, position_ids [S, P + L]; and the completion tokens flat:
+    labels [N] (the tokens), seq_index [N] (their completion), lengths [S], and `gather` [N], the
+    flat position in [S * (P + L)] of the hidden state that predicts each token."""
+    width_p = max(len(p) for p in prompts)
+    width_c = max(1, max(len(c) for c in completions))
+    S = len(completions)
+    ids = torch.full((S, width_p + width_c), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    gather, seq_index, labels = [], [], []
+    for s, completion in enumerate(completions):
+        prompt = prompts[s // group]
+        ids[s, width_p - len(prompt):width_p] = torch.tensor(prompt, dtype=torch.long)
+        mask[s, width_p - len(prompt):width_p + len(completion)] = 1
+        if completion:
+            ids[s, width_p:width_p + len(completion)] = torch.tensor(completion, dtype=torch.long)
+        row = s * (width_p + width_c)
+        gather += [row + width_p - 1 + t for t in range(len(completion))]
+        seq_index += [s] * len(completion)
+        labels += completion
+    position_ids = (mask.cumsum(1) - 1).clamp(min=0)
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids,
+            "labels": torch.tensor(labels, dtype=torch.long), "seq_index": torch.tensor(seq_index, dtype=torch.long),
+            "lengths": torch.tensor([len(c) for c in completions], dtype=torch.long),
+            "gather": torch.tensor(gather, dtype=torch.long)}

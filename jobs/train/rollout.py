@@ -1,0 +1,55 @@
+"""GRPO's generation: `num_generations` completions per prompt from the current policy (LoRA on),
+sampled in one batched call with a KV cache, each stopping at EOS or max_completion_length.
+
+This first version calls transformers' `generate` (one batched call for all prompts x
+generations, left-padded prompts, the dynamic KV cache); the fast target, a hand-written decode
+loop over a static KV cache captured as one CUDA graph step, is not written yet. The model is
+put in eval mode for sampling (no dropout, the cache allowed under checkpointing) and back after."""
+from __future__ import annotations
+
+import torch
+
+
+def pad_left(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def cut_at_eos(row: list[int], eos_ids: set[int]) -> list[int]:
+    """The completion up to and including its first EOS (TRL's completion mask keeps the EOS)."""
+    for i, token in enumerate(row):
+        if token in eos_ids:
+            return row[:i + 1]
+    return row
+
+
+def eos_ids_of(model, tokenizer) -> set[int]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids |= set(config_eos if isinstance(config_eos, (list, tuple)) else [config_eos] if config_eos is not None else [])
+    return ids
+
+
+@torch.no_grad()
+def sample_completions(model, tokenizer, prompts: list[list[int]], num_generations: int, max_new_tokens: int,
+                       temperature: float, top_p: float, device) -> list[list[int]]:
+    """Completion token ids [len(prompts) * num_generations], prompt 0's group first."""
+    repeated = [p for p in prompts for _ in range(num_generations)]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids, mask = pad_left(repeated, pad_id, device)
+    eos = eos_ids_of(model, tokenizer)
+    was_training = model.training
+    model.eval()
+    try:
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=temperature,
+                             top_p=top_p, top_k=0, max_new_tokens=max_new_tokens, use_cache=True,
+                             pad_token_id=pad_id, eos_token_id=sorted(eos) or None)
+    finally:
+        model.train(was_training)
+    new = out[:, ids.shape[1]:].tolist()
+    return [cut_at_eos(row, eos) for row in new]

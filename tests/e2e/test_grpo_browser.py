@@ -1,0 +1,28 @@
+"""GRPO from the browser: pick method grpo and the built-in arithmetic task on the tiny model,
+Start, and see the reward curve beside the loss and the table of sampled completions with their
+rewards on the Jobs tab (everything read through the page)."""
+from __future__ import annotations
+
+from tests.e2e.studio_page import (command_has, fill_job_form, open_studio, pick_option, set_text, start_job,
+                                   wait_for_state)
+
+
+def test_grpo_on_the_builtin_task_shows_the_reward_curve_and_completions(studio, browser_context):
+    url, model_dir, _ = studio
+    page = open_studio(browser_context, url)
+    fill_job_form(page, model_dir, 4, name="grpo run")
+    pick_option(page, "ft-field-method", "grpo")
+    pick_option(page, "ft-field-dataset", "builtin:arithmetic")
+    set_text(page, "ft-field-batch_size", "2")
+    command_has(page, "method: grpo", "dataset: builtin:arithmetic", "batch_size: 2")
+    job_id = start_job(page)
+    state, step = wait_for_state(page, ("done", "failed"), timeout_s=600, min_step=0)
+    assert state == "done", page.locator("#ft-job-failure").inner_text()
+    assert job_id
+    page.wait_for_selector("#ft-reward-plot", state="visible", timeout=30_000)
+    assert "Reward" in page.locator("#ft-reward-plot").inner_text()
+    table = page.locator("#ft-completions")
+    table.wait_for(state="visible", timeout=30_000)
+    text = table.inner_text()
+    assert "completion" in text and "answer" in text and "format" in text, text
+    page.close()

@@ -1,0 +1,95 @@
+"""`python -m jobs.train` with method grpo on the tiny random-init Llama (CPU, tens of seconds):
+the reward a reward file gives must rise, step events carry the reward fields, completions.jsonl
+fills, a raising reward fails the job naming it, and a job resumes from its checkpoint."""
+import json
+
+import pytest
+
+from jobs.io.events import summarize
+from tests.jobs.train.test_train import run_job
+
+pytestmark = pytest.mark.slow
+
+LETTER_REWARD = '''
+def letter_e(prompts, completions, **columns):
+    """The share of the completion's characters that are the letter e."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [t.count("e") / max(1, len(t)) for t in texts]
+'''
+MARGIN = 0.05   # the mean reward of the last 4 steps must beat that of the first 4 by this much
+
+
+def grpo_config(tmp_path, **overrides):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": f"Tell me about item {i}.", "item": i}) for i in range(32)))
+    rewards = tmp_path / "letter.py"
+    rewards.write_text(LETTER_REWARD)
+    return {"method": "grpo", "dataset": str(data), "reward_file": str(rewards), "max_steps": 20,
+            "learning_rate": 2e-2, "batch_size": 2, "num_generations": 8, "max_completion_length": 16,
+            "max_seq_length": 64, "save_steps": 0, "warmup_steps": 0, "beta": 0.0, **overrides}
+
+
+def test_a_reward_file_that_rewards_one_letter_raises_that_reward(tmp_path, tiny_model):
+    proc, out = run_job(tmp_path, "grpo", tiny_model, **grpo_config(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-3000:]
+    summary = summarize(out)
+    steps = summary.steps
+    assert len(steps) == 20 and summary.final["type"] == "done"
+    for key in ("reward_mean", "reward_std", "reward/letter_e", "completion_length", "zero_std_groups"):
+        assert key in steps[0], key
+    assert "kl" not in steps[0]   # beta 0: no reference pass
+    rewards = [s["reward/letter_e"] for s in steps]
+    assert sum(rewards[-4:]) / 4 > sum(rewards[:4]) / 4 + MARGIN, rewards
+    lines = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert {line["step"] for line in lines} == set(range(1, 21))
+    assert {"prompt", "completion", "reward", "rewards"} <= set(lines[0]) and "letter_e" in lines[0]["rewards"]
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_a_reward_that_raises_fails_the_job_naming_it_with_the_traceback_in_the_log(tmp_path, tiny_model):
+    config = grpo_config(tmp_path, max_steps=2)
+    (tmp_path / "letter.py").write_text("def picky(prompts, completions, **kw):\n    return 1 / 0\n")
+    proc, out = run_job(tmp_path, "grpo-bad", tiny_model, **config)
+    assert proc.returncode != 0
+    error = summarize(out).final
+    assert error["type"] == "error" and "reward picky raised ZeroDivisionError" in error["message"], error
+    log = (out / "train.log").read_text()
+    assert "Traceback" in log and "letter.py" in log
+
+
+def test_builtin_arithmetic_with_kl_runs_and_resumes_from_its_checkpoint(tmp_path, tiny_model):
+    config = grpo_config(tmp_path, dataset="builtin:arithmetic", reward_file="", max_steps=2, save_steps=1,
+                         beta=0.1, loss_type="grpo", num_generations=4)
+    proc, out = run_job(tmp_path, "arith", tiny_model, **config)
+    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-3000:]
+    step = summarize(out).steps[0]
+    assert {"reward/answer", "reward/format", "kl"} <= set(step) and step["kl"] >= 0
+    again, out2 = run_job(tmp_path, "arith-resumed", tiny_model, **{**config, "max_steps": 3,
+                                                                     "resume_from": str(out / "checkpoints" / "step-1")})
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = summarize(out2)
+    assert summary.start["resumed_at"] == 1 and [s["step"] for s in summary.steps] == [2, 3]
+
+
+def test_the_grpo_benchmark_smoke_run_writes_a_job_line_and_a_generation_line(tmp_path, tiny_model):
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    out = tmp_path / "grpo.jsonl"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_grpo.py"), "--smoke", "--dir", str(tmp_path / "b"),
+                           "--tokenizer", str(tiny_model), "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job, gen = [json.loads(line) for line in out.read_text().splitlines()]
+    assert job["stack"] == "fusetune (a)" and job["returncode"] == 0 and job["steps_per_s"] > 0, job
+    assert gen["stack"] == "generation (gen)" and 0 < gen["transformers_generate"]["tokens"] <= 2 * 2 * 8, gen
+
+
+def test_two_processes_each_sample_their_share_and_report_the_rewards_of_all(tmp_path, tiny_model):
+    proc, out = run_job(tmp_path, "grpo-ddp", tiny_model, **grpo_config(tmp_path, max_steps=2, processes=2))
+    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-3000:]
+    summary = summarize(out)
+    assert summary.start["processes"] == 2 and summary.start["global_batch"] == 4
+    assert len(summary.steps) == 2 and all(0 <= s["reward_mean"] <= 1 for s in summary.steps)
+    lines = (out / "completions.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * 4   # rank 0 writes its SAMPLES_PER_STEP a step, the other rank none
