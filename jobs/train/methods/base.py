@@ -30,8 +30,9 @@ class Method:
         raise NotImplementedError
 
     def plan_batches(self):
-        """(train plan, eval plan or None): objects with `batch_at`, `per_epoch`, `all_batches`
-        (jobs/data/packing.py BatchPlan is the SFT one)."""
+        """(train plan, eval plan or None): objects with `batch_at`, `per_epoch`, `all_batches`, and
+        `epoch_batches(epoch)` and `lengths`, which a checkpoint fingerprints (jobs/train/rng_state.py);
+        jobs/data/packing.py BatchPlan is the SFT one."""
         raise NotImplementedError
 
     def batch_tokens(self) -> int:

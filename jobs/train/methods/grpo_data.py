@@ -58,6 +58,16 @@ class PromptPlan:
     def all_batches(self):
         return iter(())
 
+    # what a checkpoint fingerprints to see whether a resume reads the same data in the same order
+    # (jobs/train/rng_state.py data_order_digest), as BatchPlan's
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        order, size = self._order_of(epoch), self.batch_size * self.world
+        return [order[i:i + size] for i in range(0, len(order), size)]
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(repr(row)) for row in self.rows]
+
 
 def rollout_tensors(prompts: list[list[int]], completions: list[list[int]], group: int, pad_id: int) -> dict:
     """Rows of prompt (left-padded) + completion (right-padded), for the policy forward:

@@ -88,3 +88,14 @@ def test_advantages_are_centred_and_scaled_per_group():
     plain, _ = grpo_loss.group_advantages(rewards, 3, scale=False)
     torch.testing.assert_close(plain, torch.tensor([2 / 3, -1 / 3, -1 / 3, -2.0, 0.0, 2.0]))
     torch.testing.assert_close(scaled[3:], torch.tensor([-2.0, 0.0, 2.0]) / (2.0 + grpo_loss.STD_EPS))
+
+
+def test_the_prompt_plan_gives_a_checkpoint_its_data_order():
+    """A GRPO job's plan is fingerprinted like any other (a checkpoint's data order, rng_state.py)."""
+    from jobs.train.methods.grpo_data import PromptPlan
+    from jobs.train.rng_state import data_order_digest
+    rows = [{"prompt": f"q{i}", "answer": str(i)} for i in range(7)]
+    plan = PromptPlan(rows, batch_size=2, seed=3)
+    assert sorted(i for batch in plan.epoch_batches(0) for i in batch) == list(range(7))
+    assert data_order_digest(plan) == data_order_digest(PromptPlan(rows, batch_size=2, seed=3))
+    assert data_order_digest(plan) != data_order_digest(PromptPlan(rows[:-1], batch_size=2, seed=3))
