@@ -19,6 +19,9 @@ import yaml
 
 BUILTIN_MODEL = "builtin:smollm2-135m-instruct"
 BUILTIN_DATASET = "builtin:identity"
+# the built-in preference set (jobs/data/builtin/concise.py): the base model's answers, short one preferred
+BUILTIN_CONCISE = "builtin:concise"
+BUILTIN_DATASETS = (BUILTIN_DATASET, BUILTIN_CONCISE)
 DATASET_FORMATS = ("auto", "alpaca", "sharegpt", "messages", "text")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 CHECKPOINTING = ("auto", "on", "off", "offload")
@@ -84,7 +87,9 @@ class JobSpec:
                     f"or {BUILTIN_MODEL} (ships with Fusetune, runs offline).")
     method: str = _f("sft", "Training method: sft (supervised fine-tuning on answers).", choices=METHODS)
     dataset: str = _f(BUILTIN_DATASET, "Training data: a .json/.jsonl/.csv/.parquet file, a hub id, "
-                      f"or {BUILTIN_DATASET} (self-cognition Q&A built from bot_name and bot_author).")
+                      f"or {BUILTIN_DATASET} (self-cognition Q&A built from bot_name and bot_author), "
+                      f"or {BUILTIN_CONCISE} (preference pairs from the base model's own answers, the "
+                      "concise one preferred: for a preference method).")
     dataset_format: str = _f("auto", "Row format: auto-detect, alpaca (instruction/input/output), "
                              "sharegpt (conversations from/value), messages (role/content) or text.",
                              choices=DATASET_FORMATS)
@@ -192,6 +197,7 @@ class JobSpec:
             raise SpecError("num_epochs", "must be > 0 when max_steps is 0 (or set max_steps)")
         if self.dataset == BUILTIN_DATASET and not self.bot_name.strip():
             raise SpecError("bot_name", "is empty: the identity dataset needs a name to teach")
+        _check_builtin_method(self)
         if self.resume_from and not Path(self.resume_from).is_dir():
             raise SpecError("resume_from", f"{self.resume_from} is not a checkpoint folder")
         if self.eval_dataset:
@@ -253,6 +259,18 @@ def _coerce(key: str, value: Any) -> Any:
     return value
 
 
+def _check_builtin_method(spec: "JobSpec") -> None:
+    """The built-in sets are of one kind each: identity is SFT rows, concise is preference pairs."""
+    if spec.dataset == BUILTIN_CONCISE and spec.method == "sft":
+        preference = ", ".join(m for m in METHODS if m != "sft") or "a preference method"
+        raise SpecError("method", f"sft cannot train on {BUILTIN_CONCISE}: it is a set of preference pairs; "
+                        f"pick {preference}, or the dataset {BUILTIN_DATASET} for sft")
+    if spec.dataset == BUILTIN_DATASET and spec.method != "sft":
+        raise SpecError("method", f"{spec.method} trains on preference pairs, and {BUILTIN_DATASET} has "
+                        f"answers, not pairs: pick the dataset {BUILTIN_CONCISE} or a preference file, "
+                        "or method sft")
+
+
 def _check_base_precision(spec: "JobSpec") -> None:
     if spec.base_precision != "fp8":
         return
@@ -280,8 +298,9 @@ def _looks_like_path(value: str) -> bool:
 
 def _check_dataset_path(dataset: str, key: str = "dataset") -> None:
     if dataset.startswith("builtin:"):
-        if dataset != BUILTIN_DATASET:
-            raise SpecError(key, f"unknown built-in dataset {dataset!r}; the built-in one is {BUILTIN_DATASET}")
+        if dataset not in BUILTIN_DATASETS:
+            raise SpecError(key, f"unknown built-in dataset {dataset!r}; the built-in ones are "
+                            f"{', '.join(BUILTIN_DATASETS)}")
         return
     if not _looks_like_path(dataset):
         return  # a hub id; checked when it loads

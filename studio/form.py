@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.spec import BUILTIN_DATASET, BUILTIN_MODEL, JobSpec, SpecError
+from jobs.spec import BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, JobSpec, SpecError
 from studio.i18n import field_help, field_label, t
 
 # The runner assigns output_dir (one folder per job), so the form does not offer it.
@@ -99,7 +99,7 @@ def field_widgets() -> list[FieldWidget]:
         if f.name == "model":
             widget.kind, widget.allow_custom, widget.choices = "dropdown", True, (BUILTIN_MODEL,)
         elif f.name == "dataset":
-            widget.kind, widget.allow_custom, widget.choices = "dropdown", True, (BUILTIN_DATASET,)
+            widget.kind, widget.allow_custom, widget.choices = "dropdown", True, BUILTIN_DATASETS
         elif f.name == "target_modules":
             widget.default = "all-linear"
         elif f.name == "base_precision":   # a switch: on = fp8, off = bf16 (the JobSpec values)

@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 
 from jobs.io import paths
-from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, JobSpec, SpecError
+from jobs.spec import BUILTIN_DATASET, BUILTIN_DATASETS, DATASET_SUFFIXES, JobSpec, SpecError
 from studio import form, render
 from studio.context import StudioContext
 from studio.i18n import t
@@ -91,9 +91,9 @@ def store_upload(data_dir: Path, uploaded: str) -> Path:
 
 
 def known_datasets(data_dir: Path) -> list[str]:
-    """The built-in dataset, then every upload in the data dir."""
+    """The built-in datasets, then every upload in the data dir."""
     files = sorted(p for p in paths.datasets_dir(data_dir).glob("*") if p.suffix.lower() in DATASET_SUFFIXES)
-    return [BUILTIN_DATASET] + [str(p) for p in files]
+    return list(BUILTIN_DATASETS) + [str(p) for p in files]
 
 
 def describe_dataset(path: Path) -> tuple[str, int]:
