@@ -29,7 +29,9 @@ PACKING = ("auto", "on", "off")
 BASE_PRECISIONS = ("bf16", "fp8")
 DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 # training methods (jobs/train/methods/): each new one adds its name here and its class there
-METHODS = ("sft",)
+METHODS = ("sft", "dpo", "orpo", "simpo", "kto")
+PREFERENCE_METHODS = ("dpo", "orpo", "simpo", "kto")
+REFERENCE_FREE_METHODS = ("orpo", "simpo")
 MODULE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 
 
@@ -85,7 +87,9 @@ class JobSpec:
     name: str = _f("", "The job's display name (empty: model · dataset, plus the bot name for identity jobs).")
     model: str = _f(BUILTIN_MODEL, "Base model: a hub id, a local Hugging Face folder, a .gguf file, "
                     f"or {BUILTIN_MODEL} (ships with Fusetune, runs offline).")
-    method: str = _f("sft", "Training method: sft (supervised fine-tuning on answers).", choices=METHODS)
+    method: str = _f("sft", "Training method: sft (supervised fine-tuning on answers), or preference tuning on "
+                     "chosen/rejected pairs: dpo, orpo, simpo, or kto (prompt/completion/label rows).",
+                     choices=METHODS)
     dataset: str = _f(BUILTIN_DATASET, "Training data: a .json/.jsonl/.csv/.parquet file, a hub id, "
                       f"or {BUILTIN_DATASET} (self-cognition Q&A built from bot_name and bot_author), "
                       f"or {BUILTIN_CONCISE} (preference pairs from the base model's own answers, the "
@@ -141,6 +145,20 @@ class JobSpec:
                         "several processes use gloo (for tests).", min=0, max=1024)
     seed: int = _f(42, "Random seed for LoRA init, shuffling and dropout.", min=0, max=2**32 - 1)
     resume_from: str = _f("", "A checkpoints/step-N folder to resume from (empty: start fresh).")
+    # preference tuning (method dpo/orpo/simpo/kto); defaults are TRL's (DPOConfig, ORPOConfig, CPOConfig, KTOConfig)
+    beta: float = _f(0.1, "Preference methods: the temperature of the implicit reward (DPO, SimPO, KTO; "
+                     "TRL's beta): higher keeps the tuned model closer to the reference.", min=0.0, max=100.0)
+    simpo_gamma: float = _f(0.5, "SimPO: the target reward margin gamma between chosen and rejected "
+                            "(TRL's simpo_gamma).", min=0.0, max=100.0)
+    orpo_lambda: float = _f(0.1, "ORPO: the weight of the odds-ratio term beside the NLL on chosen answers "
+                            "(the paper's lambda; TRL's ORPOConfig calls it beta).", min=0.0, max=100.0)
+    kto_desirable_weight: float = _f(1.0, "KTO: the loss weight of desirable (label true) answers.",
+                                     min=0.0, max=100.0)
+    kto_undesirable_weight: float = _f(1.0, "KTO: the loss weight of undesirable (label false) answers.",
+                                       min=0.0, max=100.0)
+    precompute_reference: bool = _f(False, "DPO/KTO: compute the reference model's log-probs once over the "
+                                    "dataset before training (the base model with the adapter off) instead "
+                                    "of at every step.")
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -207,6 +225,7 @@ class JobSpec:
             if self.eval_fraction > 0:
                 raise SpecError("eval_fraction", "set either eval_fraction or eval_dataset, not both")
         _check_base_precision(self)
+        _check_preference(self)
         if self.keep_best and not (self.eval_fraction > 0 or self.eval_dataset):
             raise SpecError("keep_best", "needs eval data: set eval_fraction or eval_dataset")
         self.gpus = _normalise_gpus(self.gpus)
@@ -280,6 +299,20 @@ def _check_base_precision(spec: "JobSpec") -> None:
     if not spec.fused_kernels:
         raise SpecError("base_precision", "fp8 runs on the fused engine: set fused_kernels: true "
                         "(or base_precision: bf16)")
+
+
+def _check_preference(spec: "JobSpec") -> None:
+    """The preference keys: beta must be positive; weights not both zero; a reference only where used."""
+    if spec.method not in PREFERENCE_METHODS:
+        return
+    if spec.method != "orpo" and spec.beta <= 0:
+        raise SpecError("beta", f"must be > 0 for {spec.method} (TRL's default is 0.1)")
+    if spec.method == "orpo" and spec.orpo_lambda <= 0:
+        raise SpecError("orpo_lambda", "must be > 0 (TRL's default is 0.1)")
+    if spec.method == "kto" and spec.kto_desirable_weight == 0 and spec.kto_undesirable_weight == 0:
+        raise SpecError("kto_desirable_weight", "and kto_undesirable_weight are both 0: nothing would train")
+    if spec.precompute_reference and spec.method in REFERENCE_FREE_METHODS:
+        raise SpecError("precompute_reference", f"{spec.method} uses no reference model; set it to false")
 
 
 def _check_bounds(f: dataclasses.Field, value: Any) -> None:

@@ -35,6 +35,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "training": ("learning_rate", "max_steps", "num_epochs", "batch_size",
                  "gradient_accumulation_steps", "max_seq_length", "seed"),
     "eval": ("eval_fraction", "eval_dataset", "eval_steps", "keep_best"),
+    # shown only for preference methods (the Train tab hides it for sft)
+    "preference": ("beta", "simpo_gamma", "orpo_lambda", "kto_desirable_weight", "kto_undesirable_weight",
+                   "precompute_reference"),
     "more": ("warmup_steps", "weight_decay", "max_grad_norm", "save_steps", "processes", "resume_from"),
 }
 NUMBER_KINDS = ("int", "float")
