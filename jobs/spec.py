@@ -281,10 +281,10 @@ def _coerce(key: str, value: Any) -> Any:
 def _check_builtin_method(spec: "JobSpec") -> None:
     """The built-in sets are of one kind each: identity is SFT rows, concise is preference pairs."""
     if spec.dataset == BUILTIN_CONCISE and spec.method == "sft":
-        preference = ", ".join(m for m in METHODS if m != "sft") or "a preference method"
+        preference = ", ".join(PREFERENCE_METHODS)
         raise SpecError("method", f"sft cannot train on {BUILTIN_CONCISE}: it is a set of preference pairs; "
                         f"pick {preference}, or the dataset {BUILTIN_DATASET} for sft")
-    if spec.dataset == BUILTIN_DATASET and spec.method != "sft":
+    if spec.dataset == BUILTIN_DATASET and spec.method in PREFERENCE_METHODS:
         raise SpecError("method", f"{spec.method} trains on preference pairs, and {BUILTIN_DATASET} has "
                         f"answers, not pairs: pick the dataset {BUILTIN_CONCISE} or a preference file, "
                         "or method sft")

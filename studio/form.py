@@ -40,6 +40,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
                    "precompute_reference"),
     "more": ("warmup_steps", "weight_decay", "max_grad_norm", "save_steps", "processes", "resume_from"),
 }
+# Which keys of the "preference" group each preference method reads (jobs/train/methods/preference.py);
+# the Train tab shows only these, and the whole group only for a preference method.
+PREFERENCE_KEYS = {"dpo": ("beta", "precompute_reference"), "orpo": ("orpo_lambda",),
+                   "simpo": ("beta", "simpo_gamma"),
+                   "kto": ("beta", "kto_desirable_weight", "kto_undesirable_weight", "precompute_reference")}
 NUMBER_KINDS = ("int", "float")
 THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?$")
 
@@ -148,6 +153,11 @@ def grouped_widgets() -> list[tuple[str, list[FieldWidget]]]:
         title, members = groups[-1]
         groups[-1] = (title, members + leftovers)
     return groups
+
+
+def preference_keys(method: str | None) -> tuple[str, ...]:
+    """The preference keys `method` uses (none for sft or an unknown method)."""
+    return PREFERENCE_KEYS.get((method or "").strip(), ())
 
 
 def form_names() -> list[str]:

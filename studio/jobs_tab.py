@@ -22,6 +22,7 @@ from jobs.io.layout import JobLayout
 from studio import job_actions
 from studio import jobs_view as view
 from studio import render
+from studio import reward_view
 from studio.context import StudioContext
 from studio.i18n import t
 
@@ -46,7 +47,7 @@ def table_and_choices(ctx: StudioContext, lang: str) -> tuple[list[Any], pd.Data
 
 
 def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
-    """progress, failure, loss, rss, cpu, gpu util, gpu mem, kernel report, log, 3 action buttons."""
+    """progress, failure, loss, rss, cpu, gpu util, gpu mem, rewards, kernel report, log, 3 action buttons."""
     summary = ctx.events.get(record.job_dir)
     numbers = view.progress_numbers(record, summary)
     progress = render.progress_html(record.state, numbers["step"], numbers["max_steps"],
@@ -55,6 +56,7 @@ def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
     util, mem = view.gpu_frames(summary)
     has_gpu = not util.empty or not mem.empty
     actions = job_actions.actions_for(record)
+    rewards = reward_view.reward_frame(summary, lang)   # a preference job's margin and accuracy
     return [
         progress,
         render.notice_html(failure, "error" if record.state == "failed" else "warn") if failure else "",
@@ -63,6 +65,7 @@ def detail(ctx: StudioContext, record: Any, lang: str) -> list[Any]:
         view.cpu_frame(summary),
         gr.update(value=util, visible=has_gpu),
         gr.update(value=mem, visible=has_gpu),
+        gr.update(value=rewards, visible=not rewards.empty),
         view.patch_report_text(record, summary, lang),
         render.log_html(tail_log(record.job_dir, lines=LOG_LINES), lang=lang),
         *[gr.update(visible=action in actions) for action in ACTIONS],
@@ -75,16 +78,16 @@ ACTIONS = (job_actions.CANCEL, job_actions.REMOVE, job_actions.DELETE)
 def empty_detail(lang: str) -> list[Any]:
     """The detail outputs while no job is picked: a hint, no curves, no actions."""
     return [render.notice_html(t("jobs.pick_hint", lang), "info"), "", None, None, None,
-            gr.update(visible=False), gr.update(visible=False), "", "",
+            gr.update(visible=False), gr.update(visible=False), gr.update(visible=False), "", "",
             *[gr.update(visible=False) for _ in ACTIONS]]
 
 
-DETAIL_LEN = 12
+DETAIL_LEN = 13
 
 
 def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any, lang: str = "en",
             pick: bool = False) -> list[Any]:
-    """[table, select, *detail(12), table_sig, detail_sig]; unchanged parts are gr.skip().
+    """[table, select, *detail(13), table_sig, detail_sig]; unchanged parts are gr.skip().
 
     `pick` sets the list's value to `job_id` (the user or Start picked it); a poll only updates
     the list's choices, except that a job which no longer exists is unpicked.
@@ -121,11 +124,16 @@ def _log_size(record: Any) -> int:
 
 
 def _plots(ctx: StudioContext) -> list[gr.LinePlot]:
-    """loss, rss, cpu, gpu util, gpu mem: axes from zero where a zero means something."""
+    """loss, rss, cpu, gpu util, gpu mem, rewards: axes from zero where a zero means something. The
+    rewards chart (a preference job's margin and accuracy) sits beside the loss, hidden for SFT."""
     bind = ctx.page.bind
     with gr.Row():
         loss = bind(gr.LinePlot(x="step", y="loss", color="series", elem_id="ft-loss-plot", height=260),
                     title="plot.loss_title", x_title="plot.step", y_title="plot.loss", color_title="plot.series")
+        rewards = bind(gr.LinePlot(x="step", y="value", color="series", elem_id="ft-reward-plot", height=260,
+                                   visible=False),
+                       title="plot.reward_title", x_title="plot.step", y_title="plot.value",
+                       color_title="plot.series")
         rss = bind(gr.LinePlot(x="elapsed_s", y="rss_gb", elem_id="ft-rss-plot", height=260,
                                y_lim=[0, None], y_axis_format=GB_FORMAT),
                    title="plot.rss_title", x_title="plot.seconds", y_title="plot.gb")
@@ -138,7 +146,7 @@ def _plots(ctx: StudioContext) -> list[gr.LinePlot]:
         gpu_mem = bind(gr.LinePlot(x="elapsed_s", y="mem_used_gb", color="gpu", elem_id="ft-gpu-mem", height=240,
                                    visible=False, y_lim=[0, None], y_axis_format=GB_FORMAT),
                        title="plot.gpu_mem_title", x_title="plot.seconds", y_title="plot.gb")
-    return [loss, rss, cpu, gpu_util, gpu_mem]
+    return [loss, rss, cpu, gpu_util, gpu_mem, rewards]
 
 
 def build_jobs_tab(ctx: StudioContext) -> JobsTab:

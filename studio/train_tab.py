@@ -12,7 +12,8 @@ from typing import Any
 import gradio as gr
 
 from jobs.io import paths
-from jobs.spec import BUILTIN_DATASET, BUILTIN_DATASETS, DATASET_SUFFIXES, JobSpec, SpecError
+from jobs.spec import (BUILTIN_CONCISE, BUILTIN_DATASET, BUILTIN_DATASETS, DATASET_SUFFIXES, PREFERENCE_METHODS,
+                       JobSpec, SpecError)
 from studio import form, render
 from studio.context import StudioContext
 from studio.i18n import t
@@ -172,8 +173,9 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
     made: dict[str, Any] = {}
     extras: dict[str, Any] = {}
 
-    def place(group: str) -> None:
-        with gr.Group():
+    def place(group: str, visible: bool = True) -> None:
+        with gr.Group(visible=visible, elem_id=f"ft-group-{group}") as box:
+            extras[f"group.{group}"] = box
             ctx.page.bind(gr.Markdown(elem_classes=["ft-group-title"]),
                           value=lambda lang: f"**{t(f'group.{group}', lang)}**")
             for widget in groups[group]:
@@ -190,6 +192,8 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
     with gr.Row(equal_height=False):
         with gr.Column():
             place("data")
+            if "preference" in groups:  # shown for a preference method only (_wire_method)
+                place("preference", visible=False)
         with gr.Column():
             place("lora")
             place("engine")
@@ -201,6 +205,7 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
                 place("eval")
             with gr.Column():
                 place("more")
+    made["group.preference"] = extras.get("group.preference")
     return made, extras["upload"], extras["upload_info"]
 
 
@@ -273,6 +278,7 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
 
     made["dataset"].change(on_dataset, made["dataset"], [made["bot_name"], made["bot_author"]],
                            show_progress="hidden")
+    _wire_method(made)
 
     def on_upload(file: str | None, language: str) -> tuple[Any, str]:
         if not file:
@@ -304,6 +310,28 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
                     [tab.status, tab.started_job, tab.confirm, tab.start, tab.fit])
 
 
+def method_updates(method: str, dataset: str, keys: list[str]) -> list[Any]:
+    """Updates for [preference group, *its fields, dataset] when the method changes: the group and
+    the keys this method reads are shown; a built-in dataset of the other kind is swapped for the
+    one that fits (identity for sft, concise for a preference method), an uploaded one is kept."""
+    preference = method in PREFERENCE_METHODS
+    used = form.preference_keys(method)
+    dataset = (dataset or "").strip()
+    swap = {BUILTIN_DATASET: BUILTIN_CONCISE} if preference else {BUILTIN_CONCISE: BUILTIN_DATASET}
+    return [gr.update(visible=preference), *[gr.update(visible=key in used) for key in keys],
+            gr.update(value=swap[dataset]) if dataset in swap else gr.skip()]
+
+
+def _wire_method(made: dict[str, Any]) -> None:
+    box = made.get("group.preference")
+    if box is None:
+        return
+    keys = [widget.name for widget in dict(form.grouped_widgets())["preference"]]
+    made["method"].change(lambda method, dataset: method_updates(method, dataset, keys),
+                          [made["method"], made["dataset"]], [box, *[made[k] for k in keys], made["dataset"]],
+                          show_progress="hidden")
+
+
 def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:
     """The preview HTML, or an error box naming what is wrong (spec field, file/row/field)."""
     from jobs.data import dataset as data  # loads a tokenizer: imported on first use, not with the UI
@@ -311,6 +339,10 @@ def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str 
     try:
         access = DataAccess.for_studio(data_dir)
         spec = JobSpec.from_dict(access.check_values(form.values_to_dict(names, values)))
+        if spec.method in PREFERENCE_METHODS:
+            from jobs.data.pair_preview import preview_preference
+            from studio.pair_render import pairs_html
+            return pairs_html(preview_preference(spec, n=3, data_dir=data_dir, access=access), lang)
         return render.preview_html(data.preview_rows(spec, n=3, data_dir=data_dir, access=access), lang)
     except SpecError as exc:
         return render.notice_html(form.error_text(exc, lang), "error")
