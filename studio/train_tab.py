@@ -97,10 +97,15 @@ def known_datasets(data_dir: Path) -> list[str]:
     return list(BUILTIN_DATASETS) + [str(p) for p in files]
 
 
-def describe_dataset(path: Path) -> tuple[str, int]:
-    """(detected format, row count) of a data file, read the way training reads it."""
+def describe_dataset(path: Path, lang: str = "en") -> tuple[str, int]:
+    """(detected format, row count) of a data file, read the way training reads it; a preference
+    file says so first ("preference rows (explicit)"), since its pairs may also look like sharegpt."""
     from jobs.data import dataset as data  # pandas & co: imported on first use, not with the UI
+    from jobs.data.preference import preference_format
     rows = data.load_rows(JobSpec(dataset=str(path)))
+    kind = preference_format(rows[0])
+    if kind is not None:
+        return t("train.preference_format", lang, kind=kind), len(rows)
     return data.detect_format(rows), len(rows)
 
 
@@ -108,7 +113,7 @@ def upload_notice(path: Path, lang: str) -> str:
     """What an upload turned out to be: its format and row count, or why it cannot be read."""
     from jobs.data import dataset as data
     try:
-        fmt, count = describe_dataset(path)
+        fmt, count = describe_dataset(path, lang)
     except (data.DataError, OSError, ValueError) as exc:
         return render.notice_html(t("train.upload_unreadable", lang, name=path.name, error=str(exc)), "error")
     return render.notice_html(t("train.upload_ok", lang, name=path.name, format=fmt, rows=f"{count:,}"), "ok")
