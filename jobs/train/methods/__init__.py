@@ -4,9 +4,11 @@ reads and the metrics it logs, named by JobSpec's `method` key. The loop owns ev
 from __future__ import annotations
 
 from jobs.train.methods.base import Method
+from jobs.train.methods.preference import DPO, KTO, ORPO, SimPO
 from jobs.train.methods.sft import SupervisedFineTuning
 
-METHODS: dict[str, type[Method]] = {"sft": SupervisedFineTuning}
+METHODS: dict[str, type[Method]] = {"sft": SupervisedFineTuning, "dpo": DPO, "orpo": ORPO, "simpo": SimPO,
+                                     "kto": KTO}
 
 
 def method_for(name: str) -> type[Method]:

@@ -1,0 +1,153 @@
+"""Preference training data: rows -> encoded units (two sequences each) -> micro-batches.
+
+A unit is what one loss term is computed over, and what the loss is normalised by:
+- a pair (DPO, ORPO, SimPO): `first` = prompt + chosen, `second` = prompt + rejected;
+- a KTO example: `first` = prompt + completion, `second` = the same prompt + another example's
+  completion (the mismatched pair the KL estimate is taken over; TRL's KTOTrainer builds its KL
+  dataset by shifting completions by one the same way, `_get_kl_dataset`).
+
+Both sequences of a unit go through the model in ONE forward: padded (2 x units rows) or packed
+(the unit's two sequences side by side in a row, as separate documents: `cu_seq_lens` keeps
+attention inside each). The batch carries, host-made so the step never syncs, the flat indices
+of the label tokens (after the causal shift), their targets and the sequence each belongs to, so
+only label rows reach the LM head (kernels/ops/fused_linear_logprobs.py).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from jobs.data.conversation import DataError
+from jobs.data.dataset import Problems, Rows, _raise_for, _read
+from jobs.data.encode import IGNORE_INDEX, Example, collate
+from jobs.data.packing import Batch, BatchPlan, collate_packed
+from jobs.data.preference import UNPAIRED_FORMAT, PreferenceRow, encode_answer, preference_format, read_row
+
+
+@dataclass
+class PairUnit:
+    first: Example
+    second: Example
+    label: bool = True       # KTO: desirable?  (pairs: always True)
+    index: int = 0           # place in its dataset (precomputed reference log-probs are kept by it)
+
+    @property
+    def input_ids(self) -> list[int]:   # the length BatchPlan packs and sorts by: both sequences
+        return self.first.input_ids + self.second.input_ids
+
+
+def read_preference_rows(rows: Rows, unpaired: bool, method: str, problems: Problems) -> list[PreferenceRow]:
+    """Every row read; a row of the wrong kind for `method` (or unreadable) is a named problem."""
+    out = []
+    for number, where, row in zip(rows.numbers, rows.wheres, rows):
+        fmt = preference_format(row)
+        if fmt is None:
+            problems.add(f"{where}: is not a preference row (fields: {', '.join(sorted(row))}); method "
+                         f"{method} needs prompt/chosen/rejected rows" + (" or prompt/completion/label"
+                                                                        if unpaired else ""), number)
+            continue
+        if (fmt == UNPAIRED_FORMAT) != unpaired:
+            need = "prompt/completion/label rows" if unpaired else "chosen/rejected pairs"
+            problems.add(f"{where}: method {method} needs {need}, this row is "
+                         + ("unpaired (prompt/completion/label)" if fmt == UNPAIRED_FORMAT else "a pair"), number)
+            continue
+        try:
+            out.append(read_row(row, fmt))
+        except DataError as exc:
+            problems.add(f"{where} ({fmt}): {exc}", number)
+    return out
+
+
+def encode_units(tokenizer, rows: list[PreferenceRow], max_length: int, seed: int, log=print) -> list[PairUnit]:
+    """Encoded units; a unit whose answer has no token left within max_length is dropped (said)."""
+    units = []
+    if rows and rows[0].rejected is None:   # KTO: each prompt also with another row's completion
+        order = list(range(len(rows)))
+        random.Random(seed).shuffle(order)
+        partner = {order[i]: order[(i + 1) % len(order)] for i in range(len(order))}
+    for i, row in enumerate(rows):
+        first = encode_answer(tokenizer, row.prompt, row.chosen, max_length)
+        if row.rejected is None:
+            other = rows[partner[i]].chosen if len(rows) > 1 else row.chosen
+            units.append(PairUnit(first, encode_answer(tokenizer, row.prompt, other, max_length), bool(row.label), i))
+        else:
+            units.append(PairUnit(first, encode_answer(tokenizer, row.prompt, row.rejected, max_length), True, i))
+    kept = [u for u in units if u.first.trained_tokens and u.second.trained_tokens]
+    if len(kept) < len(units):
+        log(f"warning: {len(units) - len(kept)} of {len(units)} rows have an answer with no token within "
+            f"max_seq_length={max_length} and are skipped; raise max_seq_length to keep them")
+    if not kept:
+        raise DataError(f"no row has answer tokens within max_seq_length={max_length}; raise it")
+    for index, unit in enumerate(kept):
+        unit.index = index
+    return kept
+
+
+def load_units(spec, tokenizer, data_dir=None, key: str = "dataset", log=print) -> list[PairUnit]:
+    """spec.dataset (or eval_dataset) as encoded units, or one DataError naming the bad rows."""
+    rows, problems = _read(spec, key, data_dir, False, None, log)
+    unpaired = spec.method == "kto"
+    read = read_preference_rows(rows, unpaired, spec.method, problems)
+    _raise_for(rows, problems)
+    return encode_units(tokenizer, read, spec.max_seq_length, spec.seed, log=log)
+
+
+def _label_positions(labels: torch.Tensor, seq_index: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Flat indices (over [rows, width - 1]) of the shifted label tokens, their targets and sequences."""
+    shifted = labels[:, 1:].reshape(-1)
+    rows = (shifted != IGNORE_INDEX).nonzero().squeeze(1)
+    return {"pref_rows": rows, "pref_targets": shifted[rows], "pref_seq": seq_index[:, 1:].reshape(-1)[rows]}
+
+
+def collate_units(units: list[PairUnit], pad_id: int, packed_rows: list[list[int]] | None = None,
+                  row_length: int = 0) -> Batch:
+    """One forward's tensors for `units`: sequence 2k is unit k's first, 2k + 1 its second.
+    `packed_rows`: positions in `units` per packed row (else one sequence a padded row)."""
+    if packed_rows is None:
+        sequences = [seq for unit in units for seq in (unit.first, unit.second)]
+        tensors = collate(sequences, pad_id)
+        seq_index = torch.arange(len(sequences)).unsqueeze(1).expand_as(tensors["labels"])
+        batch = Batch(tensors, {}, sum(len(s.input_ids) for s in sequences), len(units))
+    else:
+        rows = [[seq for k in row for seq in (units[k].first, units[k].second)] for row in packed_rows]
+        batch = collate_packed(rows, row_length, pad_id)
+        seq_index = torch.full((len(rows), row_length), -1, dtype=torch.long)
+        for r, row in enumerate(packed_rows):
+            offset = 0
+            for k in row:
+                for j, seq in enumerate((units[k].first, units[k].second)):
+                    seq_index[r, offset:offset + len(seq.input_ids)] = 2 * k + j
+                    offset += len(seq.input_ids)
+        batch.label_tokens = len(units)
+    batch.tensors.update(_label_positions(batch.tensors["labels"], seq_index))
+    batch.tensors["pref_units"] = torch.tensor([u.index for u in units], dtype=torch.long)
+    batch.tensors["pref_label"] = torch.tensor([float(u.label) for u in units])
+    batch.tensors["pref_valid"] = torch.ones(len(units))
+    return batch
+
+
+class PairPlan(BatchPlan):
+    """BatchPlan over units: the same packing, length grouping, epochs, resume and ranks; a batch
+    holds both sequences of each unit. `label_tokens` of a batch counts its units (the loss is
+    normalised per pair, so the loop divides by the global batch's units)."""
+
+    def _collate(self, group: list[int]) -> Batch:
+        if self.packed:
+            members = [self.rows[r] for r in group]
+            flat = [i for row in members for i in row]
+            where, at = [], 0
+            for row in members:
+                where.append(list(range(at, at + len(row))))
+                at += len(row)
+            return collate_units([self.examples[i] for i in flat], self.pad_id, where, self.row_length)
+        return collate_units([self.examples[i] for i in group], self.pad_id)
+
+    def build(self, mine: list[int], stand_in: int) -> Batch:
+        if mine:
+            return self._collate(mine)
+        batch = self._collate([stand_in])    # runs like the others (DDP), adds nothing
+        batch.tensors["pref_valid"].zero_()
+        batch.label_tokens = 0
+        return batch

@@ -1,0 +1,177 @@
+"""Preference tuning: DPO, ORPO, SimPO and KTO as methods of the shared loop.
+
+Data: jobs/data/pairs.py (units of two sequences: chosen + rejected, or a KTO completion + its
+mismatched KL pair), batched by PairPlan (the SFT BatchPlan's packing and length grouping; a
+packed row is 2 x max_seq_length long, so a whole unit always fits one row). Log-probs:
+preference_forward.py (one forward, fused log-probs, no logits). Losses: preference_losses.py.
+The loss of a micro-batch is the sum of its units' losses / the global batch's units (per pair).
+
+Reference policy (DPO, KTO): the base model with the adapter off, at every step, or with
+`precompute_reference: true` once over the training units before the first step, kept per unit
+on the device (TRL's precompute_ref_log_probs)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from jobs.data.packing import resolve_packing
+from jobs.data.pairs import PairPlan, load_units
+from jobs.train import evaluate
+from jobs.train.methods import preference_losses as losses
+from jobs.train.methods.base import Method
+from jobs.train.methods.preference_forward import op_line, reference_sums, sequence_sums
+
+PAIR_METRICS = ("chosen_reward", "rejected_reward", "reward_margin", "reward_accuracy")
+
+
+class PreferenceMethod(Method):
+    name = "preference"
+    metric_names = PAIR_METRICS
+    uses_reference = True
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.reference: torch.Tensor | None = None   # [units, 2] precomputed sums
+
+    # ---- data -----------------------------------------------------------------------
+    def load_data(self) -> tuple[list, list]:
+        t, spec = self.trainer, self.spec
+        units = load_units(spec, t.tokenizer, t.data_dir, log=t.log)
+        train, held = evaluate.split_holdout(units, spec.eval_fraction, spec.seed)
+        if spec.eval_dataset:
+            held = load_units(spec, t.tokenizer, t.data_dir, key="eval_dataset", log=t.log)
+        t.log(f"{spec.method}: {len(train)} {'examples' if spec.method == 'kto' else 'pairs'} to train on")
+        return train, held
+
+    def plan_batches(self):
+        t, spec = self.trainer, self.spec
+        row = 2 * spec.max_seq_length
+        lengths = [len(u.input_ids) for u in t.examples]
+        t.packed, line = resolve_packing(spec.packing, t.device.type, lengths, row, None, spec.seed)
+        t.log(line)
+        if t.packed:
+            from kernels.packed_attention import use_packed_attention
+            t.log("  " + use_packed_attention(t.model))
+        ranks = dict(rank=t.dist.rank, world=t.dist.world_size, pad_id=t.tokenizer.pad_token_id)
+        size = spec.batch_size * t.dist.world_size
+        plan = PairPlan(t.examples, size, row, t.packed, spec.seed, accumulation=spec.gradient_accumulation_steps,
+                        **ranks)
+        eval_plan = (PairPlan(t.eval_examples, size, row, t.packed, spec.seed, shuffle=False, **ranks)
+                     if t.eval_examples else None)
+        report = op_line(spec.fused_kernels, t.device)
+        t.patch_report.append(report)
+        t.log(report)
+        return plan, eval_plan
+
+    # ---- reference ------------------------------------------------------------------
+    def before_training(self) -> None:
+        t = self.trainer
+        if not (self.uses_reference and self.spec.precompute_reference):
+            return
+        plan = PairPlan(t.examples, self.spec.batch_size, 2 * self.spec.max_seq_length, t.packed, self.spec.seed,
+                        pad_id=t.tokenizer.pad_token_id, shuffle=False)
+        size = max(u.index for u in t.examples) + 1
+        self.reference = torch.zeros(size, 2, dtype=torch.float32, device=t.device)
+        for batch in plan.all_batches():
+            kwargs = batch.to(t.device)
+            sums, _ = reference_sums(t.model, kwargs, self.spec.fused_kernels)
+            self.reference[kwargs["pref_units"]] = sums.view(-1, 2).float()
+        t.log(f"reference log-probs: precomputed for {len(t.examples)} units (adapter off)")
+
+    def _reference(self, model, batch: dict, training: bool) -> torch.Tensor:
+        """[P, 2] reference sums of the batch's units."""
+        if self.reference is not None and training:
+            return self.reference[batch["pref_units"]]
+        return reference_sums(model, batch, self.spec.fused_kernels)[0].view(-1, 2)
+
+    # ---- the step -------------------------------------------------------------------
+    def unit_terms(self, model, batch: dict, training: bool = True):
+        """(loss per unit [P], metric sums [len(metric_names)])."""
+        sums, counts = sequence_sums(model, batch, self.spec.fused_kernels)
+        sums, counts = sums.view(-1, 2), counts.view(-1, 2).clamp(min=1)
+        ref = self._reference(model, batch, training) if self.uses_reference else None
+        loss, chosen, rejected = self.objective(sums, counts, ref, batch)
+        valid = batch["pref_valid"]
+        return loss * valid, self.metric_sums(chosen, rejected, valid, batch)
+
+    def objective(self, sums, counts, ref, batch):
+        raise NotImplementedError
+
+    def metric_sums(self, chosen, rejected, valid, batch) -> torch.Tensor:
+        margin = chosen - rejected
+        return torch.stack([(chosen * valid).sum(), (rejected * valid).sum(), (margin * valid).sum(),
+                            ((margin > 0).float() * valid).sum()])
+
+    def loss(self, model, batch: dict, count: torch.Tensor):
+        per_unit, metrics = self.unit_terms(model, batch)
+        return per_unit.sum() / count, metrics
+
+    # ---- evaluation -----------------------------------------------------------------
+    def evaluate(self, model, plan, device) -> dict:
+        """eval_loss (the mean loss per unit) and the same metrics as the steps, as eval_<name>."""
+        total, sums, units = 0.0, torch.zeros(len(self.metric_names)), 0
+        model.eval()
+        with torch.no_grad():
+            for batch in plan.all_batches():
+                per_unit, metrics = self.unit_terms(model, batch.to(device), training=False)
+                total += float(per_unit.sum())
+                sums += metrics.float().cpu()
+                units += batch.label_tokens
+        model.train()
+        means = self.step_fields([float(v) / max(1, units) for v in sums])
+        loss = total / units if units else math.nan
+        return {"eval_loss": loss, "eval_tokens": units, **{f"eval_{k}": v for k, v in means.items()}}
+
+
+class DPO(PreferenceMethod):
+    name = "dpo"
+
+    def objective(self, sums, counts, ref, batch):
+        return losses.dpo_loss(sums[:, 0], sums[:, 1], ref[:, 0], ref[:, 1], self.spec.beta)
+
+
+class ORPO(PreferenceMethod):
+    name = "orpo"
+    uses_reference = False
+
+    def objective(self, sums, counts, ref, batch):
+        means = sums / counts
+        return losses.orpo_loss(means[:, 0], means[:, 1], self.spec.orpo_lambda)
+
+
+class SimPO(PreferenceMethod):
+    name = "simpo"
+    uses_reference = False
+
+    def objective(self, sums, counts, ref, batch):
+        means = sums / counts
+        return losses.simpo_loss(means[:, 0], means[:, 1], self.spec.beta, self.spec.simpo_gamma)
+
+
+class KTO(PreferenceMethod):
+    """Unpaired: chosen_reward is the mean reward of desirable examples, rejected_reward of
+    undesirable ones, reward_accuracy the share whose reward has the label's sign."""
+    name = "kto"
+    metric_names = PAIR_METRICS + ("kto_kl", "desirable_share")
+
+    def objective(self, sums, counts, ref, batch):
+        kl = losses.kto_kl(sums[:, 1], ref[:, 1], batch["pref_valid"])
+        self._kl = kl
+        spec = self.spec
+        return losses.kto_loss(sums[:, 0], ref[:, 0], batch["pref_label"], kl, spec.beta,
+                               spec.kto_desirable_weight, spec.kto_undesirable_weight)
+
+    def metric_sums(self, chosen, rejected, valid, batch) -> torch.Tensor:
+        good = batch["pref_label"] * valid
+        bad = (1 - batch["pref_label"]) * valid
+        right = ((chosen > 0).float() * good + (rejected < 0).float() * bad).sum()
+        return torch.stack([(chosen * good).sum(), (rejected * bad).sum(), torch.zeros_like(right), right,
+                            self._kl * valid.sum(), good.sum()])
+
+    def step_fields(self, metrics: list[float]) -> dict:
+        chosen_sum, rejected_sum, _, accuracy, kl, share = metrics
+        chosen = chosen_sum / share if share > 0 else 0.0
+        rejected = rejected_sum / (1 - share) if share < 1 else 0.0
+        return {"chosen_reward": chosen, "rejected_reward": rejected, "reward_margin": chosen - rejected,
+                "reward_accuracy": accuracy, "kto_kl": kl}

@@ -1,0 +1,82 @@
+"""Sequence log-probs of a preference batch: one forward over both sequences of every unit, the
+last hidden states of the label tokens through the LM head in the fused log-probs op
+(kernels/ops/fused_linear_logprobs.py: never the N x V logits), summed per sequence.
+
+The forward goes through the model the loop holds (the DDP wrapper when there are several
+processes, so its gradient hooks run) without labels and with `logits_to_keep=1` (one position of
+logits, not all); a forward hook on the decoder (`model.model` of the *ForCausalLM, as TRL's
+`fused_lm_head` path reads it) takes its last hidden states. The reference policy is the same
+model with the adapter switched off (PEFT's `disable_adapter()`), under no_grad: no second model.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from kernels.loss_patch import find_causal_lm
+from kernels.ops.fused_linear_logprobs import (fused_linear_logprobs, fused_linear_logprobs_reference,
+                                               kernel_unavailable_reason, sequence_logps)
+
+PREF_KEYS = ("pref_rows", "pref_targets", "pref_seq", "pref_units", "pref_label", "pref_valid")
+
+
+def unwrap(model):
+    """The PEFT model inside a DDP wrapper (or the model itself)."""
+    return getattr(model, "module", model)
+
+
+def op_line(fused: bool, device: torch.device) -> str:
+    """The kernel report's line for the log-probs op (which path runs, and why)."""
+    if not fused:
+        return "  torch   fused_linear_logprobs: fused_kernels is off (full logits, PyTorch)"
+    reason = kernel_unavailable_reason(torch.empty(0, device=device))
+    if reason:
+        return f"  torch   fused_linear_logprobs: {reason}"
+    return "  triton  fused_linear_logprobs (chosen + rejected in one forward, label rows only)"
+
+
+def _decoder_hidden(model, kwargs: dict) -> torch.Tensor:
+    lm = find_causal_lm(unwrap(model))
+    box: list[torch.Tensor] = []
+
+    def keep(_module, _args, output):
+        box.append(output[0] if isinstance(output, tuple) else output.last_hidden_state)
+
+    handle = lm.model.register_forward_hook(keep)
+    try:
+        model(**kwargs, logits_to_keep=1, use_cache=False)
+    finally:
+        handle.remove()
+    return box[0]
+
+
+def sequence_sums(model, batch: dict, fused: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-prob sum [2P], answer tokens [2P]) of every sequence of the batch (2k: unit k's first,
+    2k + 1: its second), differentiable through the adapter."""
+    kwargs = {k: v for k, v in batch.items() if k not in PREF_KEYS and k != "labels"}
+    hidden = _decoder_hidden(model, kwargs)
+    lm = find_causal_lm(unwrap(model))
+    head = lm.get_output_embeddings()
+    text = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
+    softcap = getattr(text, "final_logit_softcapping", None)
+    rows = hidden[:, :-1].reshape(-1, hidden.shape[-1]).index_select(0, batch["pref_rows"])
+    op = fused_linear_logprobs if fused else fused_linear_logprobs_reference
+    token_logp = op(rows, head.weight, batch["pref_targets"], getattr(head, "bias", None), softcap)
+    return sequence_logps(token_logp, batch["pref_seq"], 2 * batch["pref_units"].numel())
+
+
+def reference_sums(model, batch: dict, fused: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same sums under the reference policy: the adapter off, no grad, eval-mode dropout."""
+    peft = unwrap(model)
+    was_training = peft.training
+    peft.eval()
+    try:
+        with torch.no_grad(), _adapter_off(peft):
+            return sequence_sums(peft, batch, fused)
+    finally:
+        peft.train(was_training)
+
+
+def _adapter_off(peft):
+    return peft.disable_adapter() if hasattr(peft, "disable_adapter") else contextlib.nullcontext()
