@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.data.conversation import DataError
-from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, JobSpec, SpecError
+from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, PREFERENCE_METHODS, JobSpec, SpecError
 
 TOKEN_SAMPLE = 2000  # rows tokenized for the length statistics; beyond this they are estimated
 
@@ -225,10 +225,16 @@ def _check_dataset(spec: JobSpec, key: str, tokenizer, data_dir, report: Preflig
                    limit: int | None) -> None:
     """Read every row, convert every row, and report every bad one (first 10 and the count)."""
     from jobs.data import dataset as data
+    from jobs.checks import pair_checks
     if getattr(spec, key) == BUILTIN_CONCISE and not _concise_cached(spec, data_dir, report):
         return
     try:
         rows, problems = _rows(spec, key, tokenizer, data_dir, report, limit)
+        if spec.method in PREFERENCE_METHODS:   # preference rows: jobs/checks/pair_checks.py
+            return pair_checks.check_pairs(spec, key, rows, problems, tokenizer, report, DatasetSummary)
+        refusal = pair_checks.sft_on_preference_rows(spec, rows)
+        if refusal:
+            return report.fail(key, refusal)
         fmt = spec.dataset_format
         if rows and fmt == "auto":
             fmt = data.detect_format(rows)

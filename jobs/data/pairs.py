@@ -38,8 +38,10 @@ class PairUnit:
         return self.first.input_ids + self.second.input_ids
 
 
-def read_preference_rows(rows: Rows, unpaired: bool, method: str, problems: Problems) -> list[PreferenceRow]:
-    """Every row read; a row of the wrong kind for `method` (or unreadable) is a named problem."""
+def read_preference_rows(rows: Rows, unpaired: bool, method: str, problems: Problems,
+                         wheres: list[str] | None = None) -> list[PreferenceRow]:
+    """Every row read; a row of the wrong kind for `method` (or unreadable) is a named problem.
+    `wheres` (optional) gets each read row's place ("row 3 (line 5)"), one for one."""
     out = []
     for number, where, row in zip(rows.numbers, rows.wheres, rows):
         fmt = preference_format(row)
@@ -55,6 +57,8 @@ def read_preference_rows(rows: Rows, unpaired: bool, method: str, problems: Prob
             continue
         try:
             out.append(read_row(row, fmt))
+            if wheres is not None:
+                wheres.append(where)
         except DataError as exc:
             problems.add(f"{where} ({fmt}): {exc}", number)
     return out

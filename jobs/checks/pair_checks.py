@@ -1,0 +1,77 @@
+"""Preflight for preference data (method dpo / orpo / simpo / kto), and SFT given preference rows.
+
+Refused, naming the rows and the method: a preference method on SFT rows (or KTO on pairs, or a
+pair method on KTO rows), SFT on preference rows, a row that cannot be read, an empty answer.
+Counted and named as notes (the job still runs): identical chosen and rejected (they teach
+nothing: the DPO gradient of such a pair is 0), a pair longer than max_seq_length (cut there)."""
+from __future__ import annotations
+
+import random
+import statistics
+
+from jobs.data.conversation import DataError
+from jobs.data.pairs import read_preference_rows
+from jobs.data.preference import answer_text, is_preference_row, pair_tokens
+from jobs.spec import PREFERENCE_METHODS
+
+SHOWN = 10
+TOKEN_SAMPLE = 2000
+
+
+def _named(wheres: list[str]) -> str:
+    more = f" and {len(wheres) - SHOWN:,} more" if len(wheres) > SHOWN else ""
+    return ", ".join(wheres[:SHOWN]) + more
+
+
+def sft_on_preference_rows(spec, rows) -> str | None:
+    """Why SFT cannot train these rows (None when it can): they are preference rows."""
+    if spec.method in PREFERENCE_METHODS:
+        return None
+    found = [where for where, row in zip(rows.wheres, rows) if is_preference_row(row)]
+    if not found:
+        return None
+    return (f"{rows.name} has {len(found):,} preference rows ({_named(found)}) but method is {spec.method}: "
+            "set method to dpo, orpo or simpo (chosen/rejected pairs) or kto (prompt/completion/label)")
+
+
+def check_pairs(spec, key: str, rows, problems, tokenizer, report, summary_type) -> None:
+    """Read every row as the method needs it; refusals and notes go into `report`."""
+    wheres: list[str] = []
+    read = read_preference_rows(rows, spec.method == "kto", spec.method, problems, wheres)
+    empty = [w for w, r in zip(wheres, read)
+             if not answer_text(r.chosen).strip() or (r.rejected is not None and not answer_text(r.rejected).strip())]
+    for where in empty:
+        problems.add(f"{where}: an answer is empty, so there is nothing to compare", 0)
+    error = problems.error(rows.name)
+    if error is not None or not rows:
+        report.fail(key, str(error) if error else f"{rows.name} has no rows: add at least one example")
+        return
+    same = [w for w, r in zip(wheres, read) if r.rejected is not None and r.chosen == r.rejected]
+    if same:
+        report.notes.append(f"{key}: {len(same):,} pairs have identical chosen and rejected answers "
+                            f"({_named(same)}); they teach nothing")
+    summary = summary_type(key, rows.name, len(rows), f"preference ({spec.method})")
+    report.datasets.append(summary)
+    if tokenizer is not None:
+        try:
+            _lengths(summary, tokenizer, read, wheres, spec.max_seq_length, key, report)
+        except DataError as exc:
+            report.fail(key, str(exc))
+
+
+def _lengths(summary, tokenizer, read, wheres, max_length: int, key: str, report) -> None:
+    """Tokens of each row's longest side (prompt + answer), over all rows or a seeded sample."""
+    picked = list(range(len(read)))
+    if len(picked) > TOKEN_SAMPLE:
+        picked = sorted(random.Random(0).sample(picked, TOKEN_SAMPLE))
+        summary.sampled = TOKEN_SAMPLE
+    lengths = [pair_tokens(tokenizer, read[i]) for i in picked]
+    over = [wheres[i] for i, n in zip(picked, lengths) if n > max_length]
+    ordered = sorted(lengths)
+    summary.tokens = {"min": ordered[0], "mean": round(statistics.fmean(ordered), 1),
+                      "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], "max": ordered[-1]}
+    summary.tokens_total = round(sum(lengths) * len(read) / len(picked))
+    summary.truncated_rows = round(len(over) * len(read) / len(picked))
+    if over:
+        report.notes.append(f"{key}: {summary.truncated_rows:,} rows are longer than max_seq_length={max_length} "
+                            f"({_named(over)}{', sampled' if summary.sampled else ''}); they are cut there")
