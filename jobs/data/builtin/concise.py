@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from jobs.spec import BUILTIN_CONCISE
+
 # A chosen side shorter than this many UTF-8 bytes (after cutting at a sentence end) takes the next
 # sentence too: "Sure!" alone is not an answer. Bytes, not characters, so that a Chinese sentence
 # (3 bytes a character) is measured about as an English one of the same content.
@@ -90,12 +92,13 @@ def concise_dataset(model_cache: Path, source: str, log=print, load_in_4bit: boo
     model) when `generate`; None when they are not cached and `generate` is off (a preview)."""
     from jobs.data.builtin import general
     if generate:
-        answers = general.base_answers(model_cache, source, log=log, load_in_4bit=load_in_4bit)
+        answers = general.base_answers(model_cache, source, log=log, load_in_4bit=load_in_4bit,
+                                       use=f"{BUILTIN_CONCISE} makes its preference pairs from them")
     else:
         answers = general.cached_answers(model_cache, source)
         if answers is None:
             return None
     rows = concise_rows(answers)
-    log(f"builtin:concise: {len(rows)} preference pairs from {len(answers)} of the base model's answers "
+    log(f"{BUILTIN_CONCISE}: {len(rows)} preference pairs from {len(answers)} of the base model's answers "
         "(chosen: the opening sentence(s); rejected: the whole answer)")
     return rows
