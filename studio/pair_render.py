@@ -48,7 +48,9 @@ def pairs_html(items: list[dict[str, Any]], lang: str = "en") -> str:
               f' &nbsp;·&nbsp; <span style="{ANSWER_STYLE}">{html.escape(t("preview.legend_pair", lang))}</span></div>')
     cards = []
     for number, item in enumerate(items, start=1):
-        title = f'<div style="font-size:12px;opacity:.8">{html.escape(t("preview.pair", lang, number=number))}</div>'
+        name = (t("preview.example", lang, number=number) if "completion" in item   # KTO: one answer a row
+                else t("preview.pair", lang, number=number))
+        title = f'<div style="font-size:12px;opacity:.8">{html.escape(name)}</div>'
         if "error" in item:
             cards.append(title + notice_html(str(item["error"]), "error"))
             continue

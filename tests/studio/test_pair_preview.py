@@ -46,6 +46,7 @@ def test_a_pair_shows_the_templated_prompt_then_both_answers_side_by_side(data_d
 def test_a_kto_row_shows_its_completion_and_label(data_dir):
     out = preview(data_dir, [{"prompt": "Hi", "completion": "Hello!", "label": False}], method="kto")
     assert "ft-undesirable" in out and "undesirable (label false)" in out and "Hello!" in out
+    assert "Example 1" in out and "Pair 1" not in out
 
 
 def test_an_sft_row_under_a_preference_method_is_named(data_dir):
