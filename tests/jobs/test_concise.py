@@ -36,7 +36,17 @@ def test_the_opening_is_whole_sentences_long_enough_to_answer(answer, opening):
 def test_answers_that_are_already_short_make_no_pair():
     assert concise.preference_pair("Capital of France?", "Paris is the capital of France.") is None
     rows = concise.concise_rows([{"prompt": "a", "answer": "Short."}, {"prompt": "b", "answer": ANSWER}])
-    assert len(rows) == 1 and rows[0]["prompt"][0]["content"] == "b"
+    assert [row["prompt"][0]["content"] for row in rows] == ["b", "b"]
+
+
+def test_each_answer_also_prefers_the_opening_over_stopping_before_the_point():
+    """Without this pair DPO learned to end every turn at once (empty answers on the built-in model)."""
+    rows = concise.concise_rows([{"prompt": "What is the capital of Italy?", "answer": ANSWER}])
+    too_long, too_short = rows
+    assert too_long["rejected"][0]["content"] == ANSWER
+    assert too_short["chosen"][0]["content"] == "The capital of Italy is Rome."
+    assert too_short["rejected"][0]["content"] == "The capital"
+    assert concise.cut_short("北京是中国的首都。") == "北京是"
 
 
 def test_the_held_out_prompts_are_not_trained_on():
@@ -68,5 +78,5 @@ def test_the_rows_come_from_the_cached_answers_of_the_model(tmp_path, tiny_model
     cache.parent.mkdir(parents=True)
     cache.write_text(json.dumps({"answers": [{"prompt": "What is the capital of Italy?", "answer": ANSWER}]}))
     rows = data.load_rows(spec, tmp_path)
-    assert rows.name == BUILTIN_CONCISE and len(rows) == 1
+    assert rows.name == BUILTIN_CONCISE and len(rows) == 2
     assert rows[0]["chosen"][0]["content"] == "The capital of Italy is Rome."

@@ -9,7 +9,10 @@ pair is made from that one answer:
 
 Both sides are the model's own words, so the pair teaches one thing only: stop after the point is
 made (the log-probs of the shared opening cancel against the reference; what differs is the end
-of turn after the opening versus going on). That keeps the facts: "The capital of Italy is Rome."
+of turn after the opening versus going on). Alone, such pairs let DPO find a shortcut: end of turn
+is good anywhere, and the tuned model answered nothing at all (measured on the built-in model). So
+each answer also gives a second pair, the opening preferred over the opening cut after a third of
+its words: stopping before the point is made is the rejected side there. That keeps the facts: "The capital of Italy is Rome."
 is the chosen side of its pair, and DPO moves the policy towards it. The idea of preferring the
 shorter of two otherwise acceptable answers is the length-preference setup of e.g. "Disentangling
 Length from Quality in Direct Preference Optimization" (Park et al. 2024), used here the other way
@@ -64,6 +67,20 @@ def _size(text: str) -> int:
     return len(text.encode())
 
 
+def cut_short(opening: str) -> str:
+    """The opening cut after about a third of it, at a word boundary where it has spaces."""
+    words = opening.split(" ")
+    if len(words) >= 3:
+        return " ".join(words[:max(1, len(words) // 3)])
+    return opening[:max(1, len(opening) // 3)]
+
+
+def _pair(prompt: str, chosen: str, rejected: str) -> dict:
+    return {"prompt": [{"role": "user", "content": prompt}],
+            "chosen": [{"role": "assistant", "content": chosen}],
+            "rejected": [{"role": "assistant", "content": rejected}]}
+
+
 def preference_pair(prompt: str, answer: str) -> dict | None:
     """One conversational preference row from an answer, or None when it makes no clear pair
     (the answer is already one sentence, or its opening is most of it)."""
@@ -71,18 +88,18 @@ def preference_pair(prompt: str, answer: str) -> dict | None:
     chosen = concise_answer(answer)
     if not chosen or _size(chosen) > MAX_CHOSEN_SHARE * _size(answer):
         return None
-    return {"prompt": [{"role": "user", "content": prompt}],
-            "chosen": [{"role": "assistant", "content": chosen}],
-            "rejected": [{"role": "assistant", "content": answer}]}
+    return _pair(prompt, chosen, answer)
 
 
 def concise_rows(answers: list[dict[str, str]]) -> list[dict]:
-    """The preference rows of the base model's answers ([{prompt, answer}], general.py)."""
+    """The preference rows of the base model's answers ([{prompt, answer}], general.py): for each,
+    the opening over the whole answer, and the opening over the opening cut short."""
     rows = []
     for item in answers:
         pair = preference_pair(item["prompt"], item["answer"])
         if pair is not None:
-            rows.append(pair)
+            opening = pair["chosen"][0]["content"]
+            rows += [pair, _pair(item["prompt"], opening, cut_short(opening))]
     return rows
 
 
@@ -100,5 +117,5 @@ def concise_dataset(model_cache: Path, source: str, log=print, load_in_4bit: boo
             return None
     rows = concise_rows(answers)
     log(f"{BUILTIN_CONCISE}: {len(rows)} preference pairs from {len(answers)} of the base model's answers "
-        "(chosen: the opening sentence(s); rejected: the whole answer)")
+        "(chosen: the opening sentence(s); rejected: the whole answer, or the opening cut short)")
     return rows
