@@ -17,9 +17,9 @@ import yaml
 
 from jobs.errors import SpecError  # noqa: F401  (the spec's error; importers take it from here)
 from jobs.spec_values import (  # noqa: F401  (re-exported: importers name jobs.spec)
-    BASE_PRECISIONS, BUILTIN_DATASET, BUILTIN_MODEL, BUILTIN_PROMPT_DATASETS, BUILTIN_REWARDS, CHECKPOINTING,
+    BASE_PRECISIONS, BUILTIN_CONCISE, BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, BUILTIN_PROMPT_DATASETS, BUILTIN_REWARDS, CHECKPOINTING,
     DATASET_FORMATS, DATASET_SUFFIXES, DTYPES, GRPO_LOSS_TYPES, HUB_ID, METHODS, MODULE_NAME_CHARS, PACKING,
-    PREFERENCE_METHODS, REFERENCE_FREE_METHODS, REPORT_TO, _PART, _check_base_precision, _check_dataset_path,
+    PREFERENCE_METHODS, REFERENCE_FREE_METHODS, REPORT_TO, _PART, _check_base_precision, _check_builtin_method, _check_dataset_path,
     _check_grpo, _check_model_path, _check_preference, _looks_like_path, _normalise_gpus,
     _normalise_report_to, _normalise_targets, _parse_rewards, hub_id_problem, is_local_reference,
     reward_entries, short_name, trackers)
@@ -46,7 +46,10 @@ class JobSpec:
                      "(reinforcement learning with verifiable rewards: sampled completions scored by `rewards`).",
                      choices=METHODS)
     dataset: str = _f(BUILTIN_DATASET, "Training data: a .json/.jsonl/.csv/.parquet file, a hub id, "
-                      f"or {BUILTIN_DATASET} (self-cognition Q&A built from bot_name and bot_author).")
+                      f"{BUILTIN_DATASET} (self-cognition Q&A built from bot_name and bot_author), "
+                      f"{BUILTIN_CONCISE} (preference pairs from the base model's own answers, the "
+                      "concise one preferred: for a preference method), or builtin:arithmetic (word problems "
+                      "with numeric answers: for grpo).")
     dataset_format: str = _f("auto", "Row format: auto-detect, alpaca (instruction/input/output), "
                              "sharegpt (conversations from/value), messages (role/content) or text.",
                              choices=DATASET_FORMATS)
@@ -190,6 +193,7 @@ class JobSpec:
             raise SpecError("num_epochs", "must be > 0 when max_steps is 0 (or set max_steps)")
         if self.dataset == BUILTIN_DATASET and not self.bot_name.strip():
             raise SpecError("bot_name", "is empty: the identity dataset needs a name to teach")
+        _check_builtin_method(self)
         if self.resume_from and not Path(self.resume_from).is_dir():
             raise SpecError("resume_from", f"{self.resume_from} is not a checkpoint folder")
         if self.eval_dataset:

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 BUILTIN_MODEL = "builtin:smollm2-135m-instruct"
 BUILTIN_DATASET = "builtin:identity"
+# the built-in preference set (jobs/data/builtin/concise.py): the base model's answers, short one preferred
+BUILTIN_CONCISE = "builtin:concise"
 DATASET_FORMATS = ("auto", "alpaca", "sharegpt", "messages", "text")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 CHECKPOINTING = ("auto", "on", "off", "offload")
@@ -28,6 +30,7 @@ METHODS = ("sft", "dpo", "orpo", "simpo", "kto", "grpo")
 PREFERENCE_METHODS = ("dpo", "orpo", "simpo", "kto")
 REFERENCE_FREE_METHODS = ("orpo", "simpo")
 BUILTIN_PROMPT_DATASETS = ("builtin:arithmetic",)   # prompt data for grpo (jobs/data/builtin/arithmetic.py)
+BUILTIN_DATASETS = (BUILTIN_DATASET, BUILTIN_CONCISE, *BUILTIN_PROMPT_DATASETS)
 GRPO_LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
 BUILTIN_REWARDS = ("answer", "format", "think_format", "length", "json")   # jobs/train/rewards/builtin.py
 MODULE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
@@ -97,6 +100,18 @@ def _parse_rewards(value: str) -> str:
     return ", ".join(out)
 
 
+def _check_builtin_method(spec: "JobSpec") -> None:
+    """The built-in sets are of one kind each: identity is SFT rows, concise is preference pairs."""
+    if spec.dataset == BUILTIN_CONCISE and spec.method == "sft":
+        preference = ", ".join(PREFERENCE_METHODS)
+        raise SpecError("method", f"sft cannot train on {BUILTIN_CONCISE}: it is a set of preference pairs; "
+                        f"pick {preference}, or the dataset {BUILTIN_DATASET} for sft")
+    if spec.dataset == BUILTIN_DATASET and spec.method in PREFERENCE_METHODS:
+        raise SpecError("method", f"{spec.method} trains on preference pairs, and {BUILTIN_DATASET} has "
+                        f"answers, not pairs: pick the dataset {BUILTIN_CONCISE} or a preference file, "
+                        "or method sft")
+
+
 def _check_base_precision(spec: "JobSpec") -> None:
     if spec.base_precision != "fp8":
         return
@@ -131,9 +146,9 @@ def _looks_like_path(value: str) -> bool:
 
 def _check_dataset_path(dataset: str, key: str = "dataset") -> None:
     if dataset.startswith("builtin:"):
-        if dataset != BUILTIN_DATASET and dataset not in BUILTIN_PROMPT_DATASETS:
+        if dataset not in BUILTIN_DATASETS:
             raise SpecError(key, f"unknown built-in dataset {dataset!r}; the built-in ones are "
-                            f"{', '.join((BUILTIN_DATASET, *BUILTIN_PROMPT_DATASETS))}")
+                            f"{', '.join(BUILTIN_DATASETS)}")
         return
     if not _looks_like_path(dataset):
         return  # a hub id; checked when it loads

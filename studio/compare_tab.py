@@ -1,5 +1,6 @@
-"""The Compare tab: pick several jobs; their loss and eval-loss curves overlaid on one chart, and
-their configs side by side with the differing keys marked."""
+"""The Compare tab: pick several jobs; their loss and eval-loss curves overlaid on one chart (and, for
+preference jobs, their reward margin and accuracy on a second one), and their configs side by side
+with the differing keys marked."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ import gradio as gr
 
 from studio import compare
 from studio import jobs_view as view
-from studio import plots, render
+from studio import plots, render, reward_view
 from studio.context import StudioContext
 from studio.i18n import t
 
@@ -18,7 +19,7 @@ from studio.i18n import t
 class CompareTab:
     select: gr.Dropdown
     only_diff: gr.Checkbox
-    outputs: list[Any]  # [select, plot, config]: what refresh() returns values for
+    outputs: list[Any]  # [select, plot, config, rewards]: what refresh() returns values for
 
     def refresh(self, ctx: StudioContext, picked: list[str] | None, only_diff: bool = False,
                 lang: str = "en") -> list[Any]:
@@ -28,7 +29,7 @@ class CompareTab:
         kept = [job_id for job_id in (picked or []) if job_id in ids]
         choices = [view.job_choice(r, lang) for r in records]
         plot, table = comparison(ctx, kept, only_diff, lang)
-        return [gr.update(choices=choices, value=kept), plot, table]
+        return [gr.update(choices=choices, value=kept), plot, table, reward_comparison(ctx, kept, lang)]
 
 
 def comparison(ctx: StudioContext, job_ids: list[str] | None, only_diff: bool, lang: str) -> tuple[Any, str]:
@@ -42,6 +43,14 @@ def comparison(ctx: StudioContext, job_ids: list[str] | None, only_diff: bool, l
     return curves, table
 
 
+def reward_comparison(ctx: StudioContext, job_ids: list[str] | None, lang: str) -> Any:
+    """The reward curves of the picked preference jobs overlaid; hidden when none has any."""
+    records = [r for r in (ctx.runner.get(job_id) for job_id in job_ids or []) if r is not None]
+    frame = reward_view.reward_curves_frame([(compare.run_label(r), ctx.events.get(r.job_dir)) for r in records],
+                                            lang)
+    return gr.update(value=frame, visible=not frame.empty)
+
+
 def build_compare_tab(ctx: StudioContext) -> CompareTab:
     bind = ctx.page.bind
     bind(gr.Markdown(), value="compare.intro")
@@ -52,9 +61,12 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
                            value="compare.refresh")
     plot = bind(gr.LinePlot(x="step", y="loss", color="series", elem_id="ft-compare-plot", height=340),
                 title="compare.plot_title", x_title="plot.step", y_title="plot.loss", color_title="plot.series")
+    rewards = bind(gr.LinePlot(x="step", y="value", color="series", elem_id="ft-compare-reward-plot", height=300,
+                               visible=False),
+                   title="compare.reward_title", x_title="plot.step", y_title="plot.value", color_title="plot.series")
     only_diff = bind(gr.Checkbox(value=False, elem_id="ft-compare-only-diff"), label="compare.only_diff")
     config = gr.HTML(elem_id="ft-compare-config")
-    tab = CompareTab(select=select, only_diff=only_diff, outputs=[select, plot, config])
+    tab = CompareTab(select=select, only_diff=only_diff, outputs=[select, plot, config, rewards])
 
     def on_pick(job_ids: list[str], only: bool, lang: str) -> tuple[Any, str]:
         return comparison(ctx, job_ids, only, lang)
@@ -67,6 +79,9 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
     for trigger in (select.change, only_diff.change, ctx.lang.change):
         trigger(on_pick, [select, only_diff, ctx.lang], [plot, config], show_progress="hidden").then(
             on_sync, [plot, sent], [plot, sent], show_progress="hidden")
+    for trigger in (select.change, ctx.lang.change):
+        trigger(lambda job_ids, lang: reward_comparison(ctx, job_ids, lang), [select, ctx.lang], rewards,
+                show_progress="hidden")
     refresh_btn.click(lambda picked, only, lang: tab.refresh(ctx, picked, only, lang),
                       [select, only_diff, ctx.lang], tab.outputs)
     return tab

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.spec import BUILTIN_DATASET, BUILTIN_MODEL, JobSpec, SpecError
+from jobs.spec import BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, JobSpec, SpecError
 from studio.i18n import field_help, field_label, t
 
 # The runner assigns output_dir (one folder per job), so the form does not offer it.
@@ -42,6 +42,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
              "epsilon", "epsilon_high", "loss_type"),
     "more": ("warmup_steps", "weight_decay", "max_grad_norm", "save_steps", "processes", "resume_from"),
 }
+# Which keys of the "preference" group each preference method reads (jobs/train/methods/preference.py);
+# the Train tab shows only these, and the whole group only for a preference method.
+PREFERENCE_KEYS = {"dpo": ("beta", "precompute_reference"), "orpo": ("orpo_lambda",),
+                   "simpo": ("beta", "simpo_gamma"),
+                   "kto": ("beta", "kto_desirable_weight", "kto_undesirable_weight", "precompute_reference")}
 NUMBER_KINDS = ("int", "float")
 THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?$")
 
@@ -104,7 +109,7 @@ def field_widgets() -> list[FieldWidget]:
         if f.name == "model":
             widget.kind, widget.allow_custom, widget.choices = "dropdown", True, (BUILTIN_MODEL,)
         elif f.name == "dataset":
-            widget.kind, widget.allow_custom, widget.choices = "dropdown", True, (BUILTIN_DATASET,)
+            widget.kind, widget.allow_custom, widget.choices = "dropdown", True, BUILTIN_DATASETS
         elif f.name == "target_modules":
             widget.default = "all-linear"
         elif f.name == "base_precision":   # a switch: on = fp8, off = bf16 (the JobSpec values)
@@ -150,6 +155,11 @@ def grouped_widgets() -> list[tuple[str, list[FieldWidget]]]:
         title, members = groups[-1]
         groups[-1] = (title, members + leftovers)
     return groups
+
+
+def preference_keys(method: str | None) -> tuple[str, ...]:
+    """The preference keys `method` uses (none for sft or an unknown method)."""
+    return PREFERENCE_KEYS.get((method or "").strip(), ())
 
 
 def form_names() -> list[str]:

@@ -23,7 +23,7 @@ from jobs.io.events import tail_log
 from jobs.io.layout import JobLayout
 from studio import job_actions
 from studio import jobs_view as view
-from studio import plots, render
+from studio import plots, render, reward_view
 from studio.context import StudioContext
 from studio.i18n import t
 
@@ -59,9 +59,20 @@ def detail(ctx: StudioContext, record: Any, lang: str, values: tuple | None = No
     progress, failure, loss, rss, cpu, util, mem, has_gpu, rewards, completions, report, log, actions = values
     return [progress, failure, loss, rss, cpu,
             gr.update(value=util, visible=has_gpu), gr.update(value=mem, visible=has_gpu),
-            gr.update(value=rewards, visible=not rewards.empty),      # grpo jobs: the reward curve
-            gr.update(value=completions, visible=not rewards.empty),  # and their sampled completions
+            gr.update(value=rewards, visible=not rewards.empty),      # preference and grpo jobs' rewards
+            gr.update(value=completions, visible=completions is not None),  # grpo: sampled completions
             report, log, *[gr.update(visible=action in actions) for action in ACTIONS]]
+
+
+def reward_chart(summary: Any, lang: str) -> Any:
+    """One rewards chart for every method (step, value, series): a preference job's margin and
+    accuracy (studio/reward_view.py), else a grpo job's mean and named rewards (studio/jobs_view.py)."""
+    frame = reward_view.reward_frame(summary, lang)
+    return frame if not frame.empty else view.reward_frame(summary, lang).rename(columns={"reward": "value"})
+
+
+def _is_grpo(summary: Any) -> bool:
+    return any(isinstance(event.get("reward_mean"), (int, float)) for event in summary.steps[-1:])
 
 
 def _detail_values(ctx: StudioContext, record: Any, lang: str) -> tuple:
@@ -73,13 +84,13 @@ def _detail_values(ctx: StudioContext, record: Any, lang: str) -> tuple:
     progress += view.tracking_html(record, lang)
     failure = view.failure_text(record, summary, lang)
     util, mem = view.gpu_frames(summary)
-    rewards = view.reward_frame(summary, lang)
+    rewards = reward_chart(summary, lang)
     return (progress,
             render.notice_html(failure, "error" if record.state == "failed" else "warn") if failure else "",
             view.loss_frame(summary, lang),  # its colours follow in a second event (studio/plots.py)
             view.rss_frame(summary), view.cpu_frame(summary),
             util, mem, not util.empty or not mem.empty, rewards,
-            view.completions_frame(record.job_dir, lang) if not rewards.empty else None,
+            view.completions_frame(record.job_dir, lang) if _is_grpo(summary) else None,
             view.patch_report_text(record, summary, lang),
             render.log_html(tail_log(record.job_dir, lines=LOG_LINES), lang=lang),
             tuple(job_actions.actions_for(record)))
@@ -162,15 +173,17 @@ def _log_size(record: Any) -> int:
 
 
 def _plots(ctx: StudioContext) -> list[gr.LinePlot]:
-    """loss, rss, cpu, gpu util, gpu mem, reward (grpo), completions (grpo): axes from zero where a
-    zero means something."""
+    """loss, rss, cpu, gpu util, gpu mem, rewards, completions (grpo): axes from zero where a zero means
+    something. The rewards chart (a preference job's margin and accuracy, a grpo job's rewards) sits beside
+    the loss, hidden for SFT."""
     bind = ctx.page.bind
     with gr.Row():
         loss = bind(gr.LinePlot(x="step", y="loss", color="series", elem_id="ft-loss-plot", height=260),
                     title="plot.loss_title", x_title="plot.step", y_title="plot.loss", color_title="plot.series")
-        reward = bind(gr.LinePlot(x="step", y="reward", color="series", elem_id="ft-reward-plot", height=260,
-                                  visible=False),
-                      title="plot.reward_title", x_title="plot.step", y_title="plot.reward", color_title="plot.series")
+        rewards = bind(gr.LinePlot(x="step", y="value", color="series", elem_id="ft-reward-plot", height=260,
+                                   visible=False),
+                       title="plot.reward_title", x_title="plot.step", y_title="plot.reward",
+                       color_title="plot.series")
         rss = bind(gr.LinePlot(x="elapsed_s", y="rss_gb", elem_id="ft-rss-plot", height=260,
                                y_lim=[0, None], y_axis_format=GB_FORMAT),
                    title="plot.rss_title", x_title="plot.seconds", y_title="plot.gb")
@@ -185,7 +198,7 @@ def _plots(ctx: StudioContext) -> list[gr.LinePlot]:
                        title="plot.gpu_mem_title", x_title="plot.seconds", y_title="plot.gb")
     completions = bind(gr.Dataframe(interactive=False, elem_id="ft-completions", visible=False, wrap=True,
                                     max_height=320), label="jobs.completions_label")
-    return [loss, rss, cpu, gpu_util, gpu_mem, reward, completions]
+    return [loss, rss, cpu, gpu_util, gpu_mem, rewards, completions]
 
 
 def build_jobs_tab(ctx: StudioContext) -> JobsTab:

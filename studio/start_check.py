@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from jobs.spec import BUILTIN_DATASET, BUILTIN_MODEL, DATASET_SUFFIXES, JobSpec
+from jobs.spec import BUILTIN_DATASETS, BUILTIN_MODEL, DATASET_SUFFIXES, JobSpec
 from studio import form
 
 IN_PROCESS_BYTES = 32 * 2 ** 20
@@ -110,7 +110,7 @@ class StartCheck:
 
     def _large_data(self, spec: JobSpec) -> bool:
         for reference in (spec.dataset, spec.eval_dataset):
-            if not reference or reference == BUILTIN_DATASET:
+            if not reference or reference in BUILTIN_DATASETS:
                 continue
             path = Path(reference)
             if path.suffix.lower() not in DATASET_SUFFIXES:

@@ -1,20 +1,18 @@
 """The Train tab: the JobSpec form, a live view of the command Start runs, data preview, Start."""
 from __future__ import annotations
 
-import re
-import secrets
 import shlex
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from jobs.io import paths
-from jobs.spec import BUILTIN_DATASET, BUILTIN_PROMPT_DATASETS, DATASET_SUFFIXES, JobSpec, SpecError
+from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, DATASET_SUFFIXES, PREFERENCE_METHODS, JobSpec, SpecError
 from studio import form, render
 from studio.context import StudioContext
+from studio.uploads import (  # noqa: F401  (re-exported: the tab and its tests name them here)
+    UPLOAD_SAMPLE_ROWS, describe_dataset, known_datasets, safe_upload_name, store_reward_upload, store_upload, upload_notice)
 from studio.i18n import t
 from studio.server_text import translated
 from studio.train_start import FIT_FIELDS, fit_for_form, start_job
@@ -89,91 +87,6 @@ def gpus_value(checked: list[str] | None) -> str:
     return ",".join(str(index) for index in picked) or "auto"
 
 
-def safe_upload_name(original: str) -> str:
-    """A file name for an uploaded dataset: the original stem reduced to [A-Za-z0-9._-], a random
-    tag so two uploads of train.json never collide, and the original (allowed) suffix."""
-    path = Path(original)
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem).strip("._-")[:60] or "dataset"
-    return f"{stem}-{secrets.token_hex(4)}{path.suffix.lower()}"
-
-
-def store_upload(data_dir: Path, uploaded: str) -> Path:
-    """Copy an uploaded file (Gradio's temp path) into <data_dir>/datasets/ and return the copy."""
-    source = Path(uploaded)
-    if source.suffix.lower() not in DATASET_SUFFIXES:
-        raise form.FieldError("dataset", "upload_type", name=source.name, types=", ".join(DATASET_SUFFIXES))
-    target = paths.datasets_dir(data_dir) / safe_upload_name(source.name)
-    partial = target.with_name(f".{target.name}.partial")
-    try:  # Gradio's temp copy is moved, not copied: one copy on the disk, and nothing left in its cache
-        shutil.move(source, partial)
-        partial.rename(target)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)  # a failed upload leaves nothing behind
-        source.unlink(missing_ok=True)
-        from jobs.io.storage import as_storage_error
-        raise as_storage_error(exc, target) from None
-    return target
-
-
-def known_datasets(data_dir: Path) -> list[str]:
-    """The built-in datasets (identity; grpo's prompt tasks), then every upload in the data dir."""
-    files = sorted(p for p in paths.datasets_dir(data_dir).glob("*") if p.suffix.lower() in DATASET_SUFFIXES)
-    return [BUILTIN_DATASET, *BUILTIN_PROMPT_DATASETS] + [str(p) for p in files]
-
-
-def store_reward_upload(data_dir: Path, uploaded: str) -> Path:
-    """Copy an uploaded reward file into <data_dir>/rewards/; refused unless the studio was started
-    with --allow-reward-code (a reward file is code every job that names it runs)."""
-    from jobs.checks.access import reward_uploads_allowed
-    source = Path(uploaded)
-    if not reward_uploads_allowed():
-        raise form.FieldError("reward_file", "reward_upload_off")
-    if source.suffix.lower() != ".py":
-        raise form.FieldError("reward_file", "upload_type", name=source.name, types=".py")
-    folder = Path(data_dir) / "rewards"
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / safe_upload_name(source.name)
-    shutil.copyfile(source, target)
-    return target
-
-
-UPLOAD_SAMPLE_ROWS = 2000   # rows an upload notice reads; Start (the preflight child) reads them all
-
-
-def describe_dataset(path: Path) -> tuple[str, int | None, bool]:
-    """(detected format, row count, whether the count is exact) of a data file, from a bounded
-    sample read the way training reads it: the studio never holds a whole dataset. Past the sample,
-    the count is estimated from the file's lines (streamed) or Parquet's metadata; None for a JSON
-    array. Bad rows past the sample are for Start's check (studio/preflight_child.py) to name."""
-    from jobs.data import dataset as data  # pandas & co: imported on first use, not with the UI
-    from jobs.data.cache import estimate_rows
-    rows, problems = data.scan_rows(str(path), first=UPLOAD_SAMPLE_ROWS + 1)
-    error = problems.error(rows.name)
-    if error:
-        raise error
-    if not rows:
-        raise data.DataError(f"{rows.name} has no rows: add at least one example")
-    if len(rows) + problems.count <= UPLOAD_SAMPLE_ROWS:
-        return data.detect_format(rows), len(rows), True
-    return data.detect_format(rows), estimate_rows(path), False
-
-
-def upload_notice(path: Path, lang: str) -> str:
-    """What an upload turned out to be: its format and row count, or why it cannot be read."""
-    from jobs.data import dataset as data
-    try:
-        fmt, count, exact = describe_dataset(path)
-    except (data.DataError, OSError, ValueError) as exc:
-        return render.notice_html(t("train.upload_unreadable", lang, name=path.name, error=str(exc)), "error")
-    if exact:
-        return render.notice_html(t("train.upload_ok", lang, name=path.name, format=fmt, rows=f"{count:,}"), "ok")
-    sample = f"{UPLOAD_SAMPLE_ROWS:,}"
-    if count is None:
-        return render.notice_html(t("train.upload_ok_more", lang, name=path.name, format=fmt, sample=sample), "ok")
-    return render.notice_html(t("train.upload_ok_estimated", lang, name=path.name, format=fmt, sample=sample,
-                                rows=f"{count:,}"), "ok")
-
-
 def command_text(runner: Any, data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:
     """The YAML plus the command Start would run, or the validation error naming the field (the
     studio's read policy first: a path it may not read and a missing one get the same answer)."""
@@ -233,8 +146,9 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
     made: dict[str, Any] = {}
     extras: dict[str, Any] = {}
 
-    def place(group: str) -> None:
-        with gr.Group():
+    def place(group: str, visible: bool = True) -> None:
+        with gr.Group(visible=visible, elem_id=f"ft-group-{group}") as box:
+            extras[f"group.{group}"] = box
             ctx.page.bind(gr.Markdown(elem_classes=["ft-group-title"]),
                           value=lambda lang: f"**{t(f'group.{group}', lang)}**")
             for widget in groups[group]:
@@ -255,6 +169,8 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
     with gr.Row(equal_height=False):
         with gr.Column():
             place("data")
+            if "preference" in groups:  # shown for a preference method only (_wire_method)
+                place("preference", visible=False)
         with gr.Column():
             place("lora")
             place("engine")
@@ -270,6 +186,7 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
                 place("grpo")
     if "reward_upload" in extras:
         _wire_reward_upload(ctx, extras["reward_upload"], made["reward_file"])
+    made["group.preference"] = extras.get("group.preference")
     return made, extras["upload"], extras["upload_info"]
 
 
@@ -380,6 +297,7 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
 
     made["dataset"].change(on_dataset, made["dataset"], [made["bot_name"], made["bot_author"]],
                            show_progress="hidden")
+    _wire_method(made)
 
     def on_upload(file: str | None, language: str) -> tuple[Any, str]:
         if not file:
@@ -413,6 +331,28 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
                     [tab.status, tab.started_job, tab.confirm, tab.start, tab.fit], api_name="start_job")
 
 
+def method_updates(method: str, dataset: str, keys: list[str]) -> list[Any]:
+    """Updates for [preference group, *its fields, dataset] when the method changes: the group and
+    the keys this method reads are shown; a built-in dataset of the other kind is swapped for the
+    one that fits (identity for sft, concise for a preference method), an uploaded one is kept."""
+    preference = method in PREFERENCE_METHODS
+    used = form.preference_keys(method)
+    dataset = (dataset or "").strip()
+    swap = {BUILTIN_DATASET: BUILTIN_CONCISE} if preference else {BUILTIN_CONCISE: BUILTIN_DATASET}
+    return [gr.update(visible=preference), *[gr.update(visible=key in used) for key in keys],
+            gr.update(value=swap[dataset]) if dataset in swap else gr.skip()]
+
+
+def _wire_method(made: dict[str, Any]) -> None:
+    box = made.get("group.preference")
+    if box is None:
+        return
+    keys = [widget.name for widget in dict(form.grouped_widgets())["preference"]]
+    made["method"].change(lambda method, dataset: method_updates(method, dataset, keys),
+                          [made["method"], made["dataset"]], [box, *[made[k] for k in keys], made["dataset"]],
+                          show_progress="hidden")
+
+
 def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:
     """The preview HTML, or an error box naming what is wrong (spec field, file/row/field)."""
     from jobs.data import dataset as data  # loads a tokenizer: imported on first use, not with the UI
@@ -420,6 +360,10 @@ def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str 
     try:
         access = DataAccess.for_studio(data_dir)
         spec = JobSpec.from_dict(access.check_values(form.values_to_dict(names, values)))
+        if spec.method in PREFERENCE_METHODS:
+            from jobs.data.pair_preview import preview_preference
+            from studio.pair_render import pairs_html
+            return pairs_html(preview_preference(spec, n=3, data_dir=data_dir, access=access), lang)
         preview = data.preview_rows
         if spec.method == "grpo":   # prompts as the model sees them, and the columns the rewards get
             from jobs.data.prompts import preview_rows as preview

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.spec import (BUILTIN_DATASET, BUILTIN_MODEL, BUILTIN_PROMPT_DATASETS, DATASET_SUFFIXES, JobSpec,  # noqa: F401
-                       SpecError, hub_id_problem, is_local_reference)
+from jobs.spec import (BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, DATASET_SUFFIXES, JobSpec, SpecError,  # noqa: F401
+                       hub_id_problem, is_local_reference)
 
 ALLOW_DIRS_ENV = "FUSETUNE_ALLOW_DIRS"
 ALLOW_REWARD_CODE_ENV = "FUSETUNE_ALLOW_REWARD_CODE"   # app.py --allow-reward-code: reward files may be uploaded
@@ -86,7 +86,7 @@ class DataAccess:
     def dataset(self, value: str, key: str = "dataset") -> str:
         """The dataset reference to use (an allowed file's real path, builtin or a hub id)."""
         value = value.strip()
-        if value == BUILTIN_DATASET or value in BUILTIN_PROMPT_DATASETS:
+        if value in BUILTIN_DATASETS:
             return value
         if is_local_reference(value, DATASET_SUFFIXES):
             return str(self._inside(value, self.dataset_roots(), key, want_dir=False))

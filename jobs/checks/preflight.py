@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.data.conversation import DataError
-from jobs.spec import BUILTIN_DATASET, PREFERENCE_METHODS, JobSpec, SpecError
+from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, PREFERENCE_METHODS, JobSpec, SpecError
 
 TOKEN_SAMPLE = 2000  # rows tokenized for the length statistics; beyond this they are estimated
 
@@ -240,6 +240,8 @@ def _check_dataset(spec: JobSpec, key: str, tokenizer, data_dir, report: Preflig
     """Read every row, convert every row, and report every bad one (first 10 and the count)."""
     from jobs.data import dataset as data
     from jobs.checks import pair_checks
+    if getattr(spec, key) == BUILTIN_CONCISE and not _concise_cached(spec, data_dir, report):
+        return
     try:
         rows, problems = _rows(spec, key, tokenizer, data_dir, report, limit)
         if spec.method in PREFERENCE_METHODS:   # preference rows: jobs/checks/pair_checks.py
@@ -281,7 +283,22 @@ def _rows(spec: JobSpec, key: str, tokenizer, data_dir, report: PreflightReport,
         if tokenizer is not None:
             rows = data.identity_for_template(spec, rows, tokenizer, log=lambda _line: None)
         return rows, data.Problems()
+    if reference == BUILTIN_CONCISE:
+        return data.load_rows(spec, data_dir), data.Problems()
     return data.scan_rows(reference, limit)
+
+
+def _concise_cached(spec: JobSpec, data_dir, report: PreflightReport) -> bool:
+    """Whether builtin:concise's pairs can be read now (its base answers are cached); if not,
+    a note says they are made when the job starts."""
+    from jobs.data.builtin import general
+    from jobs.io import paths
+    if report.model_source is not None and general.cached_answers(
+            paths.model_cache_dir(paths.data_dir(data_dir)), report.model_source) is not None:
+        return True
+    report.notes.append(f"{BUILTIN_CONCISE}: the pairs are made from the base model's answers to "
+                        f"{len(general.prompts())} general prompts when the job starts (once per model)")
+    return False
 
 
 def _identity_rows(spec: JobSpec, data_dir, report: PreflightReport):

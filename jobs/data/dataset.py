@@ -9,7 +9,7 @@ from typing import Any
 
 from jobs.data.conversation import DataError, Message
 from jobs.data.readers import Problem, iter_rows, max_row_bytes, too_large
-from jobs.spec import BUILTIN_DATASET, DATASET_FORMATS, DATASET_SUFFIXES, JobSpec, hub_id_problem, is_local_reference
+from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, DATASET_FORMATS, DATASET_SUFFIXES, JobSpec, hub_id_problem, is_local_reference
 
 __all__ = ["DataError", "Message", "Rows", "load_rows", "scan_rows", "detect_format", "to_conversations",
            "load_conversations", "preview_rows"]
@@ -117,6 +117,8 @@ def _read(spec: JobSpec, key: str, data_dir, general: bool, limit: int | None, l
     reference = getattr(spec, key)
     if reference == BUILTIN_DATASET:
         return Rows(_identity_rows(spec, data_dir, general, log), name="the identity dataset"), Problems()
+    if reference == BUILTIN_CONCISE:
+        return Rows(_concise_rows(spec, data_dir, general, log), name=BUILTIN_CONCISE), Problems()
     return scan_rows(reference, limit)
 
 
@@ -139,6 +141,23 @@ def _identity_rows(spec: JobSpec, data_dir, general: bool, log) -> list[dict[str
     answers = base_answers(paths.model_cache_dir(paths.data_dir(data_dir)), source, log=log,
                            load_in_4bit=spec.load_in_4bit)
     return identity.identity_dataset(spec.bot_name, spec.bot_author, answers)
+
+
+def _concise_rows(spec: JobSpec, data_dir, generate: bool, log) -> list[dict[str, Any]]:
+    """The built-in preference pairs of spec.model: made from its cached answers, or (generate)
+    from answers generated now, once per model. Without them and without generate: a DataError
+    that says when they will exist."""
+    from jobs.data.builtin.concise import concise_dataset
+    from jobs.io import paths
+    from jobs.models import load as models
+    source = models.resolve_model(spec.model, data_dir, log=log)
+    rows = concise_dataset(paths.model_cache_dir(paths.data_dir(data_dir)), source, log=log,
+                           load_in_4bit=spec.load_in_4bit, generate=generate)
+    if rows is None:
+        raise DataError(f"{BUILTIN_CONCISE} is made from this base model's own answers, which are generated "
+                        "when the first job on it starts (once per model, a few minutes on a CPU); "
+                        "start the job, or preview again after it has begun")
+    return rows
 
 
 def _hub_items(name: str, limit: int):

@@ -91,7 +91,7 @@ def encode_units(tokenizer, rows: list[PreferenceRow], max_length: int, seed: in
 
 def load_units(spec, tokenizer, data_dir=None, key: str = "dataset", log=print) -> list[PairUnit]:
     """spec.dataset (or eval_dataset) as encoded units, or one DataError naming the bad rows."""
-    rows, problems = _read(spec, key, data_dir, False, None, log)
+    rows, problems = _read(spec, key, data_dir, True, None, log)  # True: builtin:concise may generate (once)
     unpaired = spec.method == "kto"
     read = read_preference_rows(rows, unpaired, spec.method, problems)
     _raise_for(rows, problems)

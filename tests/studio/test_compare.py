@@ -64,3 +64,21 @@ def test_comparison_for_picked_jobs(tmp_path):
     assert 'data-key="lora_r"' in table and "ft-diff" in table
     empty_curves, hint = comparison(ctx, [], False, "en")
     assert empty_curves.empty and "Pick jobs" in hint
+
+
+def test_preference_runs_overlay_their_reward_margin_and_accuracy(tmp_path):
+    from studio.compare_tab import reward_comparison
+    dpo, sft = run(tmp_path, "dpo", [0.69, 0.6]), run(tmp_path, "sft", [3.0, 2.5])
+    writer = EventWriter(dpo.job_dir)
+    for step, margin in ((1, 0.1), (2, 0.5)):
+        writer.emit("step", step=step, max_steps=2, loss=0.6, reward_margin=margin, reward_accuracy=step / 2)
+    writer.emit("eval", step=2, eval_loss=0.6, eval_reward_margin=0.3, eval_reward_accuracy=0.75)
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([dpo, sft]))
+    update = reward_comparison(ctx, ["dpo", "sft"], "en")
+    assert update["visible"] is True
+    series = {name: group[["step", "value"]].values.tolist() for name, group in update["value"].groupby("series")}
+    assert series == {"tiny · identity (dpo) · reward margin": [[1, 0.1], [2, 0.5]],
+                      "tiny · identity (dpo) · reward accuracy": [[1, 0.5], [2, 1.0]],
+                      "tiny · identity (dpo) · eval reward margin": [[2, 0.3]],
+                      "tiny · identity (dpo) · eval reward accuracy": [[2, 0.75]]}
+    assert reward_comparison(ctx, ["sft"], "en")["visible"] is False

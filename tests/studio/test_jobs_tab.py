@@ -16,11 +16,11 @@ def step(n):
 
 
 def unpack(out):
-    table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, reward, completions, report, log, *rest = out
+    table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, rewards, completions, report, log, *rest = out
     cancel, remove, delete, start_anyway, resume, more, notice, t_sig, d_sig = rest
     return dict(table=table, select=select, progress=progress, failure=failure, loss=loss, gpu_util=gpu_util,
-                report=report, cancel=cancel, remove=remove, delete=delete, start_anyway=start_anyway, resume=resume,
-                more=more, notice=notice, t_sig=t_sig, d_sig=d_sig)
+                rewards=rewards, completions=completions, report=report, cancel=cancel, remove=remove, delete=delete,
+                start_anyway=start_anyway, resume=resume, more=more, notice=notice, t_sig=t_sig, d_sig=d_sig)
 
 
 def job(tmp_path, job_id, state):
@@ -40,6 +40,7 @@ def test_refresh_reads_disk_and_skips_unchanged_parts(tmp_path):
     assert out["select"]["value"] == "a"
     assert 'data-step="1"' in out["progress"] and out["loss"]["step"].tolist() == [1]
     assert out["gpu_util"]["visible"] is False and "rms_norm: torch" in out["report"]
+    assert out["rewards"]["visible"] is False  # an SFT job has no reward curves
     assert (out["cancel"]["visible"], out["remove"]["visible"], out["delete"]["visible"]) == (True, False, False)
 
     again = refresh(ctx, "a", out["t_sig"], out["d_sig"])
@@ -168,3 +169,20 @@ def test_thirty_pages_polling_share_one_reading_per_change(tmp_path, monkeypatch
     assert len(listed) == 1 and len(computed) == 1      # one store read, one detail, 30 answers
     assert all('data-step="2"' in a["progress"] for a in answers)
     assert all(a["cancel"] is not answers[0]["cancel"] for a in answers[1:])   # updates made per answer
+
+
+def test_a_preference_job_shows_its_margin_and_accuracy_beside_the_loss(tmp_path):
+    rec = job(tmp_path, "p", "running")
+    writer = EventWriter(rec.job_dir)
+    for n, (margin, accuracy) in enumerate([(0.0, 0.0), (0.4, 0.75), (0.9, 1.0)], start=1):
+        writer.emit("step", **step(n), chosen_reward=margin / 2, rejected_reward=-margin / 2,
+                    reward_margin=margin, reward_accuracy=accuracy)
+    writer.emit("eval", step=3, eval_loss=0.5, eval_reward_margin=0.7, eval_reward_accuracy=0.9)
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([rec]))
+    out = unpack(refresh(ctx, "p", None, None, pick=True))
+    assert out["rewards"]["visible"] is True
+    frame = out["rewards"]["value"]
+    series = {name: group[["step", "value"]].values.tolist() for name, group in frame.groupby("series")}
+    assert series == {"reward margin": [[1, 0.0], [2, 0.4], [3, 0.9]],
+                      "reward accuracy": [[1, 0.0], [2, 0.75], [3, 1.0]],
+                      "eval reward margin": [[3, 0.7]], "eval reward accuracy": [[3, 0.9]]}

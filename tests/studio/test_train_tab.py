@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from jobs.queue.runner import Runner
-from jobs.spec import BUILTIN_DATASET, JobSpec, SpecError
+from jobs.spec import BUILTIN_DATASETS, JobSpec, SpecError
 from studio import form
 from studio.train_tab import command_text, known_datasets, safe_upload_name, store_upload, upload_notice
 from tests.studio.fakes import RecordingRunner
@@ -31,7 +31,7 @@ def test_store_upload_copies_into_data_dir(tmp_path):
     upload.write_bytes(b"PAR1")
     stored = store_upload(tmp_path / "data", str(upload))
     assert stored.parent == tmp_path / "data" / "datasets" and stored.read_bytes() == b"PAR1"
-    assert known_datasets(tmp_path / "data") == [BUILTIN_DATASET, "builtin:arithmetic", str(stored)]
+    assert known_datasets(tmp_path / "data") == [*BUILTIN_DATASETS, str(stored)]
     bad = tmp_path / "notes.txt"
     bad.write_text("x")
     with pytest.raises(SpecError) as info:
@@ -75,7 +75,8 @@ def test_upload_notice_says_format_and_rows(tmp_path):
 def test_upload_notice_reads_a_bounded_sample_of_a_big_file(tmp_path, monkeypatch):
     from jobs.data import dataset
     from studio import train_tab
-    monkeypatch.setattr(train_tab, "UPLOAD_SAMPLE_ROWS", 50)
+    from studio import uploads
+    monkeypatch.setattr(uploads, "UPLOAD_SAMPLE_ROWS", 50)
     big = tmp_path / "big.jsonl"
     big.write_text("".join(f'{{"instruction": "q{i}", "output": "a{i}"}}\n' for i in range(5000)) + "not json\n")
     seen = []

@@ -51,15 +51,18 @@ def cached_answers(model_cache: Path, source: str) -> list[dict[str, str]] | Non
     return json.loads(path.read_text(encoding="utf-8"))["answers"]
 
 
-def base_answers(model_cache: Path, source: str, log=print, load_in_4bit: bool = False) -> list[dict[str, str]]:
+IDENTITY_USE = "the identity dataset mixes them in so the model keeps its general knowledge"
+
+
+def base_answers(model_cache: Path, source: str, log=print, load_in_4bit: bool = False,
+                 use: str = IDENTITY_USE) -> list[dict[str, str]]:
     """[{prompt, answer}] of the base model, from the cache or generated now and cached (with the
     base weights in 4-bit for a QLoRA job, so generating never needs more memory than training)."""
     cached = cached_answers(model_cache, source)
     if cached is not None:
         return cached
     began = time.time()
-    log(f"generating the base model's answers to {len(prompts())} general prompts (once per model); "
-        "the identity dataset mixes them in so the model keeps its general knowledge")
+    log(f"generating the base model's answers to {len(prompts())} general prompts (once per model); {use}")
     answers = usable(generate(source, prompts(), load_in_4bit))
     log(f"kept {len(answers)} of {len(prompts())} answers in {time.time() - began:.0f}s")
     _write_atomically(cache_file(model_cache, source), {"source": source, "answers": answers})

@@ -1,0 +1,102 @@
+"""Uploads on the Train tab: a dataset or reward file moved into the data dir under a safe name, the
+datasets the picker lists, and what an uploaded file turned out to be (read from a bounded sample)."""
+from __future__ import annotations
+
+import re
+import secrets
+import shutil
+from pathlib import Path
+
+from jobs.io import paths
+from jobs.spec import BUILTIN_DATASETS, DATASET_SUFFIXES
+from studio import form, render
+from studio.i18n import t
+
+
+def safe_upload_name(original: str) -> str:
+    """A file name for an uploaded dataset: the original stem reduced to [A-Za-z0-9._-], a random
+    tag so two uploads of train.json never collide, and the original (allowed) suffix."""
+    path = Path(original)
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem).strip("._-")[:60] or "dataset"
+    return f"{stem}-{secrets.token_hex(4)}{path.suffix.lower()}"
+
+
+def store_upload(data_dir: Path, uploaded: str) -> Path:
+    """Copy an uploaded file (Gradio's temp path) into <data_dir>/datasets/ and return the copy."""
+    source = Path(uploaded)
+    if source.suffix.lower() not in DATASET_SUFFIXES:
+        raise form.FieldError("dataset", "upload_type", name=source.name, types=", ".join(DATASET_SUFFIXES))
+    target = paths.datasets_dir(data_dir) / safe_upload_name(source.name)
+    partial = target.with_name(f".{target.name}.partial")
+    try:  # Gradio's temp copy is moved, not copied: one copy on the disk, and nothing left in its cache
+        shutil.move(source, partial)
+        partial.rename(target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)  # a failed upload leaves nothing behind
+        source.unlink(missing_ok=True)
+        from jobs.io.storage import as_storage_error
+        raise as_storage_error(exc, target) from None
+    return target
+
+
+def known_datasets(data_dir: Path) -> list[str]:
+    """The built-in datasets (identity; concise pairs; grpo's prompt tasks), then every upload in the data dir."""
+    files = sorted(p for p in paths.datasets_dir(data_dir).glob("*") if p.suffix.lower() in DATASET_SUFFIXES)
+    return list(BUILTIN_DATASETS) + [str(p) for p in files]
+
+
+def store_reward_upload(data_dir: Path, uploaded: str) -> Path:
+    """Copy an uploaded reward file into <data_dir>/rewards/; refused unless the studio was started
+    with --allow-reward-code (a reward file is code every job that names it runs)."""
+    from jobs.checks.access import reward_uploads_allowed
+    source = Path(uploaded)
+    if not reward_uploads_allowed():
+        raise form.FieldError("reward_file", "reward_upload_off")
+    if source.suffix.lower() != ".py":
+        raise form.FieldError("reward_file", "upload_type", name=source.name, types=".py")
+    folder = Path(data_dir) / "rewards"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / safe_upload_name(source.name)
+    shutil.copyfile(source, target)
+    return target
+
+
+UPLOAD_SAMPLE_ROWS = 2000   # rows an upload notice reads; Start (the preflight child) reads them all
+
+
+def describe_dataset(path: Path, lang: str = "en") -> tuple[str, int | None, bool]:
+    """(detected format, row count, whether the count is exact) of a data file, from a bounded
+    sample read the way training reads it: the studio never holds a whole dataset. Past the sample,
+    the count is estimated from the file's lines (streamed) or Parquet's metadata; None for a JSON
+    array. Bad rows past the sample are for Start's check (studio/preflight_child.py) to name. A
+    preference file says so first ("preference rows (explicit)"): its pairs may also look like sharegpt."""
+    from jobs.data import dataset as data  # pandas & co: imported on first use, not with the UI
+    from jobs.data.cache import estimate_rows
+    rows, problems = data.scan_rows(str(path), first=UPLOAD_SAMPLE_ROWS + 1)
+    error = problems.error(rows.name)
+    if error:
+        raise error
+    if not rows:
+        raise data.DataError(f"{rows.name} has no rows: add at least one example")
+    from jobs.data.preference import preference_format
+    kind = preference_format(rows[0])
+    fmt = t("train.preference_format", lang, kind=kind) if kind is not None else data.detect_format(rows)
+    if len(rows) + problems.count <= UPLOAD_SAMPLE_ROWS:
+        return fmt, len(rows), True
+    return fmt, estimate_rows(path), False
+
+
+def upload_notice(path: Path, lang: str) -> str:
+    """What an upload turned out to be: its format and row count, or why it cannot be read."""
+    from jobs.data import dataset as data
+    try:
+        fmt, count, exact = describe_dataset(path, lang)
+    except (data.DataError, OSError, ValueError) as exc:
+        return render.notice_html(t("train.upload_unreadable", lang, name=path.name, error=str(exc)), "error")
+    if exact:
+        return render.notice_html(t("train.upload_ok", lang, name=path.name, format=fmt, rows=f"{count:,}"), "ok")
+    sample = f"{UPLOAD_SAMPLE_ROWS:,}"
+    if count is None:
+        return render.notice_html(t("train.upload_ok_more", lang, name=path.name, format=fmt, sample=sample), "ok")
+    return render.notice_html(t("train.upload_ok_estimated", lang, name=path.name, format=fmt, sample=sample,
+                                rows=f"{count:,}"), "ok")
