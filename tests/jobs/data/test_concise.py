@@ -1,6 +1,6 @@
 """builtin:concise, the built-in preference set: pairs made from the base model's own answers
 (chosen: the opening sentence(s), rejected: the whole answer), named and validated like
-builtin:identity. The slow test that trains it is tests/jobs/test_concise_demo.py."""
+builtin:identity. The slow test that trains it is tests/jobs/train/test_concise_demo.py."""
 import json
 
 import pytest
