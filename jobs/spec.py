@@ -193,7 +193,6 @@ class JobSpec:
             raise SpecError("num_epochs", "must be > 0 when max_steps is 0 (or set max_steps)")
         if self.dataset == BUILTIN_DATASET and not self.bot_name.strip():
             raise SpecError("bot_name", "is empty: the identity dataset needs a name to teach")
-        _check_builtin_method(self)
         if self.resume_from and not Path(self.resume_from).is_dir():
             raise SpecError("resume_from", f"{self.resume_from} is not a checkpoint folder")
         if self.eval_dataset:
@@ -205,6 +204,7 @@ class JobSpec:
         _check_base_precision(self)
         _check_preference(self)
         _check_grpo(self)
+        _check_builtin_method(self)   # after the method's own keys: a bad key is named before the dataset kind
         if self.keep_best and not (self.eval_fraction > 0 or self.eval_dataset):
             raise SpecError("keep_best", "needs eval data: set eval_fraction or eval_dataset")
         self.gpus = _normalise_gpus(self.gpus)

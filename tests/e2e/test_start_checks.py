@@ -45,9 +45,10 @@ def test_bad_rows_are_refused_at_start_and_nothing_is_queued(studio, browser_con
     page.close()
 
 
-def test_the_fp8_switch_is_off_with_its_reason_and_states_what_it_measured(studio, browser_context):
-    """On this CPU box the FP8 switch cannot be turned on (a click leaves it off), its help says
-    why, and it states the effect measured through a training job (bench/results/job.jsonl)."""
+def test_the_fp8_switch_is_off_with_its_reason_in_one_line(studio, browser_context):
+    """On this CPU box the FP8 switch cannot be turned on (a click leaves it off) and its help says
+    in one line why; the H200 figures a newcomer here cannot use are not shown (issue 24 item 6; on a
+    GPU that can run it the help states the measured effect, studio/fp8_effect.py)."""
     url, _, _ = studio
     page = open_studio(browser_context, url)
     field = page.locator("#ft-field-base_precision")
@@ -58,5 +59,5 @@ def test_the_fp8_switch_is_off_with_its_reason_and_states_what_it_measured(studi
     assert not box.is_checked()
     text = field.inner_text()
     assert "Unavailable here: FP8 matrix products need a CUDA GPU" in text, text   # why it is off here
-    assert "Measured on NVIDIA H200, FP8 against bf16: llama-3.1-8b training job" in text, text
+    assert "Measured on" not in text and len(text.strip().splitlines()) == 2, text   # the label, the reason
     page.close()

@@ -156,3 +156,12 @@ def test_the_engine_reasons_the_server_sends_are_translated():
     here = fused_kernels_available()[1]
     assert translated(here, "zh-CN") != here  # this machine's own reason is a known sentence
     assert translated("something new", "zh-CN") == "something new"
+
+
+def test_catalogues_name_each_key_once():
+    """A key written twice (two features merged) would silently keep only its last text."""
+    import json
+    for name in ("en.json", "zh-CN.json"):
+        keys = [k for k, _ in json.loads((i18n.LOCALES_DIR / name).read_text(encoding="utf-8"),
+                                          object_pairs_hook=lambda pairs: pairs)]
+        assert len(keys) == len(set(keys)), sorted({k for k in keys if keys.count(k) > 1})

@@ -136,7 +136,7 @@ def test_preference_keys_are_validated_by_name(overrides, key):
 
 
 def test_preference_defaults_are_trls():
-    spec = JobSpec.from_dict({"method": "dpo"})
+    spec = JobSpec.from_dict({"method": "dpo", "dataset": "builtin:concise"})   # identity holds no pairs
     assert (spec.beta, spec.simpo_gamma, spec.orpo_lambda) == (0.1, 0.5, 0.1)
     assert (spec.kto_desirable_weight, spec.kto_undesirable_weight, spec.precompute_reference) == (1.0, 1.0, False)
 

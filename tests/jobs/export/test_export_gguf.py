@@ -186,7 +186,7 @@ def test_unsupported_architecture_is_named_with_the_supported_ones(jobs, tmp_pat
     job = tmp_path / "job"
     shutil.copytree(jobs["llama"], job, ignore=shutil.ignore_patterns("exports"))
     events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
-    events[0]["source"] = str(base)
+    next(e for e in events if e["type"] == "start")["source"] = str(base)   # phase events come first
     (job / "events.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
     with pytest.raises(ExportError, match=r"GPTNeoXForCausalLM.*supported: llama \(LlamaForCausalLM\), "
                                           r"mistral \(MistralForCausalLM\), qwen2 \(Qwen2ForCausalLM\)"):
