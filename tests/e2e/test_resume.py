@@ -19,7 +19,7 @@ def coloured_pixels(page, elem_id: str) -> int:
     return sum(1 for r, g, b in image.getdata() if max(r, g, b) - min(r, g, b) > 90)
 
 
-def line_drawn(page, elem_id: str = "ft-loss-plot", timeout_s: float = 30) -> int:
+def line_drawn(page, elem_id: str = "ft-loss-plot", timeout_s: float = 90) -> int:
     deadline = time.time() + timeout_s
     while True:
         count = coloured_pixels(page, elem_id)
