@@ -33,7 +33,7 @@ from jobs.data.dataset import Problems, Rows, _kind, detect_format, load_convers
 from jobs.data.readers import Problem, iter_rows, max_row_bytes
 from jobs.data.encode import DataError, Example
 from jobs.data.fast_template import Encoder
-from jobs.io import paths
+from jobs.io import paths, phases
 from jobs.io.storage import make_private_dir
 from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, JobSpec, is_local_reference
 
@@ -47,11 +47,13 @@ def tokenized_examples(spec: JobSpec, tokenizer, data_dir=None, log=print, event
     """The job's training examples: a TokenStore for a dataset file (built on first use, then
     reused), else (the built-in or a hub dataset) a list of Examples as before."""
     if spec.dataset == BUILTIN_DATASET or not is_local_reference(spec.dataset, DATASET_SUFFIXES):
-        conversations = load_conversations(spec, tokenizer, data_dir, log=log)
+        conversations = load_conversations(spec, tokenizer, data_dir, log=log)   # reports "preparing data"
+        phases.report(phases.TOKENIZING)
         return encode.encode_all(tokenizer, conversations, spec.max_seq_length, log=log)
     path = Path(spec.dataset).expanduser()
     if not path.is_file():
         raise DataError(f"{spec.dataset}: no such data file")
+    phases.report(phases.TOKENIZING)   # the build adds its counts as it goes
     started = time.monotonic()
     folder = tokenized_root(data_dir) / cache_key(path, spec, tokenizer)
     with _locked(folder.with_name(folder.name + ".lock")):   # two jobs (or ranks) build it once

@@ -9,7 +9,6 @@ import torch
 
 from jobs.data.cache import tokenized_examples
 from jobs.data.packing import BatchPlan, example_lengths, resolve_packing
-from jobs.io import phases
 from jobs.train import evaluate
 from jobs.train.methods.base import Method
 
@@ -20,7 +19,6 @@ class SupervisedFineTuning(Method):
 
     def load_data(self) -> tuple[list, list]:
         t, spec = self.trainer, self.spec
-        phases.report(phases.TOKENIZING)   # the cache adds its counts for a dataset file
         # a dataset file is tokenized once into the data dir's cache and read lazily from there
         examples = tokenized_examples(spec, t.tokenizer, t.data_dir, log=t.log, events=t.events)
         train, held = evaluate.split_holdout(examples, spec.eval_fraction, spec.seed)
