@@ -38,7 +38,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # shown only for preference methods (the Train tab hides it for sft)
     "preference": ("beta", "simpo_gamma", "orpo_lambda", "kto_desirable_weight", "kto_undesirable_weight",
                    "precompute_reference"),
-    "grpo": ("num_generations", "max_completion_length", "rewards", "reward_file", "temperature", "top_p", "beta",
+    "grpo": ("num_generations", "max_completion_length", "rewards", "reward_file", "temperature", "top_p",
              "epsilon", "epsilon_high", "loss_type"),
     "more": ("warmup_steps", "weight_decay", "max_grad_norm", "save_steps", "processes", "resume_from"),
 }
