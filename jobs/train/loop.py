@@ -341,6 +341,10 @@ class Trainer:
                 self._save_adapter(f"best eval loss {loss:.4f} at step {self.step}", best=True)
 
     def _finish(self) -> Path:
+        if not self.spec.save_steps and not (self.spec.keep_best and self.best_eval is not None):
+            # "0: only at the end", resumable (the studio's "train more steps"); on every rank at once,
+            # since each rank's random state is gathered into it
+            self.save_checkpoint()
         if not self.dist.is_main:
             adapter = self.job_dir / "adapter"
         elif self.spec.keep_best and self.best_eval is not None:
@@ -349,8 +353,6 @@ class Trainer:
             self.log(f"keep_best: adapter/ holds the best eval loss {self.best_eval[0]:.4f} from step "
                      f"{self.best_eval[1]}; the last step's weights are in checkpoints/step-{self.step}")
         else:
-            if not self.spec.save_steps:
-                self.save_checkpoint()   # "0: only at the end", resumable: the studio's "train more steps"
             adapter = self._save_adapter("finished")
         self.events.emit("done", step=self.step, final_loss=self.last_loss, adapter_dir=str(adapter),
                          best_eval_loss=self.best_eval[0] if self.best_eval else None,
