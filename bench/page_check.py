@@ -188,7 +188,7 @@ class PageCheck:
     def cancel(self, job_id: str):
         """The Jobs tab's Cancel: the button asks, Yes acts (the question is session state)."""
         self.client.predict(job_id, "en", api_name="/ask_cancel")
-        self.client.predict(0, "en", api_name="/job_action")
+        self.client.predict(1, "en", api_name="/job_action")  # more_steps: hidden, read only by Continue
         began, seen = time.time(), {}
         while time.time() - began < 120:
             seen = self.detail(job_id)

@@ -1,10 +1,11 @@
 """Failed logins slow down per client, a success clears the count, cookies become SameSite=Lax
 (issue 23 item 5). Driven through Gradio's real /login route with a password."""
-import asyncio
 
 import gradio as gr
 import httpx
 import pytest
+
+from tests.asgi_call import run_coroutine
 
 from studio import login_guard
 from studio.login_guard import FREE_FAILURES, LoginGuard, delay_after
@@ -32,7 +33,7 @@ def _post(app, guard, client, password):
         transport = httpx.ASGITransport(app=guard, client=(client, 1234))
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             return await http.post("/login", data={"username": "me", "password": password})
-    return asyncio.run(go())
+    return run_coroutine(go)
 
 
 def test_failed_logins_wait_longer_per_client_and_a_success_resets(guarded_app):

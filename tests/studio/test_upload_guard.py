@@ -1,12 +1,13 @@
 """Uploads are bounded and safe on a full disk (issue 23 item 3), through Gradio's real upload
 route: over the limit or over the free space is refused before a byte is written, a write that
 fails on a full disk leaves no temp file, and the messages follow the browser's language."""
-import asyncio
 import errno
 
 import gradio as gr
 import httpx
 import pytest
+
+from tests.asgi_call import run_coroutine
 
 from studio.upload_guard import COPIES, SPARE_BYTES, UploadGuard
 
@@ -36,7 +37,7 @@ def _upload(guard, data: bytes, lang="en"):
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             return await http.post("/gradio_api/upload", files={"files": ("rows.jsonl", data)},
                                    headers={"accept-language": lang})
-    return asyncio.run(go())
+    return run_coroutine(go)
 
 
 def _left(folder):
@@ -103,6 +104,6 @@ def test_a_body_without_content_length_is_cut_off_at_the_limit(gradio_app):
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             return await http.post("/gradio_api/upload", content=body(),
                                    headers={"content-type": f"multipart/form-data; boundary={boundary.decode()}"})
-    answer = asyncio.run(go())
+    answer = run_coroutine(go)
     assert answer.status_code == 413 and "over the upload limit of 1.0 MB" in answer.text
     assert _left(folder) == []
