@@ -14,29 +14,24 @@ import time
 from pathlib import Path
 
 import unsloth  # noqa: F401  (first: it patches transformers, peft and trl on import)
-from unsloth import FastLanguageModel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_grpo import step_stats  # noqa: E402
-from bench.bench_job import TARGETS, versions  # noqa: E402
+from bench.bench_job import versions  # noqa: E402
+from bench.bench_job_unsloth import train_timed, unsloth_lora  # noqa: E402
 from jobs.train.rewards.builtin import answer, format as format_reward  # noqa: E402  (the same rewards)
 
 
 def train(args) -> dict:
     import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     rows = [json.loads(line) for line in (args.dir / "prompts.jsonl").read_text().splitlines() if line.strip()]
     data = Dataset.from_list(rows)
-    model, tokenizer = FastLanguageModel.from_pretrained(model_name=str(args.dir / args.shape), max_seq_length=1024,
-                                                         dtype=torch.bfloat16, load_in_4bit=False, fast_inference=False)
-    model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, lora_dropout=0, bias="none",
-                                             target_modules=TARGETS, use_gradient_checkpointing="unsloth",
-                                             random_state=0)
+    model, tokenizer = unsloth_lora(args.dir / args.shape, 1024, fast_inference=False)
     config = GRPOConfig(output_dir=str(args.dir / f"unsloth-grpo-{args.shape}"), use_vllm=False, beta=0.0,
                         num_generations=args.generations, max_completion_length=args.completion_len,
                         per_device_train_batch_size=args.prompts * args.generations, gradient_accumulation_steps=1,
@@ -44,17 +39,7 @@ def train(args) -> dict:
                         save_strategy="no", report_to="none", bf16=True, seed=0, loss_type="dapo")
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[answer, format_reward],
                           args=config, train_dataset=data)
-    ends: list[float] = []
-
-    class StepTimes(TrainerCallback):
-        def on_step_end(self, *_, **__):
-            ends.append(time.time())
-
-    trainer.add_callback(StepTimes())
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    began = time.time()
-    trainer.train()
+    ends, began = train_timed(trainer)
     return {"stack": "unsloth+trl (b)", "wall_s": round(time.time() - began, 1), **step_stats(ends, args.warmup),
             "peak_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 3), "vllm": False,
             "config": {"per_device_train_batch_size": config.per_device_train_batch_size,

@@ -55,17 +55,41 @@ def dataset(path: Path):
     return Dataset.from_list(rows)
 
 
-def train(args) -> dict:
+def unsloth_lora(folder: Path, max_len: int, **load):
+    """The peer's model as every (c)/(b) run sets it up: bf16 weights, LoRA r16 on the same targets,
+    Unsloth's own checkpointing. Extra keywords go to FastLanguageModel.from_pretrained."""
     import torch
-    from transformers import TrainerCallback
-    from trl import SFTConfig, SFTTrainer
-
-    model, tokenizer = FastLanguageModel.from_pretrained(model_name=str(args.dir / args.shape),
-                                                         max_seq_length=args.max_len, dtype=torch.bfloat16,
-                                                         load_in_4bit=False)
+    model, tokenizer = FastLanguageModel.from_pretrained(model_name=str(folder), max_seq_length=max_len,
+                                                         dtype=torch.bfloat16, load_in_4bit=False, **load)
     model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, lora_dropout=0, bias="none",
                                              target_modules=TARGETS, use_gradient_checkpointing="unsloth",
                                              random_state=0)
+    return model, tokenizer
+
+
+def train_timed(trainer) -> tuple[list[float], float]:
+    """trainer.train() with the peak memory reset first; the end time of every optimizer step and the start."""
+    import torch
+    from transformers import TrainerCallback
+    ends: list[float] = []
+
+    class StepTimes(TrainerCallback):
+        def on_step_end(self, *_, **__):
+            ends.append(time.time())
+
+    trainer.add_callback(StepTimes())
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    began = time.time()
+    trainer.train()
+    return ends, began
+
+
+def train(args) -> dict:
+    import torch
+    from trl import SFTConfig, SFTTrainer
+
+    model, tokenizer = unsloth_lora(args.dir / args.shape, args.max_len)
     config = SFTConfig(output_dir=str(args.dir / f"unsloth-{args.shape}"), max_length=args.max_len, packing=True,
                        per_device_train_batch_size=args.rows, gradient_accumulation_steps=1,
                        max_steps=args.steps, learning_rate=1e-4, warmup_steps=0, lr_scheduler_type="cosine",
@@ -78,18 +102,8 @@ def train(args) -> dict:
                              args=config)
     counter = CountingCollator(trainer.data_collator)
     trainer.data_collator = counter
-    ends: list[float] = []
-
-    class StepTimes(TrainerCallback):
-        def on_step_end(self, *_, **__):
-            ends.append(time.time())
-
-    trainer.add_callback(StepTimes())
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
     sampler = UtilSampler()
-    began = time.time()
-    trainer.train()
+    ends, began = train_timed(trainer)
     sampler.stop()
     peak = torch.cuda.max_memory_allocated() / 2 ** 30
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]

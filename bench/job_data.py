@@ -70,12 +70,17 @@ def chat_rows(n: int, seed: int = 0) -> list[dict]:
     return rows
 
 
-def write_dataset(path: Path, n: int, seed: int = 0) -> Path:
+def write_jsonl(path: Path, rows) -> Path:
+    """One JSON object a line, the folder made first (the benchmark datasets, SFT and pairs alike)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
-        for row in chat_rows(n, seed):
+        for row in rows:
             fh.write(json.dumps(row) + "\n")
     return path
+
+
+def write_dataset(path: Path, n: int, seed: int = 0) -> Path:
+    return write_jsonl(path, chat_rows(n, seed))
 
 
 def token_stats(tokenizer, rows: list[dict]) -> dict:

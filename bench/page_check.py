@@ -39,12 +39,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class AppDidNotStart(RuntimeError):
+    """`python app.py` exited or did not answer in time; the message ends with its log's tail."""
+
+
 @contextlib.contextmanager
-def running_app(data_dir: Path, log_path: Path, timeout_s: float, allow: list[str] = ()):
-    """`python app.py` on a free port (reading also the folders in `allow`); yields its URL once
-    the page answers."""
+def running_app(data_dir: Path, log_path: Path, timeout_s: float, allow: list[str] = (), extra: list[str] = ()):
+    """`python app.py` on a free port (reading also the folders in `allow`, with the further flags in
+    `extra`); yields its URL once the page answers. tests/e2e starts the studio through this too."""
     port = free_port()
-    extra = [arg for folder in allow for arg in ("--allow-dir", folder)]
+    extra = [*(arg for folder in allow for arg in ("--allow-dir", folder)), *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--data-dir", str(data_dir), *extra],
@@ -58,7 +62,7 @@ def running_app(data_dir: Path, log_path: Path, timeout_s: float, allow: list[st
                 break
             except OSError:
                 if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError("the app did not come up: " + log_path.read_text(errors="replace")[-2000:])
+                    raise AppDidNotStart("the app did not come up:\n" + log_path.read_text(errors="replace")[-3000:])
                 time.sleep(0.5)
         yield url
     finally:

@@ -11,10 +11,11 @@ Rows are TRL's conversational explicit-prompt form, which Fusetune reads as is:
 """
 from __future__ import annotations
 
-import json
 import math
 import random
 from pathlib import Path
+
+from bench.job_data import write_jsonl
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 PROMPT_MEDIAN, ANSWER_MEDIAN, SIGMA = 80, 180, 0.8
@@ -45,11 +46,7 @@ def pair_rows(n: int, seed: int = 0) -> list[dict]:
 
 
 def write_pairs(path: Path, n: int, seed: int = 0) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        for row in pair_rows(n, seed):
-            fh.write(json.dumps(row) + "\n")
-    return path
+    return write_jsonl(path, pair_rows(n, seed))
 
 
 def pair_stats(tokenizer, rows: list[dict]) -> dict:

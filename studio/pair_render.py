@@ -11,7 +11,7 @@ import html
 from typing import Any
 
 from studio.i18n import t
-from studio.render import ANSWER_STYLE, BLOCK_STYLE, PROMPT_STYLE, notice_html
+from studio.render import ANSWER_STYLE, BLOCK_STYLE, PROMPT_STYLE, legend_html, notice_html
 
 CHOSEN_COLOR, REJECTED_COLOR = "#16a34a", "#dc2626"
 SIDE_STYLE = "flex:1 1 0;min-width:0;"
@@ -43,9 +43,7 @@ def pairs_html(items: list[dict[str, Any]], lang: str = "en") -> str:
     """The preview of the first preference rows; a row that could not be read says why."""
     if not items:
         return notice_html(t("preview.empty", lang), "warn")
-    legend = (f'<div style="margin-bottom:8px;font-size:13px">'
-              f'<span style="{PROMPT_STYLE}">{html.escape(t("preview.legend_prompt", lang))}</span>'
-              f' &nbsp;·&nbsp; <span style="{ANSWER_STYLE}">{html.escape(t("preview.legend_pair", lang))}</span></div>')
+    legend = legend_html("preview.legend_pair", lang)
     cards = []
     for number, item in enumerate(items, start=1):
         name = (t("preview.example", lang, number=number) if "completion" in item   # KTO: one answer a row

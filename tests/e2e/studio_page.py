@@ -3,52 +3,28 @@ job's state. Shared by the browser tests (tests/e2e/test_*.py)."""
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from bench import page_check
 
 
 @contextlib.contextmanager
 def running_app(root: Path, *extra: str):
-    """`python app.py` on a free port with a fresh data dir under root; yields (url, log path)."""
-    port, log_path = free_port(), root / "app.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--data-dir", str(root / "data"),
-                                 *extra], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
+    """`python app.py` on a free port with a fresh data dir under root (bench/page_check.py's start,
+    the same on the GPU machine); yields (url, log path)."""
+    log_path = root / "app.log"
+    started = page_check.running_app(root / "data", log_path, timeout_s=180, extra=list(extra))
     try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                urllib.request.urlopen(url, timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"the app did not come up:\n{log_path.read_text(errors='replace')[-3000:]}")
-                time.sleep(0.5)
+        url = started.__enter__()
+    except page_check.AppDidNotStart as error:
+        pytest.fail(str(error))
+    with contextlib.ExitStack() as stack:
+        stack.push(started)
         yield url, log_path
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def open_studio(context, url, ready_text: str = "Start"):

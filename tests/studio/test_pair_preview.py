@@ -3,23 +3,13 @@ side as the model sees them (chat template applied, answers marked as trained), 
 with its label, a row that is not a pair named; and the method picks the keys shown."""
 import json
 
-import pytest
 
 from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, JobSpec
 from studio import form
 from studio.pair_render import pairs_html
 from studio.train_tab import method_updates, preview_data
-from tests.tiny import make_tiny_model
 
 PAIR = {"prompt": "What is 2+2?", "chosen": "4.", "rejected": "It is <b>five</b>, I think, or maybe 4."}
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("studio-data")
-    make_tiny_model(root / "models" / "tiny")
-    (root / "datasets").mkdir()
-    return root
 
 
 def preview(data_dir, rows, **changes):

@@ -12,18 +12,8 @@ from studio import form
 from studio.start_check import StartCheck
 from studio.train_start import confirm_key, fit_for_form, start_job
 from tests.studio.fakes import RecordingRunner
-from tests.tiny import make_tiny_model
 
 ROW = {"instruction": "Add", "input": "2+2", "output": "4"}
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    """A data dir whose model cache holds the tiny model (a folder the studio may read)."""
-    root = tmp_path_factory.mktemp("studio-data")
-    make_tiny_model(root / "models" / "tiny")
-    (root / "datasets").mkdir()
-    return root
 
 
 def form_values(data_dir, **changes):

@@ -74,7 +74,6 @@ def test_upload_notice_says_format_and_rows(tmp_path):
 
 def test_upload_notice_reads_a_bounded_sample_of_a_big_file(tmp_path, monkeypatch):
     from jobs.data import dataset
-    from studio import train_tab
     from studio import uploads
     monkeypatch.setattr(uploads, "UPLOAD_SAMPLE_ROWS", 50)
     big = tmp_path / "big.jsonl"
