@@ -6,13 +6,16 @@ tokenized cache (jobs/data/cache.py builds it), then again on the same data (it 
 A tiny random Llama trains, with the built-in model's tokenizer (SmolLM2's, from the data dir) when it
 is there, so the time is the data's, not the model's. Memory is the peak RSS of the job's whole process
 tree (the tokenizing workers included), sampled every 0.2 s. The machine's load average is recorded:
-on a shared machine the figures are what this process got, not what the cores can do."""
+on a shared machine the figures are what this process got, not what the cores can do; `job_cpu_s` (the
+CPU seconds of the job and its workers, to its end two steps later) over the cores is what an idle
+machine would take at best (`idle_estimate_s`)."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -62,7 +65,7 @@ def run_job(work: Path, name: str, model: Path, dataset: Path, limit_s: float) -
     config = {"model": str(model), "dataset": str(dataset), "output_dir": str(out), "max_steps": 2,
               "batch_size": 8, "max_seq_length": 256, "save_steps": 0, "packing": "off"}
     (work / f"{name}.yaml").write_text(yaml.safe_dump(config))
-    started = time.monotonic()
+    started, cpu_before = time.monotonic(), _children_cpu_s()
     proc = subprocess.Popen([sys.executable, "-m", "jobs.train", str(work / f"{name}.yaml"),
                              "--data-dir", str(work / "data")], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -77,10 +80,19 @@ def run_job(work: Path, name: str, model: Path, dataset: Path, limit_s: float) -
         proc.kill()
     proc.wait()
     log = (out / "train.log").read_text() if (out / "train.log").is_file() else ""
+    # CPU seconds of the job and every process it waited for (its tokenizing workers): what the
+    # work costs whatever else the machine runs; / cores is the wall time on an idle machine, at best
+    cpu_s = _children_cpu_s() - cpu_before
     return {"time_to_first_step_s": round(first_step, 1) if first_step else None,
+            "job_cpu_s": round(cpu_s, 1), "idle_estimate_s": round(cpu_s / len(os.sched_getaffinity(0)), 1),
             "peak_rss_mb": round(peak / 2**20), "exit": proc.returncode,
             "cache": "reused" if "tokenized cache: reusing" in log else "built",
             "error": None if proc.returncode == 0 else (proc.stderr.read() or "")[-300:]}
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _tree_rss(pid: int) -> int:

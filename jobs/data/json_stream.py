@@ -218,6 +218,8 @@ def _string_end_bounded(window: _Window, pos: int, start: int, limit: int) -> in
 def too_deep(raw: bytes, limit: int = MAX_NESTING) -> bool:
     """Whether the JSON text nests brackets deeper than `limit`, found by scanning its bytes (strings
     and their escapes skipped), so that a hostile row never reaches the recursive parser."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:   # cannot nest deeper than it opens: no scan (most rows)
+        return False
     depth, in_string = 0, False
     for match in NESTING.finditer(raw):
         token = match.group()

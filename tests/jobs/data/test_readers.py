@@ -231,3 +231,14 @@ def test_an_error_at_the_end_of_a_line_names_that_column(tmp_path):
     from jobs.data.readers import _jsonl_row
     problem = _jsonl_row(b'{"a": [1, 2]\n', 3, "row 3 (line 3)", 0)
     assert "(column 13)" in problem.message, problem
+
+
+def test_the_nesting_scan_counts_depth_not_brackets_and_skips_strings():
+    from jobs.data.json_stream import too_deep
+    limit = 5
+    assert not too_deep(b"[" * limit + b"]" * limit, limit)
+    assert too_deep(b"[" * (limit + 1) + b"]" * (limit + 1), limit)
+    assert not too_deep(b"[" + b"[], " * 50 + b"[]]", limit)                  # many brackets, two levels
+    assert not too_deep(b'{"a": "' + b"[" * 50 + b'"}', limit)               # brackets inside a string
+    assert not too_deep(b'{"a": "\\"' + b"{" * 50 + b'"}', limit)            # after an escaped quote too
+    assert too_deep(b'{"a": "x", "b": ' + b"{" * limit + b"}" * limit + b"}", limit)
