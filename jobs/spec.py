@@ -213,6 +213,18 @@ class JobSpec:
             raise SpecError("processes", f"is {self.processes} but gpus lists {len(gpu_list)} GPU(s); "
                             "use one process per GPU (or 0 for automatic)")
 
+    def batch_tokens(self) -> int:
+        """Tokens one micro-batch of this method holds at most, what memory is sized by (the fit check and
+        the checkpointing policy): sft batch_size rows of max_seq_length; a preference method batch_size
+        pairs, each a row of up to 2 x max_seq_length (the prompt with its chosen and its rejected answer,
+        or KTO's example and its mismatched one); grpo batch_size prompts x num_generations completions,
+        each a prompt of up to max_seq_length plus max_completion_length."""
+        if self.method in PREFERENCE_METHODS:
+            return self.batch_size * 2 * self.max_seq_length
+        if self.method == "grpo":
+            return self.batch_size * self.num_generations * (self.max_seq_length + self.max_completion_length)
+        return self.batch_size * self.max_seq_length
+
     def gpu_indices(self) -> list[int] | None:
         """The explicit GPU list (gpus: "0,1" -> [0, 1]); None for auto/all."""
         if self.gpus in ("auto", "all"):

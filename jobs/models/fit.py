@@ -14,8 +14,9 @@ allocator slack, i.e. what the job takes out of the card's free memory. The mode
   (docs/kernels.md); fp8 base weights take 1 B per linear weight;
 - LoRA: r (in + out) per adapted projection, fp32 as PEFT makes them: parameter, gradient and two
   AdamW moments, 16 B each;
-- activations for T = batch_size x max_seq_length tokens (packed rows are exactly that; padded
-  batches at most that). A decoder layer that is not recomputed keeps, per token, with the fused
+- activations for T = JobSpec.batch_tokens() tokens (sft: batch_size x max_seq_length; a pair of a
+  preference method is one row of 2 x max_seq_length; grpo: batch_size x num_generations rows of
+  prompt + completion; packed rows are exactly that, padded batches at most that). A decoder layer that is not recomputed keeps, per token, with the fused
   engine 4h + 2 q + 2 kv + 2 I values (residual input, two norm outputs and the residual sum; q
   and the attention output; k and v; gate and up: docs/kernels.md "Fused LoRA"); unfused PEFT
   also keeps act(gate), the down input and fp32 copies of every LoRA input, about 10h + 2 q +
@@ -182,7 +183,7 @@ def _budget_plan(spec, shape: _Shape, b: int, static: int, fused: bool,
     states exactly the plan the job runs (jobs/train/loop.py applies it)."""
     from kernels.checkpoint import _host_free_bytes
     budget, n = spec.max_gpu_memory_gb, shape.layers
-    tokens = spec.batch_size * spec.max_seq_length
+    tokens = spec.batch_tokens()
     host = _host_free_bytes() if host_bytes is None else host_bytes
     label = f"auto within the {budget:g} GiB budget"
     for recomputed in range(n + 1):
@@ -225,7 +226,7 @@ def _auto_plan(spec, model_config, shape: _Shape, b: int, static: int, free_byte
     if free_bytes is None:
         return shape.layers, False, "auto (no GPU to size it: assumed every layer recomputed)"
     budget = max(free_bytes - static - int(0.10 * (total_bytes or free_bytes)) - 2 * CK_GIB, 0)
-    tokens = spec.batch_size * spec.max_seq_length
+    tokens = spec.batch_tokens()
     flags, offload, description = plan_auto(shape.layers, model_config, b, tokens, budget, "cuda",
                                             _host_free_bytes())
     return sum(flags), offload, description
@@ -247,6 +248,16 @@ def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused
     return _auto_plan(spec, model_config, shape, b, static, free_bytes, total_bytes)
 
 
+def _batch_note(spec, packed: bool | None) -> str:
+    rows = "packed rows" if packed else "padded rows, at most"
+    if spec.method == "grpo":
+        return (f"{rows} {spec.batch_size} prompts x {spec.num_generations} completions of up to "
+                f"{spec.max_seq_length} + {spec.max_completion_length} tokens")
+    if spec.method != "sft":
+        return f"{rows} {spec.batch_size} x {2 * spec.max_seq_length} tokens ({spec.method}: a pair a row)"
+    return f"{rows} {spec.batch_size} x {spec.max_seq_length} tokens"
+
+
 def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | None = None,
                   trainable: int | None = None, free_bytes: int | None = None,
                   total_bytes: int | None = None, model=None, cuda: bool = True) -> FitEstimate:
@@ -261,7 +272,7 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
     fused = spec.fused_kernels if fused is None else fused
     shape = _Shape.of(model_config)
     b = _dtype_bytes(spec, cuda=cuda)
-    tokens = spec.batch_size * spec.max_seq_length
+    tokens = spec.batch_tokens()
     parts = _weights(spec, shape, b, fused)
     adapters = trainable if trainable is not None else lora_params(spec, shape)
     parts["LoRA + AdamW (fp32)"] = adapters * LORA_BYTES_PER_PARAM
@@ -270,7 +281,7 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
     recomputed, offload, policy = _policy(spec, model_config, shape, b, sum(parts.values()), free_bytes,
                                           total_bytes, fused, current_policy(model) if model is not None else None)
     parts.update(_activations(shape, tokens, b, fused, recomputed, offload))
-    notes = [f"{'packed rows' if packed else 'padded rows, at most'} {spec.batch_size} x {spec.max_seq_length} tokens"]
+    notes = [_batch_note(spec, packed)]
     if not fused:
         notes.append("fused_kernels off: PyTorch keeps more activations and the full logits")
     if spec.max_gpu_memory_gb > 0 and not (fused and spec.gradient_checkpointing == "auto"):

@@ -36,8 +36,9 @@ class Method:
         raise NotImplementedError
 
     def batch_tokens(self) -> int:
-        """Tokens one micro-batch may hold at most (the checkpointing policy sizes itself by it)."""
-        return self.spec.batch_size * self.spec.max_seq_length
+        """Tokens one micro-batch may hold at most (the checkpointing policy sizes itself by it; the
+        fit check reads the same JobSpec.batch_tokens)."""
+        return self.spec.batch_tokens()
 
     def loss_units(self, batch) -> int:
         """What this micro-batch's loss is normalised over (answer tokens for SFT, pairs for DPO)."""

@@ -60,11 +60,6 @@ class GroupRelativePolicyOptimization(Method):
     def loss_units(self, batch) -> int:
         return batch.label_tokens
 
-    def batch_tokens(self) -> int:
-        """batch_size prompts (max_seq_length caps a prompt) x num_generations completions."""
-        spec = self.spec
-        return spec.batch_size * spec.num_generations * (spec.max_seq_length + spec.max_completion_length)
-
     # ---- sampling and scoring (host side, once per optimizer step) ---------------------
     def prepare_step(self, group: list) -> list:
         spec, t = self.spec, self.trainer

@@ -134,3 +134,20 @@ def test_an_oom_ends_the_job_with_kind_oom_advice_and_an_intact_checkpoint(tmp_p
         assert part in error["message"], part
     state = json.loads((out / "checkpoints" / "step-2" / "trainer_state.json").read_text())
     assert state["step"] == 2 and (out / "checkpoints" / "step-2" / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_the_estimate_counts_the_tokens_of_the_methods_batch(tmp_path):
+    """A preference pair is one row of up to 2 x max_seq_length (prompt, chosen, rejected), a grpo
+    step batch_size x num_generations prompt + completion rows: estimated as such, not as SFT rows."""
+    model = config("llama-3.2-1b")
+    pairs, prompts = tmp_path / "pairs.jsonl", tmp_path / "prompts.jsonl"
+    pairs.write_text('{"prompt": "q", "chosen": "a", "rejected": "b"}\n')
+    prompts.write_text('{"prompt": "q", "answer": "1"}\n')
+    sft = fit.estimate_peak(spec(4, 1024, "on"), model, free_bytes=H200_BYTES, total_bytes=H200_BYTES)
+    dpo = fit.estimate_peak(spec(4, 1024, "on", method="dpo", dataset=str(pairs)), model,
+                            free_bytes=H200_BYTES, total_bytes=H200_BYTES)
+    grpo = fit.estimate_peak(spec(2, 256, "on", method="grpo", dataset=str(prompts), num_generations=8,
+                                  max_completion_length=128), model, free_bytes=H200_BYTES, total_bytes=H200_BYTES)
+    assert (sft.tokens, dpo.tokens, grpo.tokens) == (4 * 1024, 4 * 2 * 1024, 2 * 8 * (256 + 128))
+    assert dpo.total_gb > sft.total_gb
+    assert "a pair a row" in dpo.notes[0] and "2 prompts x 8 completions" in grpo.notes[0]
