@@ -72,7 +72,8 @@ class GroupRelativePolicyOptimization(Method):
         for _, batch in group:
             prompts = [row.input_ids for row in batch.rows]
             completions = sample_completions(t.model, t.tokenizer, prompts, spec.num_generations,
-                                             spec.max_completion_length, spec.temperature, spec.top_p, t.device)
+                                             spec.max_completion_length, spec.temperature, spec.top_p, t.device,
+                                             log=t.log)
             totals = self._score(batch, completions, stats)
             advantages, flat = grpo_loss.group_advantages(torch.tensor(totals), spec.num_generations,
                                                           scale=spec.loss_type != "dr_grpo")
