@@ -83,6 +83,8 @@ def test_the_grpo_benchmark_smoke_run_writes_a_job_line_and_a_generation_line(tm
     job, gen = [json.loads(line) for line in out.read_text().splitlines()]
     assert job["stack"] == "fusetune (a)" and job["returncode"] == 0 and job["steps_per_s"] > 0, job
     assert gen["stack"] == "generation (gen)" and 0 < gen["transformers_generate"]["tokens"] <= 2 * 2 * 8, gen
+    for ours in ("fusetune_decode", "fusetune_decode_eager"):
+        assert 0 < gen[ours]["tokens"] <= 2 * 2 * 8 and gen[ours]["tokens_per_s"] > 0, gen
 
 
 def test_two_processes_each_sample_their_share_and_report_the_rewards_of_all(tmp_path, tiny_model):
