@@ -29,9 +29,12 @@ def grpo_config(tmp_path, **overrides):
             "max_seq_length": 64, "save_steps": 0, "warmup_steps": 0, "beta": 0.0, **overrides}
 
 
-def test_a_reward_file_that_rewards_one_letter_raises_that_reward(tmp_path, tiny_model):
-    proc, out = run_job(tmp_path, "grpo", tiny_model, **grpo_config(tmp_path))
+@pytest.mark.parametrize("packing", ["auto", "on"])   # auto: padded rows on CPU; on: completions packed
+def test_a_reward_file_that_rewards_one_letter_raises_that_reward(tmp_path, tiny_model, packing):
+    proc, out = run_job(tmp_path, "grpo", tiny_model, **grpo_config(tmp_path, packing=packing))
     assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-3000:]
+    log = (out / "train.log").read_text()
+    assert ("grpo packing: on" if packing == "on" else "grpo packing: auto -> off on CPU") in log
     summary = summarize(out)
     steps = summary.steps
     assert len(steps) == 20 and summary.final["type"] == "done"
