@@ -85,7 +85,8 @@ class JobSpec:
                     "bf16, fp16 or fp32.", choices=DTYPES)
     max_seq_length: int = _f(256, "Longest tokenized example; longer ones are truncated.", min=8, max=1048576)
     packing: str = _f("auto", "Pack several examples into each row of max_seq_length (attention never crosses "
-                      "an example): auto (on a GPU when rows are shorter than max_seq_length), on or off.",
+                      "an example): auto (on a GPU when rows are shorter than max_seq_length), on or off. grpo: "
+                      "each micro-batch's prompt + completion sequences in one row (auto: on a GPU).",
                       choices=PACKING)
     batch_size: int = _f(4, "Examples per micro-batch.", min=1, max=4096)
     gradient_accumulation_steps: int = _f(1, "Micro-batches per optimizer step.", min=1, max=4096)
