@@ -59,6 +59,19 @@ def test_a_row_stops_at_its_eos_as_in_generate(policy):
     assert raw[0, stop:].eq(tok.pad_token_id).all()   # after EOS a row only gets pad
 
 
+def test_the_loop_gives_the_same_tokens_while_packed_attention_is_on(policy):
+    from kernels.packed_attention import restore_attention, use_packed_attention
+
+    model, tok = policy   # a packed grpo job switches the attention for its policy pass; sampling reads 4-D masks
+    ids, mask = pad_left(PROMPTS, tok.pad_token_id, "cpu")
+    want = _ours(model, ids, mask, 12, 10_000, tok.pad_token_id)
+    use_packed_attention(model)
+    try:
+        assert _ours(model, ids, mask, 12, 10_000, tok.pad_token_id) == want
+    finally:
+        restore_attention(model)
+
+
 def test_sampling_with_a_fixed_seed_repeats_and_differs_from_greedy(policy):
     model, tok = policy
     runs = []
