@@ -57,8 +57,10 @@ class GroupRelativePolicyOptimization(Method):
 
     def plan_batches(self):
         t = self.trainer
-        t.packed = False   # the plan's units are prompts; the completions are packed after sampling
+        # the plan's units are prompts (never packed); t.packed (the start event's `packing`) says
+        # whether the policy pass packs the sampled sequences
         self.packed, line = grpo_packing(self.spec.packing, t.device.type, _text_config(t.model.config))
+        t.packed = self.packed
         t.log(line)
         if self.packed:
             from kernels.packed_attention import use_packed_attention

@@ -36,6 +36,7 @@ def test_a_reward_file_that_rewards_one_letter_raises_that_reward(tmp_path, tiny
     log = (out / "train.log").read_text()
     assert ("grpo packing: on" if packing == "on" else "grpo packing: auto -> off on CPU") in log
     summary = summarize(out)
+    assert summary.start["packing"] is (packing == "on")
     steps = summary.steps
     assert len(steps) == 20 and summary.final["type"] == "done"
     for key in ("reward_mean", "reward_std", "reward/letter_e", "completion_length", "zero_std_groups"):
