@@ -3,7 +3,8 @@
 Per optimizer step (the loop's `prepare_step` hook, before any device step): every micro-batch of
 prompts gets `num_generations` completions sampled from the current policy (jobs/train/rollout.py),
 scored by the job's rewards (jobs/train/rewards/), turned into group advantages. Then the loop
-runs its usual forward/backward per micro-batch: `loss` runs the policy over prompt + completion,
+runs its usual forward/backward per micro-batch: `loss` runs the policy over prompt + completion
+(packed: the micro-batch's sequences back to back in one row, grpo_data.rollout_tensors_packed),
 takes the last hidden states of the completion positions only and hands them with the LM head's
 weight to the fused log-probs op (kernels/ops/fused_linear_logprobs.py: no [tokens x vocab] logits),
 and the clipped GRPO loss of jobs/train/methods/grpo_loss.py. The reference of the KL term is the
