@@ -1,10 +1,11 @@
 """GRPO, end to end, on the same prompts, lengths and LoRA config:
-(a) `python -m jobs.train` with method grpo and the fused engine (sampling: jobs/train/rollout.py,
-    today transformers' `generate`, batched, KV cache; policy step: fused log-probs),
+(a) `python -m jobs.train` with method grpo and the fused engine (sampling: jobs/train/decode.py's
+    static-KV-cache loop, a CUDA-graph decode step; policy step: fused log-probs),
 (b) Unsloth + TRL GRPOTrainer (bench/bench_grpo_unsloth.py, its own process; without vLLM: it is
     not on the device, so TRL samples with transformers' generate too; say so with the numbers),
-(gen) generation alone: jobs/train/rollout.py's sampler on the job's (patched) model against plain
-    transformers `generate` of the same weights, tokens/s over the whole batch.
+(gen) generation alone: jobs/train/rollout.py's sampler on the job's (patched) model (through
+    generate, our loop eager, our loop as a CUDA graph) against plain transformers `generate` of the
+    same weights, tokens/s over the whole batch.
 
 Random weights of a real shape (bench/job_data.py build_model; bench_lora.SHAPES), prompts from
 builtin:arithmetic written to prompts.jsonl, `--prompts` prompts x `--generations` completions a
@@ -86,7 +87,7 @@ def run_fusetune(args) -> dict:
     result.update(step_stats([e["time"] for e in steps], args.warmup),
                   peak_gib=max((e.get("peak_gb") or 0) for e in steps) or None,
                   completion_length=[e.get("completion_length") for e in steps],
-                  sampler="transformers generate (batched, dynamic KV cache)")
+                  sampler="jobs/train/decode.py (static KV cache, CUDA-graph decode step)")
     return result
 
 
@@ -107,7 +108,7 @@ def generation(args) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from jobs.data.prompts import encode_prompts, load_prompt_rows
     from jobs.spec import JobSpec
-    from jobs.train.rollout import sample_completions
+    from jobs.train.rollout import generate_completions, sample_completions
     device = torch.device(args.device)
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     source = args.dir / args.shape
@@ -116,23 +117,33 @@ def generation(args) -> dict:
     prompts = [r.input_ids for r in encode_prompts(tokenizer, load_prompt_rows(spec), 512)[:args.prompts]]
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
     result = {"stack": "generation (gen)", "prompts": args.prompts, "generations": args.generations}
-    for name, patched in (("transformers_generate", False), ("fusetune_rollout", True)):
-        if patched and args.device == "cuda":
+    # plain transformers first (patching is one-way), then the engine-patched model through generate
+    # (the sampler before issue 20's decode loop) and through our loop, eager and as a CUDA graph
+    runs = (("transformers_generate", False, generate_completions, {}),
+            ("fusetune_generate", True, generate_completions, {}),
+            ("fusetune_decode_eager", True, sample_completions, {"use_graph": False}),
+            ("fusetune_decode", True, sample_completions, {"log": lambda line: result.setdefault("log", []).append(line)}))
+    for name, patched, sampler, extra in runs:
+        if patched and args.device == "cuda" and not getattr(model, "_bench_patched", False):
             from kernels import patch_model
             patch_model(model, backend="auto")
-        sample_completions(model, tokenizer, prompts[:1], 2, 8, 1.0, 1.0, device)   # warm-up
+            model._bench_patched = True
+        sampler(model, tokenizer, prompts[:1], 2, 8, 1.0, 1.0, device, **extra)   # warm-up
         if args.device == "cuda":
             torch.cuda.synchronize()
         began = time.time()
-        completions = sample_completions(model, tokenizer, prompts, args.generations, args.completion_len,
-                                         1.0, 1.0, device)
+        completions = sampler(model, tokenizer, prompts, args.generations, args.completion_len, 1.0, 1.0, device,
+                              **extra)
         if args.device == "cuda":
             torch.cuda.synchronize()
         seconds = time.time() - began
         tokens = sum(len(c) for c in completions)
         result[name] = {"tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1)}
-    result["speedup"] = round(result["fusetune_rollout"]["tokens_per_s"] / result["transformers_generate"]["tokens_per_s"], 3)
-    result["note"] = "both call transformers generate today (the static-cache CUDA-graph decode loop is not written)"
+    base = result["transformers_generate"]["tokens_per_s"]
+    result["speedup"] = round(result["fusetune_decode"]["tokens_per_s"] / base, 3)
+    result["speedup_eager"] = round(result["fusetune_decode_eager"]["tokens_per_s"] / base, 3)
+    result["note"] = ("speedup: jobs/train/decode.py's static-cache loop (one decode step replayed as a CUDA graph on "
+                      "the GPU) on the patched model vs transformers generate on the plain one; no LoRA adapter here")
     return result
 
 

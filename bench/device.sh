@@ -126,7 +126,7 @@ case "$what" in
     stage "prepare grpo" 120 $PY bench/bench_grpo.py prepare $G --out "$OUT/grpo.jsonl"
     stage "grpo ours" 200 $PY bench/bench_grpo.py run $G --out "$OUT/grpo.jsonl"
     stage "grpo unsloth+trl" 200 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_grpo.py run --stack unsloth $G --out "$OUT/grpo.jsonl"
-    stage "generation alone" 100 $PY bench/bench_grpo.py gen $G --out "$OUT/grpo.jsonl" ;;
+    stage "generation alone" 160 $PY bench/bench_grpo.py gen $G --out "$OUT/grpo.jsonl" ;;
   logprobs)
     versions
     stage logprobs_op 300 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/logprobs_op.py --out "$OUT/logprobs_op.jsonl" ;;

@@ -26,6 +26,13 @@ from jobs.spec_values import (  # noqa: F401  (re-exported: importers name jobs.
 from jobs.yaml_bounded import load_config_yaml
 
 
+# Keys whose default depends on the method, filled by `from_dict` when the config does not set them.
+# grpo's beta is 0.0, TRL's GRPOConfig default (following DAPO and Dr. GRPO, which train with
+# verifiable rewards without the KL term): no reference forward per micro-batch (a quarter or more of
+# the policy step), and the step bench/bench_grpo.py compares against TRL's is the same step.
+METHOD_DEFAULTS: dict[str, dict[str, Any]] = {"grpo": {"beta": 0.0}}
+
+
 def _f(default: Any, help: str, **extra: Any) -> Any:
     """A dataclass field with its help text (and optional choices / bounds) in metadata."""
     meta = {"help": help, **extra}
@@ -78,7 +85,8 @@ class JobSpec:
                     "bf16, fp16 or fp32.", choices=DTYPES)
     max_seq_length: int = _f(256, "Longest tokenized example; longer ones are truncated.", min=8, max=1048576)
     packing: str = _f("auto", "Pack several examples into each row of max_seq_length (attention never crosses "
-                      "an example): auto (on a GPU when rows are shorter than max_seq_length), on or off.",
+                      "an example): auto (on a GPU when rows are shorter than max_seq_length), on or off. grpo: "
+                      "each micro-batch's prompt + completion sequences in one row (auto: on a GPU).",
                       choices=PACKING)
     batch_size: int = _f(4, "Examples per micro-batch.", min=1, max=4096)
     gradient_accumulation_steps: int = _f(1, "Micro-batches per optimizer step.", min=1, max=4096)
@@ -108,7 +116,8 @@ class JobSpec:
     # preference tuning (method dpo/orpo/simpo/kto); defaults are TRL's (DPOConfig, ORPOConfig, CPOConfig, KTOConfig)
     beta: float = _f(0.1, "Preference methods: the temperature of the implicit reward (DPO, SimPO, KTO; "
                      "TRL's beta): higher keeps the tuned model closer to the reference. grpo: the weight of the "
-                     "KL penalty to the base model (adapter off); 0 skips the reference pass (TRL's GRPO default).",
+                     "KL penalty to the base model (adapter off); 0 skips the reference pass. Default 0.1; for "
+                     "grpo 0.0 when beta is not given (TRL's GRPOConfig default).",
                      min=0.0, max=100.0)
     simpo_gamma: float = _f(0.5, "SimPO: the target reward margin gamma between chosen and rejected "
                             "(TRL's simpo_gamma).", min=0.0, max=100.0)
@@ -151,7 +160,8 @@ class JobSpec:
         unknown = sorted(str(k) for k in data if k not in known)
         if unknown:
             raise SpecError(unknown[0], f"unknown key (known keys: {', '.join(sorted(known))})")
-        spec = cls(**{k: _coerce(k, v) for k, v in data.items()})
+        given = {k: _coerce(k, v) for k, v in data.items()}
+        spec = cls(**{**METHOD_DEFAULTS.get(str(given.get("method", "")).strip(), {}), **given})
         spec.validate()
         return spec
 

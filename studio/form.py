@@ -42,11 +42,12 @@ GROUPS: dict[str, tuple[str, ...]] = {
              "epsilon", "epsilon_high", "loss_type"),
     "more": ("warmup_steps", "weight_decay", "max_grad_norm", "save_steps", "processes", "resume_from"),
 }
-# Which keys of the "preference" group each preference method reads (jobs/train/methods/preference.py);
-# the Train tab shows only these, and the whole group only for a preference method.
+# Which keys of the "preference" group each method reads (jobs/train/methods/preference.py; grpo reads
+# beta, its KL weight); the Train tab shows only these, and the group only for a method that reads one.
 PREFERENCE_KEYS = {"dpo": ("beta", "precompute_reference"), "orpo": ("orpo_lambda",),
                    "simpo": ("beta", "simpo_gamma"),
-                   "kto": ("beta", "kto_desirable_weight", "kto_undesirable_weight", "precompute_reference")}
+                   "kto": ("beta", "kto_desirable_weight", "kto_undesirable_weight", "precompute_reference"),
+                   "grpo": ("beta",)}
 NUMBER_KINDS = ("int", "float")
 THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?$")
 

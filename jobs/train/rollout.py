@@ -1,13 +1,18 @@
 """GRPO's generation: `num_generations` completions per prompt from the current policy (LoRA on),
-sampled in one batched call with a KV cache, each stopping at EOS or max_completion_length.
+sampled in one batch (all prompts x generations, left-padded prompts), each stopping at EOS or
+max_completion_length.
 
-This first version calls transformers' `generate` (one batched call for all prompts x
-generations, left-padded prompts, the dynamic KV cache); the fast target, a hand-written decode
-loop over a static KV cache captured as one CUDA graph step, is not written yet. The model is
-put in eval mode for sampling (no dropout, the cache allowed under checkpointing) and back after."""
+The sampler is jobs/train/decode.py: our decode loop over a static KV cache, one decode step
+captured as a CUDA graph on the GPU (eager on CPU). Models it cannot run (sliding windows shorter
+than the sequence, non-attention layers: `decode.unsupported_reason`) use transformers' `generate`
+(`generate_completions`, also what bench/bench_grpo.py's generation mode compares against). The
+model is put in eval mode for sampling (no dropout, the cache allowed under checkpointing) and back
+after."""
 from __future__ import annotations
 
 import torch
+
+from jobs.train import decode
 
 
 def pad_left(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,10 +40,39 @@ def eos_ids_of(model, tokenizer) -> set[int]:
     return ids
 
 
+def _text_config(model):
+    config = model.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 @torch.no_grad()
 def sample_completions(model, tokenizer, prompts: list[list[int]], num_generations: int, max_new_tokens: int,
-                       temperature: float, top_p: float, device) -> list[list[int]]:
+                       temperature: float, top_p: float, device, log=None,
+                       use_graph: bool | None = None) -> list[list[int]]:
     """Completion token ids [len(prompts) * num_generations], prompt 0's group first."""
+    repeated = [p for p in prompts for _ in range(num_generations)]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids, mask = pad_left(repeated, pad_id, device)
+    reason = decode.unsupported_reason(_text_config(model), ids.shape[1] + max_new_tokens)
+    if reason:
+        decode._once(log, f"grpo sampling: transformers' generate ({reason})")
+        return generate_completions(model, tokenizer, prompts, num_generations, max_new_tokens, temperature,
+                                    top_p, device)
+    eos = eos_ids_of(model, tokenizer)
+    was_training = model.training
+    model.eval()
+    try:
+        out = decode.decode(model, ids, mask, max_new_tokens, temperature, top_p, eos, pad_id,
+                            use_graph=use_graph, log=log)
+    finally:
+        model.train(was_training)
+    return [cut_at_eos(row, eos) for row in out.tolist()]
+
+
+@torch.no_grad()
+def generate_completions(model, tokenizer, prompts: list[list[int]], num_generations: int, max_new_tokens: int,
+                         temperature: float, top_p: float, device) -> list[list[int]]:
+    """`sample_completions` through transformers' `generate` (the dynamic KV cache)."""
     repeated = [p for p in prompts for _ in range(num_generations)]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids, mask = pad_left(repeated, pad_id, device)

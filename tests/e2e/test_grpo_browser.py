@@ -14,7 +14,8 @@ def test_grpo_on_the_builtin_task_shows_the_reward_curve_and_completions(studio,
     pick_option(page, "ft-field-method", "grpo")
     pick_option(page, "ft-field-dataset", "builtin:arithmetic")
     set_text(page, "ft-field-batch_size", "2")
-    command_has(page, "method: grpo", "dataset: builtin:arithmetic", "batch_size: 2")
+    page.wait_for_selector("#ft-field-beta", state="visible", timeout=30_000)   # grpo's KL weight, at its 0.0
+    command_has(page, "method: grpo", "dataset: builtin:arithmetic", "batch_size: 2", "beta: 0.0")
     job_id = start_job(page)
     state, step = wait_for_state(page, ("done", "failed"), timeout_s=600, min_step=0)
     assert state == "done", page.locator("#ft-job-failure").inner_text()

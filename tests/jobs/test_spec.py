@@ -88,3 +88,11 @@ def test_eval_file_and_fraction_are_exclusive(tmp_path):
     with pytest.raises(SpecError) as info:
         JobSpec.from_dict({"eval_dataset": str(data_file), "eval_fraction": 0.1})
     assert info.value.key == "eval_fraction"
+
+
+def test_grpo_beta_defaults_to_zero_unless_given_and_the_spec_keeps_it():
+    grpo = JobSpec.from_dict({"method": "grpo", "dataset": "builtin:arithmetic"})
+    assert grpo.beta == 0.0                                   # TRL's GRPOConfig default: no reference pass
+    assert JobSpec.from_dict({"method": "grpo", "dataset": "builtin:arithmetic", "beta": 0.05}).beta == 0.05
+    assert JobSpec.from_dict({"method": "dpo", "dataset": "builtin:concise"}).beta == 0.1
+    assert JobSpec.from_dict(grpo.to_dict()).beta == 0.0      # written to the job's YAML, read back the same

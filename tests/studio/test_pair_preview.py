@@ -56,5 +56,17 @@ def test_the_method_shows_its_keys_and_swaps_the_builtin_set():
     assert kept == {"__type__": "update"}  # an uploaded file is the user's pick: kept
 
 
+def test_grpo_shows_beta_alone_at_its_own_default_and_keeps_a_typed_one():
+    keys = [w.name for w in dict(form.grouped_widgets())["preference"]]
+    group, *fields, _ = method_updates("grpo", BUILTIN_DATASET, keys, "0.1")
+    updates = dict(zip(keys, fields))
+    assert group["visible"] is True and {k for k, u in updates.items() if u["visible"]} == {"beta"}
+    assert updates["beta"]["value"] == "0.0"                     # grpo's default (JobSpec METHOD_DEFAULTS)
+    _, *fields, _ = method_updates("dpo", BUILTIN_DATASET, keys, "0.0")
+    assert dict(zip(keys, fields))["beta"]["value"] == "0.1"     # back to the preference default
+    _, *fields, _ = method_updates("grpo", BUILTIN_DATASET, keys, "0.3")
+    assert "value" not in dict(zip(keys, fields))["beta"]        # a beta the user typed is theirs
+
+
 def test_an_empty_preview_says_so():
     assert "no rows" in pairs_html([])

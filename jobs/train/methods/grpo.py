@@ -3,7 +3,8 @@
 Per optimizer step (the loop's `prepare_step` hook, before any device step): every micro-batch of
 prompts gets `num_generations` completions sampled from the current policy (jobs/train/rollout.py),
 scored by the job's rewards (jobs/train/rewards/), turned into group advantages. Then the loop
-runs its usual forward/backward per micro-batch: `loss` runs the policy over prompt + completion,
+runs its usual forward/backward per micro-batch: `loss` runs the policy over prompt + completion
+(packed: the micro-batch's sequences back to back in one row, grpo_data.rollout_tensors_packed),
 takes the last hidden states of the completion positions only and hands them with the LM head's
 weight to the fused log-probs op (kernels/ops/fused_linear_logprobs.py: no [tokens x vocab] logits),
 and the clipped GRPO loss of jobs/train/methods/grpo_loss.py. The reference of the KL term is the
@@ -23,11 +24,13 @@ from jobs.data.prompts import encode_prompts, load_prompt_rows, render
 from jobs.io.layout import JobLayout
 from jobs.train.methods import grpo_loss
 from jobs.train.methods.base import Method
-from jobs.train.methods.grpo_data import PromptPlan, rollout_tensors
+from jobs.train.methods.grpo_data import PromptPlan, rollout_tensors, rollout_tensors_packed
 from jobs.train.rewards.score import RewardSet
 from jobs.train.rollout import sample_completions
 
 SAMPLES_PER_STEP = 4   # completions written to completions.jsonl each step
+MODEL_KEYS = ("input_ids", "attention_mask", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k",
+              "max_length_q", "max_length_k")   # what the policy forward takes of a batch (padded or packed)
 
 
 class GroupRelativePolicyOptimization(Method):
@@ -39,6 +42,7 @@ class GroupRelativePolicyOptimization(Method):
         self.metric_names = ("kl",) if self.spec.beta > 0 else ()
         self.pending_fields: deque = deque()
         self.rewards = RewardSet.for_spec(self.spec, log=trainer.log)
+        self.packed = False
 
     # ---- data -----------------------------------------------------------------------
     def load_data(self):
@@ -54,7 +58,14 @@ class GroupRelativePolicyOptimization(Method):
 
     def plan_batches(self):
         t = self.trainer
-        t.packed = False
+        # the plan's units are prompts (never packed); t.packed (the start event's `packing`) says
+        # whether the policy pass packs the sampled sequences
+        self.packed, line = grpo_packing(self.spec.packing, t.device.type, _text_config(t.model.config))
+        t.packed = self.packed
+        t.log(line)
+        if self.packed:
+            from kernels.packed_attention import use_packed_attention
+            t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
         return PromptPlan(t.examples, self.spec.batch_size, self.spec.seed, t.dist.rank, t.dist.world_size), None
 
     def loss_units(self, batch) -> int:
@@ -67,16 +78,21 @@ class GroupRelativePolicyOptimization(Method):
         for _, batch in group:
             prompts = [row.input_ids for row in batch.rows]
             completions = sample_completions(t.model, t.tokenizer, prompts, spec.num_generations,
-                                             spec.max_completion_length, spec.temperature, spec.top_p, t.device)
+                                             spec.max_completion_length, spec.temperature, spec.top_p, t.device,
+                                             log=t.log)
             totals = self._score(batch, completions, stats)
             advantages, flat = grpo_loss.group_advantages(torch.tensor(totals), spec.num_generations,
                                                           scale=spec.loss_type != "dr_grpo")
             pad_id = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else t.tokenizer.eos_token_id
-            batch.tensors = rollout_tensors(prompts, completions, spec.num_generations, pad_id)
+            if self.packed:
+                batch.tensors, batch.ints = rollout_tensors_packed(prompts, completions, spec.num_generations)
+            else:
+                batch.tensors = rollout_tensors(prompts, completions, spec.num_generations, pad_id)
             batch.tensors["advantages"] = advantages
             lengths = [len(c) for c in completions]
             batch.label_tokens = grpo_loss.units(lengths, spec.loss_type)
-            batch.real_tokens = int(batch.tensors["attention_mask"].sum())
+            batch.real_tokens = (batch.tensors["input_ids"].numel() if self.packed
+                                 else int(batch.tensors["attention_mask"].sum()))
             stats["lengths"] += lengths
             stats["flat"] += flat.tolist()
         self.pending_fields.append(self._fields(stats))
@@ -130,7 +146,7 @@ class GroupRelativePolicyOptimization(Method):
         from kernels.ops.fused_linear_logprobs import fused_linear_logprobs
         spec, peft = self.spec, self.trainer.model
         lm = find_causal_lm(peft)
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+        inputs = {k: batch[k] for k in MODEL_KEYS if k in batch}
         head = dict(weight=lm.lm_head.weight, bias=lm.lm_head.bias, temperature=spec.temperature,
                     softcap=getattr(_text_config(lm.config), "final_logit_softcapping", None))
         ref = None
@@ -154,6 +170,22 @@ class GroupRelativePolicyOptimization(Method):
 
     def evaluate(self, model, plan, device) -> dict:
         return {"eval_loss": float("nan"), "eval_tokens": 0}
+
+
+def grpo_packing(mode: str, device_type: str, text_config) -> tuple[bool, str]:
+    """Whether each micro-batch's prompt + completion sequences go to the policy forward packed
+    into one row (no padding to the longest), and the log line; `packing` as for SFT
+    (jobs/data/packing.py resolve_packing): auto packs on the GPU unless attention logits are
+    soft-capped (the varlen kernel cannot), and keeps padded rows on CPU."""
+    if mode == "on":
+        return True, "grpo packing: on (each micro-batch's sequences in one row, position ids restarting)"
+    if mode == "off":
+        return False, "grpo packing: off (prompt + completion rows padded to the longest)"
+    if device_type != "cuda":
+        return False, "grpo packing: auto -> off on CPU (padded rows; set packing: on to pack)"
+    if getattr(text_config, "attn_logit_softcapping", None):
+        return False, "grpo packing: auto -> off: this model soft-caps attention logits (set packing: on to pack)"
+    return True, "grpo packing: auto -> on (each micro-batch's sequences in one row, position ids restarting)"
 
 
 def _text_config(config):

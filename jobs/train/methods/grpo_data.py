@@ -4,7 +4,11 @@ rollout batch a step trains on once its completions are sampled (jobs/train/meth
 `batch_size` counts prompts; with several processes each micro-batch is `batch_size x world`
 prompts and each rank samples its own `batch_size` of them (rank r takes the r-th slice). An
 epoch's order is shuffled from the seed; its short last micro-batch is filled from the start of
-the epoch, so every rank always has prompts (DDP needs every rank's backward)."""
+the epoch, so every rank always has prompts (DDP needs every rank's backward).
+
+A sampled micro-batch trains either as padded rows (`rollout_tensors`: prompts left-padded,
+completions right-padded to the longest) or packed (`rollout_tensors_packed`: every prompt +
+completion back to back in one row, nothing padded; the default on the GPU, grpo.py)."""
 from __future__ import annotations
 
 import random
@@ -95,3 +99,31 @@ def rollout_tensors(prompts: list[list[int]], completions: list[list[int]], grou
             "labels": torch.tensor(labels, dtype=torch.long), "seq_index": torch.tensor(seq_index, dtype=torch.long),
             "lengths": torch.tensor([len(c) for c in completions], dtype=torch.long),
             "gather": torch.tensor(gather, dtype=torch.long)}
+
+
+def rollout_tensors_packed(prompts: list[list[int]], completions: list[list[int]], group: int) -> tuple[dict, dict]:
+    """The same rows packed into ONE sequence [1, T] (T = the step's real tokens, no padding), as
+    SFT packing lays them out (jobs/data/packing.py collate_packed): each prompt + completion is a
+    document of its own, position ids restart at 0 for each, and `cu_seq_lens_q/k` (int32) with
+    the host int `max_length_q/k` keep attention inside each one (kernels/packed_attention.py).
+    labels, seq_index, lengths and gather mean what they mean in `rollout_tensors`.
+    Returns (tensors, ints)."""
+    ids, positions, bounds, gather, seq_index, labels = [], [], [0], [], [], []
+    for s, completion in enumerate(completions):
+        prompt = prompts[s // group]
+        start, n = len(ids), len(prompt) + len(completion)
+        ids += prompt + completion
+        positions += range(n)
+        bounds.append(start + n)
+        gather += [start + len(prompt) - 1 + t for t in range(len(completion))]
+        seq_index += [s] * len(completion)
+        labels += completion
+    cu = torch.tensor(bounds, dtype=torch.int32)
+    longest = max(b - a for a, b in zip(bounds, bounds[1:]))
+    tensors = {"input_ids": torch.tensor([ids], dtype=torch.long),
+               "position_ids": torch.tensor([positions], dtype=torch.long),
+               "cu_seq_lens_q": cu, "cu_seq_lens_k": cu,
+               "labels": torch.tensor(labels, dtype=torch.long), "seq_index": torch.tensor(seq_index, dtype=torch.long),
+               "lengths": torch.tensor([len(c) for c in completions], dtype=torch.long),
+               "gather": torch.tensor(gather, dtype=torch.long)}
+    return tensors, {"max_length_q": longest, "max_length_k": longest}

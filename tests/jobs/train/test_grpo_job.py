@@ -29,10 +29,14 @@ def grpo_config(tmp_path, **overrides):
             "max_seq_length": 64, "save_steps": 0, "warmup_steps": 0, "beta": 0.0, **overrides}
 
 
-def test_a_reward_file_that_rewards_one_letter_raises_that_reward(tmp_path, tiny_model):
-    proc, out = run_job(tmp_path, "grpo", tiny_model, **grpo_config(tmp_path))
+@pytest.mark.parametrize("packing", ["auto", "on"])   # auto: padded rows on CPU; on: completions packed
+def test_a_reward_file_that_rewards_one_letter_raises_that_reward(tmp_path, tiny_model, packing):
+    proc, out = run_job(tmp_path, "grpo", tiny_model, **grpo_config(tmp_path, packing=packing))
     assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-3000:]
+    log = (out / "train.log").read_text()
+    assert ("grpo packing: on" if packing == "on" else "grpo packing: auto -> off on CPU") in log
     summary = summarize(out)
+    assert summary.start["packing"] is (packing == "on")
     steps = summary.steps
     assert len(steps) == 20 and summary.final["type"] == "done"
     for key in ("reward_mean", "reward_std", "reward/letter_e", "completion_length", "zero_std_groups"):
@@ -83,6 +87,8 @@ def test_the_grpo_benchmark_smoke_run_writes_a_job_line_and_a_generation_line(tm
     job, gen = [json.loads(line) for line in out.read_text().splitlines()]
     assert job["stack"] == "fusetune (a)" and job["returncode"] == 0 and job["steps_per_s"] > 0, job
     assert gen["stack"] == "generation (gen)" and 0 < gen["transformers_generate"]["tokens"] <= 2 * 2 * 8, gen
+    for ours in ("fusetune_decode", "fusetune_decode_eager"):
+        assert 0 < gen[ours]["tokens"] <= 2 * 2 * 8 and gen[ours]["tokens_per_s"] > 0, gen
 
 
 def test_two_processes_each_sample_their_share_and_report_the_rewards_of_all(tmp_path, tiny_model):

@@ -1,0 +1,77 @@
+"""GRPO's packed policy pass (grpo_data.rollout_tensors_packed: every prompt + completion of a
+micro-batch in one row, position ids restarting, cu_seq_lens keeping documents apart) gives the
+loss, the KL and the LoRA gradients of the padded rows (fp32, relative 1e-5; the loss's value is
+-sum(A w) / count at ratio 1 whatever the log-probs, so the KL and the gradients are what test the
+log-probs), for each loss
+normalisation, with and without the KL term; on the tiny Llama with a LoRA adapter, CPU."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from jobs.train.methods.grpo import GroupRelativePolicyOptimization, grpo_packing
+from jobs.train.methods.grpo_data import rollout_tensors, rollout_tensors_packed
+from tests.jobs.train.test_decode import policy  # noqa: F401  (the tiny LoRA policy fixture)
+
+GROUP = 3
+PROMPTS = [[5, 17, 33, 40, 2, 9, 81], [12, 7, 60]]
+COMPLETIONS = [[8, 9, 10, 11, 12], [3], [40, 41, 42], [7, 7, 7, 7, 7, 7, 7], [100, 2], [55, 56, 57, 58]]
+ADVANTAGES = torch.tensor([1.2, -0.3, -0.9, 0.5, -1.1, 0.6])
+
+
+def _method(model, loss_type: str, beta: float):
+    method = GroupRelativePolicyOptimization.__new__(GroupRelativePolicyOptimization)
+    method.trainer = SimpleNamespace(model=model)
+    method.spec = SimpleNamespace(temperature=0.9, beta=beta, epsilon=0.2, epsilon_high=0.0, loss_type=loss_type,
+                                  max_completion_length=8)
+    return method
+
+
+def _loss_and_grads(model, batch: dict, loss_type: str, beta: float):
+    model.zero_grad(set_to_none=True)
+    count = torch.tensor(float(sum(map(len, COMPLETIONS)) if loss_type == "dapo" else len(COMPLETIONS)))
+    loss, kl = _method(model, loss_type, beta).loss(model, {**batch, "advantages": ADVANTAGES}, count)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), kl, grads
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.05])
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+def test_packed_completions_give_the_padded_loss_and_gradients(policy, loss_type, beta):  # noqa: F811
+    from kernels.packed_attention import restore_attention, use_packed_attention
+
+    model, tok = policy
+    model.train()
+    padded = rollout_tensors(PROMPTS, COMPLETIONS, GROUP, tok.pad_token_id)
+    want, want_kl, want_grads = _loss_and_grads(model, padded, loss_type, beta)
+    tensors, ints = rollout_tensors_packed(PROMPTS, COMPLETIONS, GROUP)
+    assert tensors["input_ids"].shape == (1, sum(len(PROMPTS[s // GROUP]) + len(c) for s, c in enumerate(COMPLETIONS)))
+    use_packed_attention(model)
+    try:
+        got, got_kl, got_grads = _loss_and_grads(model, {**tensors, **ints}, loss_type, beta)
+    finally:
+        restore_attention(model)
+        model.eval()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+    if beta:
+        torch.testing.assert_close(got_kl, want_kl, rtol=1e-5, atol=1e-7)
+    assert want_grads and set(got_grads) == set(want_grads)
+    assert any(g.abs().sum() > 0 for g in want_grads.values())
+    for name, grad in want_grads.items():   # relative over the tensor (elements near 0 differ by float noise)
+        assert (got_grads[name] - grad).norm() <= 1e-5 * grad.norm(), name
+
+
+def test_the_packed_row_restarts_positions_and_bounds_each_sequence():
+    tensors, ints = rollout_tensors_packed([[1, 2, 3], [4]], [[9, 9], [8], [7, 7, 7], [6]], group=2)
+    assert tensors["cu_seq_lens_q"].tolist() == [0, 5, 9, 13, 15]
+    assert tensors["position_ids"][0].tolist() == [0, 1, 2, 3, 4, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+    assert tensors["gather"].tolist() == [2, 3, 7, 9, 10, 11, 13]   # the positions that predict each token
+    assert ints == {"max_length_q": 5, "max_length_k": 5}
+
+
+def test_packing_auto_packs_on_the_gpu_only():
+    plain, capped = SimpleNamespace(), SimpleNamespace(attn_logit_softcapping=50.0)
+    assert grpo_packing("auto", "cuda", plain)[0] and not grpo_packing("auto", "cpu", plain)[0]
+    assert not grpo_packing("auto", "cuda", capped)[0] and grpo_packing("on", "cpu", plain)[0]
+    assert not grpo_packing("off", "cuda", plain)[0]
