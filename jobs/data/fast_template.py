@@ -13,7 +13,15 @@ content (or drops it) is detected (the sentinel is not found exactly once, verba
 sequence goes the slow way (`encode.encode`). The first row of every role sequence, and every
 VERIFY_EVERY-th row, is also encoded the slow way and compared; a difference turns the fast way off
 for that role sequence. What this cannot see is a template that branches on a content's text in rows
-it did not verify (e.g. on a '<think>' inside an answer); CACHE_VERSION in cache.py is the lever."""
+it did not verify (e.g. on a '<think>' inside an answer); CACHE_VERSION in cache.py is the lever.
+
+Constant text is tokenized once: a tokenizer splits its input at special tokens before anything else
+(HF tokenizers' added-vocabulary pass), so the pieces between two special tokens are tokenized apart
+and the ones holding no content (a default system prompt, "<|im_start|>assistant\n"'s specials) are
+the same ids in every row. Each shape's pieces are cut there once, the constant parts kept as ids,
+and only the parts with a content go to the tokenizer per row (about a third of the tokens of a short
+chat under SmolLM2's default system prompt). A shape whose cut pieces do not give the ids of the
+uncut text on a probe is not cut; the row checks above still compare with the slow way."""
 from __future__ import annotations
 
 import re
@@ -38,13 +46,15 @@ class Encoder:
         self._shapes: dict[tuple[str, ...], list | None] = {}
         self._seen = 0
         self._ok: set[tuple[str, ...]] = set()   # shapes whose first row matched the slow way
+        self._splitter = _special_splitter(tokenizer)
         if self.backend is not None and not _backend_agrees(tokenizer, self.backend):
             self.backend = None
 
     def encode_many(self, conversations: list) -> list[Example]:
-        """Examples in order: every piece of the chunk tokenized in one backend call."""
+        """Examples in order: every content part of the chunk tokenized in one backend call."""
         plans = [self._pieces(c) for c in conversations]
-        texts = [text for plan in plans if plan is not None for text, _trained in plan]
+        texts = [part for plan in plans if plan is not None for parts, _trained in plan
+                 for part in parts if isinstance(part, str)]
         ids = iter(self._tokenize(texts))
         out = []
         for conversation, plan in zip(conversations, plans):
@@ -53,8 +63,8 @@ class Encoder:
                 continue
             input_ids: list[int] = []
             labels: list[int] = []
-            for _text, trained in plan:
-                piece = next(ids)
+            for parts, trained in plan:
+                piece = [token for part in parts for token in (next(ids) if isinstance(part, str) else part)]
                 input_ids += piece
                 labels += piece if trained else [IGNORE_INDEX] * len(piece)
             out.append(Example(input_ids[:self.max_length], labels[:self.max_length]))
@@ -65,19 +75,37 @@ class Encoder:
             return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
         return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
-    def _pieces(self, conversation) -> list[tuple[str, bool]] | None:
-        """This row's (text, trained) pieces from its shape's template, or None: the slow way."""
+    def _pieces(self, conversation) -> list[tuple[list, bool]] | None:
+        """This row's (parts, trained) pieces from its shape's template, or None: the slow way. A part
+        is a text to tokenize (it holds a content) or the ids of constant text."""
         if isinstance(conversation, str):
             return None
         shape = tuple(m["role"] for m in conversation)
         if shape not in self._shapes:
-            self._shapes[shape] = _shape_pieces(self.tokenizer, shape)
+            pieces = _shape_pieces(self.tokenizer, shape)
+            self._shapes[shape] = None if pieces is None else [(self._cut(text), trained) for text, trained in pieces]
         template = self._shapes[shape]
         if template is None:
             return None
         contents = [m["content"] for m in conversation]
-        return [("".join(contents[int(p)] if k % 2 else p for k, p in enumerate(_SENTINEL.split(text))), trained)
-                for text, trained in template]
+        return [([_filled(part, contents) if isinstance(part, str) else part for part in parts], trained)
+                for parts, trained in template]
+
+    def _cut(self, text: str) -> list:
+        """A template piece as parts (module doc): at special tokens, constant runs as ids; [text]
+        when the cut parts do not give the uncut text's ids on a probe content."""
+        if self._splitter is None:
+            return [text]
+        pattern, ids_of = self._splitter
+        parts: list = []
+        for k, run in enumerate(pattern.split(text)):
+            if k % 2:
+                parts.append([ids_of[run]])
+            elif run:
+                parts.append(run if _SENTINEL.search(run) else self._tokenize([run])[0])
+        probe = ["Hello, wörld\n 2  spaces"] * (max((int(n) for n in _SENTINEL.findall(text)), default=0) + 1)
+        cut = [t for part in parts for t in (self._tokenize([_filled(part, probe)])[0] if isinstance(part, str) else part)]
+        return parts if cut == self._tokenize([_filled(text, probe)])[0] else [text]
 
     def _verified(self, conversations: list, plans: list, examples: list[Example]) -> list[Example]:
         """Spot checks against encode.encode (module doc); a failed shape goes the slow way."""
@@ -99,6 +127,23 @@ class Encoder:
                 if p is not None and tuple(m["role"] for m in c) == shape else e
                 for c, p, e in zip(conversations, plans, examples)]
         return examples
+
+
+def _filled(text: str, contents: list[str]) -> str:
+    return "".join(contents[int(p)] if k % 2 else p for k, p in enumerate(_SENTINEL.split(text)))
+
+
+def _special_splitter(tokenizer):
+    """(a regex with the special tokens as its one group, their ids) for the special tokens that match
+    their own text exactly (no stripping of the spaces beside them), or None when there is none."""
+    table = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    exact = {tok.content: i for i, tok in table.items()
+             if getattr(tok, "special", False) and not (getattr(tok, "lstrip", False) or getattr(tok, "rstrip", False)
+                                                        or getattr(tok, "single_word", False))}
+    if not exact:
+        return None
+    alternatives = "|".join(re.escape(t) for t in sorted(exact, key=len, reverse=True))
+    return re.compile(f"({alternatives})"), exact
 
 
 def _shape_pieces(tokenizer, shape: tuple[str, ...]) -> list[tuple[str, bool]] | None:

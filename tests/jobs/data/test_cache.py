@@ -198,3 +198,26 @@ def test_jobs_train_from_the_cache_packed_with_a_holdout_and_the_second_reuses_i
     second, out2 = run_job(tmp_path, "second", tiny_model, **common)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "tokenized cache: reusing" in (out2 / "train.log").read_text()
+
+
+@pytest.mark.parametrize("template", ["own", "mistral"])
+def test_constant_template_text_is_tokenized_once_and_rows_still_equal_encode(template, monkeypatch):
+    """The template's runs between special tokens that hold no content become ids once per shape;
+    contents that touch the cuts (a special token's text, newlines first, nothing) still give the
+    slow way's ids, with only a shape's first row compared."""
+    from jobs.data import fast_template
+    from tests.tiny import make_spm_tokenizer
+    monkeypatch.setattr(fast_template, "VERIFY_EVERY", 1 << 30)
+    tokenizer = make_spm_tokenizer() if template == "mistral" else make_tokenizer()
+    hostile = ["plain", "<|im_start|>user\nfake turn", "\n\nnew lines first", "", " x ", "</s>[INST] t", "名字 😀"]
+    conversations = [[{"role": "user", "content": "first"}, {"role": "assistant", "content": "row"}]]
+    conversations += [[{"role": "user", "content": a}, {"role": "assistant", "content": b}]
+                      for a in hostile for b in hostile]
+    encoder = fast_template.Encoder(tokenizer, 256)
+    fast = encoder.encode_many(conversations)
+    slow = [encode.encode(tokenizer, c, 256) for c in conversations]
+    assert [(e.input_ids, e.labels) for e in fast] == [(e.input_ids, e.labels) for e in slow]
+    template_parts = encoder._shapes[("user", "assistant")]
+    assert template_parts is not None   # the shape stayed on the fast way
+    if template == "own":   # its specials (<|im_start|>, <|im_end|>) cut the pieces into ids and texts
+        assert any(isinstance(part, list) for parts, _trained in template_parts for part in parts)
