@@ -63,6 +63,8 @@ class JobSpec:
                              min=0.0, max=0.9)
     target_modules: Any = _f("all-linear", "Modules that get LoRA: 'all-linear' or a list of names "
                              "such as [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj].")
+    vision_lora: bool = _f(False, "Vision-language models: also give LoRA to the vision tower and the projector "
+                           "(by default all-linear covers the language model only and they stay frozen).")
     load_in_4bit: bool = _f(False, "QLoRA: store the frozen base weights in 4-bit NF4 (bitsandbytes); a fraction of the memory, "
                          "fast on a CUDA GPU, slow on CPU.")
     fused_kernels: bool = _f(False, "Use Fusetune's Triton engine; parts it cannot run fall back to "
