@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from jobs.errors import SpecError  # noqa: F401  (the spec's error; importers take it from here)
+from jobs.spec_values import BUILTIN_SHAPES  # noqa: F401  (re-exported: image-text data, jobs/data/builtin/shapes.py)
 from jobs.spec_values import (  # noqa: F401  (re-exported: importers name jobs.spec)
     BASE_PRECISIONS, BUILTIN_CONCISE, BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, BUILTIN_PROMPT_DATASETS, BUILTIN_REWARDS, CHECKPOINTING,
     DATASET_FORMATS, DATASET_SUFFIXES, DTYPES, GRPO_LOSS_TYPES, HUB_ID, METHODS, MODULE_NAME_CHARS, PACKING,
@@ -49,7 +50,8 @@ class JobSpec:
                       f"{BUILTIN_DATASET} (self-cognition Q&A built from bot_name and bot_author), "
                       f"{BUILTIN_CONCISE} (preference pairs from the base model's own answers, the "
                       "concise one preferred: for a preference method), or builtin:arithmetic (word problems "
-                      "with numeric answers: for grpo).")
+                      "with numeric answers: for grpo), or builtin:shapes (images of coloured shapes to count: for a "
+                      "vision-language model).")
     dataset_format: str = _f("auto", "Row format: auto-detect, alpaca (instruction/input/output), "
                              "sharegpt (conversations from/value), messages (role/content) or text.",
                              choices=DATASET_FORMATS)

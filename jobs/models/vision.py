@@ -136,3 +136,17 @@ class TokenizerWithImages:
     def save_pretrained(self, folder, **kwargs):
         self.image_processor.save_pretrained(folder)
         return self._tokenizer.save_pretrained(folder, **kwargs)
+
+
+def lora_report(peft_model) -> str:
+    """lora_line for a PEFT-wrapped model: its LoRA layers against every linear layer it has."""
+    import torch
+    chosen, linear = [], []
+    for name, module in peft_model.named_modules():
+        if hasattr(module, "lora_A") and hasattr(module, "base_layer"):
+            chosen.append(name)
+            linear.append(name)
+        elif isinstance(module, torch.nn.Linear) and not any(
+                f".{piece}" in name for piece in ("lora_A", "lora_B", "base_layer")):
+            linear.append(name)
+    return lora_line(chosen, linear)

@@ -17,6 +17,13 @@ class SupervisedFineTuning(Method):
     name = "sft"
     capturable = True
 
+    def for_model(self, config) -> Method:
+        from jobs.models import vision
+        if vision.is_vision_config(config):   # images in the batches (methods/vision_sft.py)
+            from jobs.train.methods.vision_sft import VisionSupervisedFineTuning
+            return VisionSupervisedFineTuning(self.trainer)
+        return self
+
     def load_data(self) -> tuple[list, list]:
         t, spec = self.trainer, self.spec
         # a dataset file is tokenized once into the data dir's cache and read lazily from there
