@@ -30,6 +30,9 @@ def dataset_file(reference: str, data_dir=None) -> Path:
     if reference == BUILTIN_SHAPES:
         from jobs.data.builtin.shapes import shapes_dataset
         return shapes_dataset(paths.data_dir(data_dir))
+    if reference.startswith("builtin:"):
+        raise DataError(f"{reference} is text data: a vision-language model trains on {BUILTIN_SHAPES} "
+                        "or a data file with image rows")
     path = Path(reference).expanduser()
     if not path.is_file():
         raise DataError(f"{reference} is not a data file: image-text data is a local file next to its images")
