@@ -11,6 +11,7 @@ from jobs.data.cache import tokenized_examples
 from jobs.data.packing import BatchPlan, example_lengths, resolve_packing
 from jobs.train import evaluate
 from jobs.train.methods.base import Method
+from jobs.train.methods.vision_sft import VisionSupervisedFineTuning
 
 
 class SupervisedFineTuning(Method):
@@ -20,7 +21,6 @@ class SupervisedFineTuning(Method):
     def for_model(self, config) -> Method:
         from jobs.models import vision
         if vision.is_vision_config(config):   # images in the batches (methods/vision_sft.py)
-            from jobs.train.methods.vision_sft import VisionSupervisedFineTuning
             return VisionSupervisedFineTuning(self.trainer)
         return self
 

@@ -1,5 +1,5 @@
 """SFT on a vision-language model (jobs/models/vision.py): the same loss and loop as text SFT
-(methods/sft.py), on image-text examples (jobs/data/vision_dataset.py): each batch carries the
+(methods/sft.py, which hands a vision model's job to this class), on image-text examples (jobs/data/vision_dataset.py): each batch carries the
 image patches (`pixel_values`, `image_grid_thw`) beside the token ids, and only answer tokens
 have labels. The tokenizer the job saves with its adapter carries the image processor, so the
 adapter folder holds preprocessor_config.json too.
@@ -12,10 +12,11 @@ from jobs.data.vision_dataset import vision_examples
 from jobs.data.vision_encode import VisionBatchPlan
 from jobs.models import vision
 from jobs.train import evaluate
-from jobs.train.methods.sft import SupervisedFineTuning
+from jobs.train.methods.base import Method
 
 
-class VisionSupervisedFineTuning(SupervisedFineTuning):
+class VisionSupervisedFineTuning(Method):
+    """methods/sft.py's loss and evaluation (sft.py hands a vision model's job to this class)."""
     name = "sft"
     capturable = False
 
@@ -43,6 +44,13 @@ class VisionSupervisedFineTuning(SupervisedFineTuning):
         eval_plan = (VisionBatchPlan(t.eval_examples, size, spec.max_seq_length, spec.seed, pad, shuffle=False,
                                      **ranks) if t.eval_examples else None)
         return plan, eval_plan
+
+    def loss(self, model, batch: dict, count):
+        return model(**batch, num_items_in_batch=count).loss, None
+
+    def evaluate(self, model, plan, device) -> dict:
+        loss, tokens = evaluate.eval_loss(model, plan, device)
+        return {"eval_loss": loss, "eval_tokens": tokens}
 
     def before_training(self) -> None:
         """Which parts got LoRA, in the log and the kernel report (the job's start event)."""
