@@ -158,7 +158,7 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
                 _bind_field(ctx, widget, made[widget.name])
                 if widget.name == "dataset":
                     extras["upload"] = ctx.page.bind(
-                        gr.UploadButton(file_types=list(DATASET_SUFFIXES), size="sm", elem_id="ft-upload"),
+                        gr.UploadButton(file_types=[*DATASET_SUFFIXES, ".zip"], size="sm", elem_id="ft-upload"),
                         label="train.upload")
                     extras["upload_info"] = gr.HTML(elem_id="ft-upload-info")
                 if widget.name == "reward_file" and _reward_uploads():
