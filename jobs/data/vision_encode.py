@@ -113,3 +113,30 @@ class VisionBatchPlan(BatchPlan):
 
     def _collate(self, group: list[int]) -> Batch:
         return collate_vision([self.examples[i] for i in group], self.pad_id)
+
+
+def with_image(messages: list[dict], image_path) -> list[dict]:
+    """A chat's messages with an image part put before the text of its last user message."""
+    out = [dict(m) for m in messages]
+    for message in reversed(out):
+        if message["role"] == "user":
+            text = message["content"] if isinstance(message["content"], str) else ""
+            message["content"] = [{"type": "image", "image": str(image_path)}, {"type": "text", "text": text}]
+            break
+    return out
+
+
+def chat_inputs(tokenizer, image_processor, prompts: list[str], image_path) -> dict:
+    """Generation inputs for prompts that each hold one image placeholder (with_image + the chat
+    template): the placeholder repeated once per merged patch, as Qwen2VLProcessor does, the rows
+    padded on the left, and the image's patches once per row."""
+    from PIL import Image
+    with Image.open(image_path) as image:
+        rgb = image.convert("RGB")
+    processed = image_processor(images=[rgb] * len(prompts), return_tensors="pt")
+    merge = getattr(image_processor, "merge_size", 2)
+    token = "<|image_pad|>"
+    expanded = [p.replace(token, token * (int(n) // merge ** 2), 1)
+                for p, n in zip(prompts, processed["image_grid_thw"].prod(-1))]
+    inputs = tokenizer(expanded, return_tensors="pt", add_special_tokens=False, padding=True, padding_side="left")
+    return {**inputs, "pixel_values": processed["pixel_values"], "image_grid_thw": processed["image_grid_thw"]}
