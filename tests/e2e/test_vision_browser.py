@@ -56,7 +56,7 @@ def chat_with_an_image(page, job_id: str, model_dir, tmp_path) -> None:
                            arg=str(model_dir), timeout=20_000)
     page.locator("#ft-chat-image input[type=file]").set_input_files(str(picture))
     page.wait_for_selector("#ft-chat-image img", timeout=30_000)
-    page.wait_for_timeout(3000)   # the preview shows before the upload has reached the server
+    page.wait_for_timeout(3000)   # a wait, not a check: let the upload land before Send
     page.locator("#ft-chat-input textarea").fill("How many red circles are in the picture?")
     page.locator("#ft-chat-send").click()
     for side in ("base", "tuned"):
