@@ -9,7 +9,7 @@ saying what to pick."""
 from __future__ import annotations
 
 from jobs.data.conversation import DataError
-from jobs.spec import BUILTIN_SHAPES, JobSpec
+from jobs.spec import BUILTIN_SHAPES, DATASET_SUFFIXES, JobSpec, is_local_reference
 
 SUPPORTED_TEXT = "Qwen2-VL or Qwen2.5-VL (a local folder or a downloaded hub id)"
 
@@ -28,7 +28,7 @@ def check_text_model_data(spec: JobSpec, report) -> bool:
         if not reference:
             continue
         images = reference == BUILTIN_SHAPES
-        if not images and not reference.startswith("builtin:"):
+        if not images and is_local_reference(reference, DATASET_SUFFIXES):   # a hub dataset is not read here
             try:
                 rows, _ = scan_rows(reference, first=20)
             except DataError:

@@ -48,6 +48,9 @@ def test_a_text_model_is_refused_image_data(tiny_model, tmp_path):
                            log=lambda _: None)
     assert [p.key for p in report.problems] == ["dataset"]
     assert "is a text model: pick a vision-language model (Qwen2-VL or Qwen2.5-VL" in str(report.problems[0])
+    rows = write_dataset(tmp_path / "rows", [PARTS_ROW])
+    from_file = run_preflight(JobSpec(model=str(tiny_model), dataset=str(rows)), data_dir=tmp_path, log=lambda _: None)
+    assert [p.key for p in from_file.problems] == ["dataset"] and "holds images" in str(from_file.problems[0])
 
 
 @pytest.mark.parametrize("model_type", ["llava", "idefics3", "gemma3"])
