@@ -157,11 +157,14 @@ QWEN2_VL_TEMPLATE = (
 VISION_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 
 
-def make_tiny_vision_model(folder: str | Path, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
-    """A tiny random Qwen2.5-VL HF folder: config, safetensors, a Qwen2-style tokenizer with the vision
-    specials, and the PIL image processor's preprocessor_config.json (no torchvision, no hub)."""
+def make_tiny_vision_model(folder: str | Path, hidden: int = 64, layers: int = 2, seed: int = 0,
+                           family: str = "qwen2_5_vl") -> Path:
+    """A tiny random Qwen2.5-VL (or family="qwen2_vl": Qwen2-VL) HF folder: config, safetensors, a
+    Qwen2-style tokenizer with the vision specials, and the PIL image processor's
+    preprocessor_config.json (no torchvision, no hub)."""
     import torch
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLConfig,
+                              Qwen2VLForConditionalGeneration)
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     folder = Path(folder)
@@ -180,13 +183,18 @@ def make_tiny_vision_model(folder: str | Path, hidden: int = 64, layers: int = 2
     vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden,
                   patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
                   fullatt_block_indexes=[1])
-    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
+    config_class, model_class = Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    if family == "qwen2_vl":   # its vision tower: LayerNorm + GELU MLP blocks, sized by embed_dim
+        vision = dict(depth=2, embed_dim=32, hidden_size=hidden, mlp_ratio=2, num_heads=2, patch_size=14,
+                      spatial_merge_size=2, temporal_patch_size=2)
+        config_class, model_class = Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    config = config_class(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
                               video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
                               vision_end_token_id=ids["<|vision_end|>"], bos_token_id=None,
                               eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                               tie_word_embeddings=True)
     torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(config)
+    model = model_class(config)
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     # small images: 28x28 .. 112x112 pixels, i.e. 1 to 16 image tokens each

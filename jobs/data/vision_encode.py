@@ -93,9 +93,12 @@ def encode_vision(conversation: VisionConversation, tokenizer, image_processor, 
     return VisionExample(ids, labels, pixel_values, grid)
 
 
-def collate_vision(examples: list[VisionExample], pad_id: int) -> Batch:
-    """Padded rows plus every example's image patches, concatenated in row order (as the model reads them)."""
+def collate_vision(examples: list[VisionExample], pad_id: int, image_token_id: int) -> Batch:
+    """Padded rows plus every example's image patches, concatenated in row order (as the model reads them),
+    and `mm_token_type_ids` (1 at image tokens): transformers 5.24 computes M-RoPE's 3-D positions from it
+    (Qwen2-VL refuses a batch without it; Qwen2.5-VL would silently fall back to 1-D positions)."""
     tensors = collate(examples, pad_id)
+    tensors["mm_token_type_ids"] = (tensors["input_ids"] == image_token_id).int() * tensors["attention_mask"]
     with_images = [e for e in examples if e.pixel_values is not None]
     if with_images:
         tensors["pixel_values"] = torch.cat([e.pixel_values for e in with_images])
@@ -108,11 +111,12 @@ class VisionBatchPlan(BatchPlan):
     """BatchPlan's order (length-grouped, seeded, resumable) over unpacked image-text examples."""
 
     def __init__(self, examples: list[VisionExample], batch_size: int, row_length: int, seed: int,
-                 pad_id: int, **kwargs):
+                 pad_id: int, image_token_id: int, **kwargs):
         super().__init__(examples, batch_size, row_length, False, seed, pad_id, **kwargs)
+        self.image_token_id = image_token_id
 
     def _collate(self, group: list[int]) -> Batch:
-        return collate_vision([self.examples[i] for i in group], self.pad_id)
+        return collate_vision([self.examples[i] for i in group], self.pad_id, self.image_token_id)
 
 
 def with_image(messages: list[dict], image_path) -> list[dict]:
@@ -139,4 +143,6 @@ def chat_inputs(tokenizer, image_processor, prompts: list[str], image_path) -> d
     expanded = [p.replace(token, token * (int(n) // merge ** 2), 1)
                 for p, n in zip(prompts, processed["image_grid_thw"].prod(-1))]
     inputs = tokenizer(expanded, return_tensors="pt", add_special_tokens=False, padding=True, padding_side="left")
-    return {**inputs, "pixel_values": processed["pixel_values"], "image_grid_thw": processed["image_grid_thw"]}
+    types = (inputs["input_ids"] == tokenizer.convert_tokens_to_ids(token)).int() * inputs["attention_mask"]
+    return {**inputs, "mm_token_type_ids": types, "pixel_values": processed["pixel_values"],
+            "image_grid_thw": processed["image_grid_thw"]}

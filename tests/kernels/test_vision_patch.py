@@ -17,6 +17,11 @@ def vl_folder(tmp_path_factory):
     return make_tiny_vision_model(tmp_path_factory.mktemp("vl-patch") / "model")
 
 
+@pytest.fixture(scope="module")
+def qwen2_vl_folder(tmp_path_factory):
+    return make_tiny_vision_model(tmp_path_factory.mktemp("vl2-patch") / "model", family="qwen2_vl")
+
+
 def lora_model(folder, vision_lora: bool):
     from jobs.models import load
     from jobs.spec import JobSpec
@@ -42,14 +47,15 @@ def entry(report, op):
     return next(e for e in report.entries if e.op == op)
 
 
-@pytest.mark.parametrize("vision_lora", [False, True])
-def test_patched_vision_model_matches_transformers(vl_folder, tmp_path, vision_lora):
-    tokenizer, examples = encoded_shapes(vl_folder, tmp_path, rows=3)
-    batch = collate_vision(examples, tokenizer.pad_token_id)
-    reference = lora_model(vl_folder, vision_lora)
+@pytest.mark.parametrize("family, vision_lora", [("qwen2_5_vl", False), ("qwen2_5_vl", True), ("qwen2_vl", False)])
+def test_patched_vision_model_matches_transformers(request, tmp_path, family, vision_lora):
+    folder = request.getfixturevalue("vl_folder" if family == "qwen2_5_vl" else "qwen2_vl_folder")
+    tokenizer, examples = encoded_shapes(folder, tmp_path, rows=3)
+    batch = collate_vision(examples, tokenizer.pad_token_id, tokenizer.convert_tokens_to_ids("<|image_pad|>"))
+    reference = lora_model(folder, vision_lora)
     patched = copy.deepcopy(reference)
     report = patch_model(patched, backend="triton")
-    assert report.architecture == "qwen2_5_vl_text"
+    assert report.architecture == f"{family}_text"
     for op in ("rms_norm", "rope", "swiglu", "fused_linear_cross_entropy"):
         assert entry(report, op).backend == "triton", str(report)
     assert entry(report, "rope").modules == 2 and entry(report, "swiglu").modules == 2

@@ -38,10 +38,10 @@ class VisionSupervisedFineTuning(Method):
         t.log("packing: off (image-text examples are one a row; packing them is not built yet)")
         ranks = dict(rank=t.dist.rank, world=t.dist.world_size)
         size = spec.batch_size * t.dist.world_size
-        pad = t.tokenizer.pad_token_id
-        plan = VisionBatchPlan(t.examples, size, spec.max_seq_length, spec.seed, pad,
+        ids = (t.tokenizer.pad_token_id, self.image_token_id)
+        plan = VisionBatchPlan(t.examples, size, spec.max_seq_length, spec.seed, *ids,
                                accumulation=spec.gradient_accumulation_steps, **ranks)
-        eval_plan = (VisionBatchPlan(t.eval_examples, size, spec.max_seq_length, spec.seed, pad, shuffle=False,
+        eval_plan = (VisionBatchPlan(t.eval_examples, size, spec.max_seq_length, spec.seed, *ids, shuffle=False,
                                      **ranks) if t.eval_examples else None)
         return plan, eval_plan
 

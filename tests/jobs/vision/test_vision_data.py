@@ -9,7 +9,7 @@ from jobs.data.dataset import Problems, scan_rows
 from jobs.data.encode import IGNORE_INDEX
 from jobs.data.vision import read_vision_rows
 from jobs.data.vision_dataset import vision_examples
-from jobs.data.vision_encode import encode_vision
+from jobs.data.vision_encode import collate_vision, encode_vision
 from jobs.models import load, vision
 from jobs.spec import JobSpec
 
@@ -58,6 +58,9 @@ def test_both_row_forms_encode_alike_and_only_the_answer_is_trained(tiny_vision_
     assert all(first.labels[i] == IGNORE_INDEX for i in image_positions)
     trained = tokenizer.decode([t for t, label in zip(first.input_ids, first.labels) if label != IGNORE_INDEX])
     assert trained.startswith("red<|im_end|>") and "What colour" not in trained
+    batch = collate_vision([first, second], tokenizer.pad_token_id, image_id).tensors
+    assert batch["mm_token_type_ids"].sum() == 2 * len(image_positions)   # M-RoPE's 3-D positions need it
+    assert batch["pixel_values"].shape[0] == 2 * 24 and batch["image_grid_thw"].tolist() == [[1, 6, 4]] * 2
 
 
 def test_bad_rows_are_refused_by_row(tiny_vision_model, tmp_path):

@@ -17,7 +17,8 @@ def test_merged_export_keeps_the_processor_and_equals_base_plus_adapter(tiny_vis
     out = export(job, "merged", out=tmp_path / "merged", device="cpu").files[0]
     assert (out / "preprocessor_config.json").is_file() and (out / "tokenizer_config.json").is_file()
     tokenizer, examples = encoded_shapes(tiny_vision_model, tmp_path, rows=2)
-    batch = collate_vision(examples, tokenizer.pad_token_id).to(torch.device("cpu"))
+    image_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    batch = collate_vision(examples, tokenizer.pad_token_id, image_id).to(torch.device("cpu"))
     batch.pop("labels")
     with torch.no_grad():
         merged = AutoModelForImageTextToText.from_pretrained(out)(**batch).logits
