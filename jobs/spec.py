@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from jobs.errors import SpecError  # noqa: F401  (the spec's error; importers take it from here)
+from jobs.spec_values import BUILTIN_SHAPES  # noqa: F401  (re-exported: image-text data, jobs/data/builtin/shapes.py)
 from jobs.spec_values import (  # noqa: F401  (re-exported: importers name jobs.spec)
     BASE_PRECISIONS, BUILTIN_CONCISE, BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, BUILTIN_PROMPT_DATASETS, BUILTIN_REWARDS, CHECKPOINTING,
     DATASET_FORMATS, DATASET_SUFFIXES, DTYPES, GRPO_LOSS_TYPES, HUB_ID, METHODS, MODULE_NAME_CHARS, PACKING,
@@ -56,7 +57,8 @@ class JobSpec:
                       f"{BUILTIN_DATASET} (self-cognition Q&A built from bot_name and bot_author), "
                       f"{BUILTIN_CONCISE} (preference pairs from the base model's own answers, the "
                       "concise one preferred: for a preference method), or builtin:arithmetic (word problems "
-                      "with numeric answers: for grpo).")
+                      "with numeric answers: for grpo), or builtin:shapes (images of coloured shapes to count: for a "
+                      "vision-language model).")
     dataset_format: str = _f("auto", "Row format: auto-detect, alpaca (instruction/input/output), "
                              "sharegpt (conversations from/value), messages (role/content) or text.",
                              choices=DATASET_FORMATS)
@@ -70,6 +72,8 @@ class JobSpec:
                              min=0.0, max=0.9)
     target_modules: Any = _f("all-linear", "Modules that get LoRA: 'all-linear' or a list of names "
                              "such as [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj].")
+    vision_lora: bool = _f(False, "Vision-language models: also give LoRA to the vision tower and the projector "
+                           "(by default all-linear covers the language model only and they stay frozen).")
     load_in_4bit: bool = _f(False, "QLoRA: store the frozen base weights in 4-bit NF4 (bitsandbytes); a fraction of the memory, "
                          "fast on a CUDA GPU, slow on CPU.")
     fused_kernels: bool = _f(False, "Use Fusetune's Triton engine; parts it cannot run fall back to "

@@ -28,6 +28,7 @@ class ArchSpec:
     sliding_window: str | None = None
     attn_softcap: bool = False
     final_logit_softcap: bool = False
+    mlp_name: str | None = None  # the decoder MLP's class when it is not f"{prefix}MLP" (Qwen2-VL: Qwen2MLP)
 
     @property
     def norm_class(self) -> str:
@@ -35,7 +36,7 @@ class ArchSpec:
 
     @property
     def mlp_class(self) -> str:
-        return f"{self.class_prefix}MLP"
+        return self.mlp_name or f"{self.class_prefix}MLP"
 
     @property
     def attention_class(self) -> str:
@@ -59,6 +60,22 @@ ARCHITECTURES: dict[str, ArchSpec] = {
     )
 }
 
+# The language models inside vision-language models (jobs/models/vision.py), keyed by their text
+# config's model_type. Qwen2-VL's multimodal RoPE (M-RoPE: temporal, height and width position
+# sections) is merged into one cos/sin per token by the rotary embedding itself
+# (`Qwen2VLRotaryEmbedding.forward` in 5.24), so the attention rotates as a text model does and
+# the fused `rope` applies; the vision tower's own attention is not in the table and stays PyTorch.
+# The vision MLP is `Qwen2_5_VLMLP`/`VisionMlp`, the decoder's `Qwen2MLP`; Qwen2.5-VL's vision
+# blocks share the decoder's RMSNorm class, so their norms are fused too (same maths).
+VISION_LANGUAGE: dict[str, ArchSpec] = {
+    spec.model_type: spec
+    for spec in (
+        ArchSpec("qwen2_vl_text", "Qwen2VL", 0.0, "hidden_act", sliding_window="module", mlp_name="Qwen2MLP"),
+        ArchSpec("qwen2_5_vl_text", "Qwen2_5_VL", 0.0, "hidden_act", sliding_window="module",
+                 mlp_name="Qwen2MLP"),
+    )
+}
+
 # config activation name -> (fused op, GELU approximation); ACT2FN's names in transformers.activations
 GATED_ACTIVATIONS: dict[str, tuple[str, str | None]] = {
     "silu": ("swiglu", None),
@@ -78,7 +95,7 @@ def text_config(model_config):
 def find_arch(model_config) -> tuple[str | None, ArchSpec | None]:
     """(model_type, table row or None) for a transformers config."""
     model_type = getattr(text_config(model_config), "model_type", None)
-    return model_type, ARCHITECTURES.get(model_type)
+    return model_type, ARCHITECTURES.get(model_type) or VISION_LANGUAGE.get(model_type)
 
 
 def base_model(model):

@@ -198,17 +198,28 @@ class ChatEngine:
         for texts in self.stream_batch(model_id, adapter_dir, [messages], sampling, [use_adapter]):
             yield texts[0]
 
+    def reads_images(self, model_id: str, adapter_dir: str | None) -> bool:
+        """Whether the chat model is a vision-language one (jobs/models/vision.py)."""
+        model, _ = self.load(model_id, adapter_dir)
+        return getattr(model.config, "vision_config", None) is not None
+
     def stream_batch(self, model_id: str, adapter_dir: str | None, conversations: list[list[dict[str, str]]],
-                     sampling: Sampling, use_adapter: list[bool]) -> Iterator[list[str]]:
+                     sampling: Sampling, use_adapter: list[bool], image: str | None = None) -> Iterator[list[str]]:
         """Yield every reply so far (one cumulative text per conversation) as tokens arrive.
 
         All conversations run in one generate call, row i with the job's adapter when
-        use_adapter[i] (and there is one), else as the base model.
+        use_adapter[i] (and there is one), else as the base model. `image` (a vision-language
+        model's): a picture every row's last user message shows the model.
         """
         model, tokenizer = self.load(model_id, adapter_dir)
+        if image:
+            from jobs.data.vision_encode import with_image
+            conversations = [with_image(messages, image) for messages in conversations]
         prompts = [self.prompt(model_id, adapter_dir, messages, use)
                    for messages, use in zip(conversations, use_adapter)]
-        inputs = _batch_inputs(tokenizer, prompts).to(model.device)
+        inputs = (self._image_inputs(model_id, adapter_dir, tokenizer, prompts, image) if image
+                  else _batch_inputs(tokenizer, prompts))
+        inputs = {k: v.to(model.device) for k, v in inputs.items()}
         extra = {}
         if hasattr(model, "disable_adapter"):  # a PeftModel: pick each row's adapter
             active = model.active_adapter
@@ -225,6 +236,17 @@ class ChatEngine:
         worker.join()
         if failure:
             raise RuntimeError(f"generation failed: {failure[0]}") from failure[0]
+
+    def _image_inputs(self, model_id: str, adapter_dir: str | None, tokenizer: Any, prompts: list[str],
+                      image: str) -> dict:
+        """The prompts' token ids with the image's tokens and patches (jobs/data/vision_encode.py); the
+        image processor saved with the adapter, else the base model's."""
+        from jobs.data.vision_encode import chat_inputs
+        from jobs.models import vision
+        from jobs.models.load import resolve_model
+        folder = adapter_dir if adapter_dir and (Path(adapter_dir) / "preprocessor_config.json").is_file() \
+            else resolve_model(model_id, self.data_dir, log=lambda _line: None)
+        return chat_inputs(tokenizer, vision.load_image_processor(folder), prompts, image)
 
     def _generate(self, model: Any, tokenizer: Any, inputs: Any, streamer: "BatchStreamer",
                   sampling: Sampling, extra: dict[str, Any], stop: threading.Event,

@@ -26,6 +26,7 @@ NO_ADAPTER = "none"
 class ChatTab:
     adapter: gr.Dropdown
     model: gr.Dropdown
+    image: Any = None   # gr.Image: a picture sent with the message to a vision-language model
 
     def refresh(self, ctx: StudioContext, lang: str = "en", current: str | None = NO_ADAPTER) -> list[Any]:
         """Adapter and model choices; with no adapter picked yet, the newest finished job's is
@@ -72,7 +73,8 @@ def _user(text: str) -> dict[str, Any]:
 
 def respond(engine: ChatEngine, model_id: str, adapter_dir: str | None, message: str,
             tuned: list[dict[str, Any]], base: list[dict[str, Any]], sampling: Sampling,
-            system: str = "", lang: str = "en") -> Iterator[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]:
+            system: str = "", lang: str = "en", image: str | None = None
+            ) -> Iterator[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]:
     """Yield ("", tuned history, base history) as both answers stream in, side by side.
 
     Without an adapter only the base answers. A failure becomes a marked notice (metadata) on
@@ -83,10 +85,12 @@ def respond(engine: ChatEngine, model_id: str, adapter_dir: str | None, message:
         return
     tuned, base = list(tuned or []), list(base or [])
     sides = [tuned, base] if adapter_dir else [base]
+    conversations = [history_to_messages(history + [_user(message)], system) for history in sides]
     for history in sides:
+        if image:   # shown in the chat; only the current turn's image reaches the model
+            history.append({"role": "user", "content": {"path": image}})
         history.append(_user(message))
     yield "", tuned, base
-    conversations = [history_to_messages(history, system) for history in sides]
     waiting = "" if engine.is_loaded(model_id, adapter_dir) else t("chat.loading", lang)
     if waiting and getattr(engine, "released_for", ""):  # the runner unloaded it for a job (jobs/queue/placement.py)
         waiting, engine.released_for = t("chat.reloading", lang, job=engine.released_for), ""
@@ -95,7 +99,8 @@ def respond(engine: ChatEngine, model_id: str, adapter_dir: str | None, message:
     yield "", tuned, base
     use_adapter = [True, False] if adapter_dir else [False]
     try:
-        for texts in engine.stream_batch(model_id, adapter_dir, conversations, sampling, use_adapter):
+        for texts in engine.stream_batch(model_id, adapter_dir, conversations, sampling, use_adapter,
+                                         **({"image": image} if image else {})):
             for history, text in zip(sides, texts):
                 history[-1] = {"role": "assistant", "content": text}
             yield "", tuned, base
@@ -127,11 +132,13 @@ def build_chat_tab(ctx: StudioContext) -> ChatTab:
                      placeholder="chat.tuned_placeholder")
         base = bind(gr.Chatbot(elem_id="ft-chat-base", height=380), label="chat.base")
     with gr.Row():
+        image = bind(gr.Image(type="filepath", sources=["upload"], elem_id="ft-chat-image", height=120, scale=1,
+                              min_width=120), label="chat.image")   # for a vision-language model
         prompt = bind(gr.Textbox(show_label=False, elem_id="ft-chat-input", scale=6, lines=1),
                       placeholder="chat.prompt_placeholder")
         send = bind(gr.Button(variant="primary", elem_id="ft-chat-send", scale=1, min_width=100), value="chat.send")
         clear = bind(gr.Button(elem_id="ft-chat-clear", scale=0, min_width=80), value="chat.clear")
-    tab = ChatTab(adapter=adapter, model=model)
+    tab = ChatTab(adapter=adapter, model=model, image=image)
     _wire(ctx, tab, prompt, [tuned, base], [temperature, top_p, max_new, seed, system], [send, clear])
     return tab
 
@@ -156,7 +163,8 @@ def _wire(ctx: StudioContext, tab: ChatTab, prompt: Any, chats: list[Any], setti
                     tab.model, tab.adapter)
     ctx.lang.change(lambda language: tab.refresh(ctx, language)[0], ctx.lang, tab.adapter, show_progress="hidden")
 
-    def on_send(message, model_id, job_id, tuned_h, base_h, temp, top, max_tokens, seed_value, system_text, lang):
+    def on_send(message, model_id, job_id, tuned_h, base_h, temp, top, max_tokens, seed_value, system_text, lang,
+                image=None):
         model_id = (model_id or "").strip()
         if not model_id:
             gr.Warning(t("chat.pick_model", lang))
@@ -171,10 +179,13 @@ def _wire(ctx: StudioContext, tab: ChatTab, prompt: Any, chats: list[Any], setti
             gr.Warning(t("chat.no_adapter_any_more", lang, job=job_id))
         sampling = Sampling(temperature=float(temp), top_p=float(top), max_new_tokens=int(max_tokens),
                             seed=int(seed_value or 0))
+        if image and not ctx.chat.reads_images(model_id, adapter_dir):
+            gr.Warning(t("chat.no_images", lang))
+            image = None
         yield from respond(ctx.chat, model_id, adapter_dir, message, tuned_h, base_h, sampling,
-                           system_text or "", lang)
+                           system_text or "", lang, image=image)
 
-    inputs = [prompt, tab.model, tab.adapter, tuned, base, *settings, ctx.lang]
+    inputs = [prompt, tab.model, tab.adapter, tuned, base, *settings, ctx.lang, tab.image]
     send.click(on_send, inputs, [prompt, tuned, base], api_name="chat")
     prompt.submit(on_send, inputs, [prompt, tuned, base])
     clear.click(lambda: ([], []), None, [tuned, base])

@@ -29,7 +29,7 @@ NOT_IN_FORM = ("output_dir",)
 # Group keys are catalogue keys: group.<key> is the group's title.
 GROUPS: dict[str, tuple[str, ...]] = {
     "data": ("name", "model", "method", "dataset", "dataset_format", "bot_name", "bot_author"),
-    "lora": ("lora_r", "lora_alpha", "lora_dropout", "target_modules"),
+    "lora": ("lora_r", "lora_alpha", "lora_dropout", "target_modules", "vision_lora"),
     "engine": ("load_in_4bit", "fused_kernels", "base_precision", "gradient_checkpointing", "packing", "dtype",
                "gpus", "max_gpu_memory_gb"),
     "training": ("learning_rate", "max_steps", "num_epochs", "batch_size",

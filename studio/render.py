@@ -52,8 +52,20 @@ def preview_html(rows: Iterable[dict[str, Any]], lang: str = "en") -> str:
         title = (t("preview.example_tokens", lang, number=number, tokens=int(tokens))
                  if isinstance(tokens, (int, float)) else t("preview.example", lang, number=number))
         cards.append(f'<div style="font-size:12px;opacity:.8">{html.escape(title)}</div>'
-                     f'<div class="ft-preview-row" style="{BLOCK_STYLE}">{spans}</div>' + _columns_line(row, lang))
+                     + _thumbnails_open(row) +
+                     f'<div class="ft-preview-row" style="{BLOCK_STYLE}">{spans}</div>'
+                     + ("</div>" if row.get("thumbnails") else "") + _columns_line(row, lang))
     return f'<div id="ft-preview-rows">{legend}{"".join(cards)}</div>'
+
+
+def _thumbnails_open(row: dict[str, Any]) -> str:
+    """Image-text rows (jobs/data/vision_preview.py): the row's image thumbnails, left of its text."""
+    uris = [u for u in row.get("thumbnails") or [] if isinstance(u, str) and u.startswith("data:image/png;base64,")]
+    if not uris:
+        return ""
+    images = "".join(f'<img class="ft-thumb" src="{html.escape(u)}" alt="" '
+                     f'style="max-width:96px;max-height:96px;border-radius:4px;margin:0 6px 6px 0">' for u in uris)
+    return f'<div class="ft-preview-vision" style="display:flex;gap:8px;align-items:flex-start"><div>{images}</div>'
 
 
 def _columns_line(row: dict[str, Any], lang: str) -> str:

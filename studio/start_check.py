@@ -148,6 +148,23 @@ class StartCheck:
                 estimate = None   # an architecture jobs/models/fit.py cannot size: no number rather than a wrong one
         return FitView(estimate, gpu, free)
 
+    def vision_kind(self, spec: JobSpec) -> tuple[str, str] | None:
+        """("supported", family) or ("refused", reason) for a vision-language model whose folder is at
+        hand (jobs/models/vision.py); None for a text model or one not found for free."""
+        source = self._known_source(spec.model)
+        if source is None:
+            return None
+        from jobs.models import vision
+        from jobs.models.load import ModelError
+        try:
+            config = self._files.config(source)
+        except ModelError:
+            return None
+        if not vision.is_vision_config(config):
+            return None
+        reason = vision.refusal(config)
+        return ("refused", reason) if reason else ("supported", vision.SUPPORTED[config.model_type])
+
     def _free_gb(self, gpu: int) -> float | None:
         if self._free_memory is None:
             from jobs.models.fit import free_gpu_memory

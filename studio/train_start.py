@@ -125,4 +125,14 @@ def fit_for_form(check: StartCheck, names: list[str], values: list[Any], lang: s
         spec = check.spec(names, values)
     except SpecError:
         return ""
-    return fit_html(spec, check.fit(spec), lang)
+    return vision_html(check.vision_kind(spec), lang) + fit_html(spec, check.fit(spec), lang)
+
+
+def vision_html(kind: tuple[str, str] | None, lang: str) -> str:
+    """The model picker's word on a vision-language model: what it trains on, or why it cannot."""
+    if kind is None:
+        return ""
+    status, detail = kind
+    if status == "refused":
+        return render.notice_html(t("fit.vision_refused", lang, reason=detail), "warn")
+    return render.notice_html(t("fit.vision", lang, family=detail), "info")

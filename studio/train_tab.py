@@ -159,7 +159,7 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
                 _bind_field(ctx, widget, made[widget.name])
                 if widget.name == "dataset":
                     extras["upload"] = ctx.page.bind(
-                        gr.UploadButton(file_types=list(DATASET_SUFFIXES), size="sm", elem_id="ft-upload"),
+                        gr.UploadButton(file_types=[*DATASET_SUFFIXES, ".zip"], size="sm", elem_id="ft-upload"),
                         label="train.upload")
                     extras["upload_info"] = gr.HTML(elem_id="ft-upload-info")
                 if widget.name == "reward_file" and _reward_uploads():
@@ -379,6 +379,9 @@ def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str 
             from jobs.data.pair_preview import preview_preference
             from studio.pair_render import pairs_html
             return pairs_html(preview_preference(spec, n=3, data_dir=data_dir, access=access), lang)
+        vision_preview = _vision_preview(spec, data_dir)
+        if vision_preview is not None:   # image-text rows: thumbnails beside the text
+            return render.preview_html(vision_preview, lang)
         preview = data.preview_rows
         if spec.method == "grpo":   # prompts as the model sees them, and the columns the rewards get
             from jobs.data.prompts import preview_rows as preview
@@ -389,3 +392,14 @@ def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str 
         return render.notice_html(str(exc), "error")
     except Exception as exc:  # model load failures etc.: show them, the form stays usable
         return render.notice_html(t("train.preview_failed", lang, error=f"{type(exc).__name__}: {exc}"), "error")
+
+
+def _vision_preview(spec: JobSpec, data_dir: Path) -> list[dict] | None:
+    """The preview rows of a vision-language model's data (jobs/data/vision_preview.py); None for a text model."""
+    from jobs.models import load as models
+    from jobs.models import vision
+    source = models.resolve_model(spec.model, data_dir, log=lambda _line: None)
+    if not vision.is_vision_config(models.load_config(source)):
+        return None
+    from jobs.data.vision_preview import preview_vision_rows
+    return preview_vision_rows(spec, source, n=3, data_dir=data_dir)

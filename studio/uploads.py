@@ -24,8 +24,11 @@ def safe_upload_name(original: str) -> str:
 def store_upload(data_dir: Path, uploaded: str) -> Path:
     """Copy an uploaded file (Gradio's temp path) into <data_dir>/datasets/ and return the copy."""
     source = Path(uploaded)
+    if source.suffix.lower() == ".zip":   # an image-text dataset: its data file and images (jobs/io/dataset_zip.py)
+        return store_zip_upload(data_dir, source)
     if source.suffix.lower() not in DATASET_SUFFIXES:
-        raise form.FieldError("dataset", "upload_type", name=source.name, types=", ".join(DATASET_SUFFIXES))
+        raise form.FieldError("dataset", "upload_type", name=source.name,
+                              types=", ".join((*DATASET_SUFFIXES, ".zip")))
     target = paths.datasets_dir(data_dir) / safe_upload_name(source.name)
     partial = target.with_name(f".{target.name}.partial")
     try:  # Gradio's temp copy is moved, not copied: one copy on the disk, and nothing left in its cache
@@ -39,9 +42,28 @@ def store_upload(data_dir: Path, uploaded: str) -> Path:
     return target
 
 
+MAX_UNZIPPED_BYTES = 16 * 2 ** 30   # what an uploaded .zip may unpack to
+
+
+def store_zip_upload(data_dir: Path, source: Path) -> Path:
+    """Unpack an uploaded .zip into <data_dir>/datasets/<name>-<tag>.unzipped/; return its data file."""
+    from jobs.io.dataset_zip import ZipRefused, unpack_dataset_zip
+    try:
+        return unpack_dataset_zip(source, paths.datasets_dir(data_dir), MAX_UNZIPPED_BYTES)
+    except ZipRefused as exc:
+        raise form.FieldError("dataset", "upload_zip", name=source.name, reason=str(exc)) from None
+    except OSError as exc:
+        from jobs.io.storage import as_storage_error
+        raise as_storage_error(exc, paths.datasets_dir(data_dir)) from None
+    finally:
+        source.unlink(missing_ok=True)   # Gradio's temp copy: the unpacked files are the dataset now
+
+
 def known_datasets(data_dir: Path) -> list[str]:
     """The built-in datasets (identity; concise pairs; grpo's prompt tasks), then every upload in the data dir."""
+    from jobs.io.dataset_zip import unpacked_data_files
     files = sorted(p for p in paths.datasets_dir(data_dir).glob("*") if p.suffix.lower() in DATASET_SUFFIXES)
+    files += unpacked_data_files(paths.datasets_dir(data_dir))
     return list(BUILTIN_DATASETS) + [str(p) for p in files]
 
 

@@ -143,3 +143,60 @@ def make_tiny_family_model(folder: str | Path, family: str, hidden: int = 64, la
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+# Qwen2-VL's chat template, cut to what the tests need: an image part becomes
+# <|vision_start|><|image_pad|><|vision_end|> (the processor then repeats <|image_pad|> once per merged patch)
+QWEN2_VL_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+VISION_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+
+
+def make_tiny_vision_model(folder: str | Path, hidden: int = 64, layers: int = 2, seed: int = 0,
+                           family: str = "qwen2_5_vl") -> Path:
+    """A tiny random Qwen2.5-VL (or family="qwen2_vl": Qwen2-VL) HF folder: config, safetensors, a
+    Qwen2-style tokenizer with the vision specials, and the PIL image processor's
+    preprocessor_config.json (no torchvision, no hub)."""
+    import torch
+    from transformers import (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLConfig,
+                              Qwen2VLForConditionalGeneration)
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    folder = Path(folder)
+    if (folder / "config.json").is_file():
+        return folder
+    tokenizer = make_qwen2_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": VISION_SPECIALS})
+    tokenizer.chat_template = QWEN2_VL_TEMPLATE
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in VISION_SPECIALS}
+    text = dict(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2,
+                num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                max_position_embeddings=2048, initializer_range=0.3,
+                bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                # M-RoPE's (temporal, height, width) sections of the rotary half: they sum to head_dim // 2
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden,
+                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
+                  fullatt_block_indexes=[1])
+    config_class, model_class = Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    if family == "qwen2_vl":   # its vision tower: LayerNorm + GELU MLP blocks, sized by embed_dim
+        vision = dict(depth=2, embed_dim=32, hidden_size=hidden, mlp_ratio=2, num_heads=2, patch_size=14,
+                      spatial_merge_size=2, temporal_patch_size=2)
+        config_class, model_class = Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    config = config_class(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
+                              video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+                              vision_end_token_id=ids["<|vision_end|>"], bos_token_id=None,
+                              eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                              tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    model = model_class(config)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    # small images: 28x28 .. 112x112 pixels, i.e. 1 to 16 image tokens each
+    Qwen2VLImageProcessorPil(size={"shortest_edge": 28 * 28, "longest_edge": 112 * 112}).save_pretrained(folder)
+    return folder

@@ -117,7 +117,13 @@ def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: i
     _check_gpus(spec, report)
     _check_trackers(spec, report)
     config, tokenizer = _check_model(spec, data_dir, report, log, model_files or ModelFiles(size=0))
-    for key in ("dataset", "eval_dataset") if spec.method != "grpo" else ():
+    from jobs.checks import vision   # image-text jobs are checked apart (jobs/checks/vision.py)
+    is_vision = config is not None and vision.is_vision_config(config)
+    if is_vision:
+        vision.check_vision_job(spec, config, tokenizer, report.model_source, data_dir, report, DatasetSummary)
+    elif not vision.check_text_model_data(spec, report):
+        is_vision = True   # refused: the text checks below would only repeat it
+    for key in ("dataset", "eval_dataset") if spec.method != "grpo" and not is_vision else ():
         if getattr(spec, key):
             _check_dataset(spec, key, tokenizer, data_dir, report, limit)
     if spec.method == "grpo":   # prompt data and rewards (jobs/checks/grpo.py)
@@ -221,8 +227,8 @@ def _folder_stamp(source: str) -> float:
 
 def _check_targets(spec: JobSpec, config, report: PreflightReport) -> None:
     from jobs.models import load as models
-    if spec.target_modules == "all-linear":
-        return
+    if spec.target_modules == "all-linear" or getattr(config, "vision_config", None) is not None:
+        return   # a vision-language model's targets: jobs/checks/vision.py
     try:
         linear = models.linear_module_names(config)
     except models.ModelError as exc:

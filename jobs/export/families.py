@@ -45,6 +45,11 @@ def supported_list() -> str:
 
 def family_of(config: dict) -> Family:
     """The family of a base config.json, or an ExportError listing the supported ones."""
+    if config.get("vision_config") is not None:
+        raise ExportError(f"GGUF export of a vision-language model ({config.get('model_type', 'unknown')}) needs two "
+                          "files, the language model's GGUF and an mmproj GGUF of the vision tower and projector; "
+                          "Fusetune does not write them yet. Export the merged folder (--format merged) and convert it "
+                          "with llama.cpp's convert_hf_to_gguf.py (once plain, once with --mmproj)")
     architecture = (config.get("architectures") or [MODEL_TYPES.get(config.get("model_type", ""), "")])[0]
     family = FAMILIES.get(architecture)
     if family is None:

@@ -160,6 +160,9 @@ def write_tokenizer(source: JobSource, folder: Path) -> None:
     tokenizer = load_tokenizer(str(source.adapter_dir))
     ensure_chat_template(tokenizer)
     tokenizer.save_pretrained(folder)
+    processor = Path(source.adapter_dir) / "preprocessor_config.json"   # a vision-language job's image processor
+    if processor.is_file():
+        (folder / processor.name).write_bytes(processor.read_bytes())
 
 
 def export_merged(source: JobSource, out: Path, progress: Progress = no_progress) -> tuple[Path, list[str]]:

@@ -86,7 +86,8 @@ def load_job(job_dir: str | Path, data_dir: str | Path | None = None, log=print)
     source = JobSource(job_dir=layout.root, spec=spec, adapter_dir=layout.adapter, base_dir=base_dir,
                        config=config, lora=lora, lora_alpha=alpha, tensors=describe_tensors(base_dir),
                        train_dtype=start.get("dtype"))
-    missing = sorted(set(lora) - {t.name for t in source.tensors})
+    source.lora = on_disk_names(source.lora, {t.name for t in source.tensors})
+    missing = sorted(set(source.lora) - {t.name for t in source.tensors})
     if missing:
         raise ExportError(f"the adapter changes {missing[0]}, which the base model {base_dir} does not have; "
                           "was it trained on a different model?")
@@ -140,6 +141,25 @@ def describe_tensors(base_dir: Path) -> list[TensorSpec]:
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
            "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
+
+
+# transformers 5 loads Qwen2-VL/Qwen2.5-VL checkpoints as model.language_model.* and model.visual.*, but
+# saves and ships them as model.* and visual.* (its checkpoint conversion mapping): the adapter names the
+# loaded modules, the base folder's tensors the saved ones
+VISION_LANGUAGE_RENAMES = (("model.language_model.", "model."), ("model.visual.", "visual."))
+
+
+def on_disk_names(lora: dict, names: set[str]) -> dict:
+    """The adapter's weight names as the base folder's tensors spell them (see VISION_LANGUAGE_RENAMES)."""
+    out = {}
+    for name, pair in lora.items():
+        if name not in names:
+            for loaded, saved in VISION_LANGUAGE_RENAMES:
+                if name.startswith(loaded) and saved + name[len(loaded):] in names:
+                    name = saved + name[len(loaded):]
+                    break
+        out[name] = pair
+    return out
 
 
 def read_lora(adapter_dir: Path) -> tuple[dict[str, LoraPair], float]:

@@ -11,6 +11,7 @@ from jobs.models import hub
 from jobs.models.errors import ModelError  # noqa: F401  (raised here; callers import it from here too)
 from jobs.io import paths
 from jobs.models import builtin as smollm2
+from jobs.models import vision
 from jobs.spec import BUILTIN_MODEL, JobSpec
 
 
@@ -99,7 +100,13 @@ def load_tokenizer(source: str):
 
 
 def load_base_model(source: str, dtype: torch.dtype, device: torch.device, load_in_4bit: bool = False):
-    from transformers import AutoModelForCausalLM
+    """A causal LM, or for a vision-language model (jobs/models/vision.py) the image-text model."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    config = load_config(source)
+    reason = vision.refusal(config)
+    if reason:
+        raise ModelError(reason)
+    auto_class = AutoModelForImageTextToText if vision.is_vision_config(config) else AutoModelForCausalLM
     kwargs = {"dtype": dtype}
     if load_in_4bit:
         from transformers import BitsAndBytesConfig
@@ -108,7 +115,7 @@ def load_base_model(source: str, dtype: torch.dtype, device: torch.device, load_
             bnb_4bit_compute_dtype=dtype)
         kwargs["device_map"] = {"": device.index or 0} if device.type == "cuda" else {"": "cpu"}
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        model = auto_class.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as exc:
         raise ModelError(f"could not load model {source!r}: {exc}") from None
     if not load_in_4bit:
@@ -134,6 +141,11 @@ def keep_cpu_4bit_trainable(model) -> None:
 def add_lora(model, spec: JobSpec):
     from peft import LoraConfig, get_peft_model
     targets = spec.target_modules
+    if vision.is_vision_config(model.config):   # the language model only, unless vision_lora (vision.py)
+        linear = [name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
+        targets = vision.lora_targets(linear, targets, spec.vision_lora)
+        if not targets:
+            raise ModelError(f"target_modules {spec.target_modules!r} match no linear layer of this model")
     config = LoraConfig(r=spec.lora_r, lora_alpha=spec.lora_alpha, lora_dropout=spec.lora_dropout,
                         target_modules=targets, bias="none", task_type="CAUSAL_LM")
     try:

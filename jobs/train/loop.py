@@ -55,8 +55,7 @@ class Trainer:
         self.spec, self.job_dir, self.events, self.log = spec, Path(job_dir), events, log
         self.dist = dist or Distributed(device=torch.device("cuda" if torch.cuda.is_available() else "cpu"))
         self.data_dir = data_dir
-        self.stop_requested = False
-        self.step = 0
+        self.stop_requested, self.step = False, 0
         self.micro_index = 0
         self.last_loss: float | None = None
         self.best_eval: tuple[float, int] | None = None   # (eval loss, step) of the best adapter
@@ -74,6 +73,7 @@ class Trainer:
         if spec.load_in_4bit and self.device.type != "cuda":
             self.log("note: load_in_4bit on CPU uses bitsandbytes' CPU path; it is slow")
         self.source = models.resolve_model(spec.model, self.data_dir, log=self.log)
+        self.method = self.method.for_model(models.load_config(self.source))   # e.g. images (methods/vision_sft.py)
         self.tokenizer = models.load_tokenizer(self.source)
         if encode.ensure_chat_template(self.tokenizer):
             self.log("note: the tokenizer has no chat template; using ChatML")

@@ -24,6 +24,14 @@ class Method:
         self.trainer = trainer
         self.spec = trainer.spec
 
+    def for_model(self, config) -> "Method":
+        """The method to run on the model of `config` (its transformers config): this one, or for a
+        vision-language model a variant that reads images (SFT's: methods/vision_sft.py)."""
+        if getattr(config, "vision_config", None) is not None:
+            from jobs.models.errors import ModelError
+            raise ModelError(f"method {self.name} does not train vision-language models yet; use method sft")
+        return self
+
     # ---- data -----------------------------------------------------------------------
     def load_data(self) -> tuple[list, list]:
         """(train examples, eval examples), each with `input_ids` (its length is used for packing)."""

@@ -11,11 +11,18 @@ from jobs.data.cache import tokenized_examples
 from jobs.data.packing import BatchPlan, example_lengths, resolve_packing
 from jobs.train import evaluate
 from jobs.train.methods.base import Method
+from jobs.train.methods.vision_sft import VisionSupervisedFineTuning
 
 
 class SupervisedFineTuning(Method):
     name = "sft"
     capturable = True
+
+    def for_model(self, config) -> Method:
+        from jobs.models import vision
+        if vision.is_vision_config(config):   # images in the batches (methods/vision_sft.py)
+            return VisionSupervisedFineTuning(self.trainer)
+        return self
 
     def load_data(self) -> tuple[list, list]:
         t, spec = self.trainer, self.spec

@@ -1,0 +1,106 @@
+"""Preflight of a vision-language job (jobs/models/vision.py): the model is one Fusetune trains,
+the method takes images, target_modules exist (the image-text model built on the meta device),
+and every row of the data is read, every image opened (missing, corrupt, not an image, a URL,
+outside the dataset's folder: counted and named by row) and every row encoded with its image
+tokens, so a row past max_seq_length is refused by number before the job starts.
+
+A text model given image-text data (builtin:shapes, or rows with image parts) is refused too,
+saying what to pick."""
+from __future__ import annotations
+
+from jobs.data.conversation import DataError
+from jobs.spec import BUILTIN_SHAPES, DATASET_SUFFIXES, JobSpec, is_local_reference
+
+SUPPORTED_TEXT = "Qwen2-VL or Qwen2.5-VL (a local folder or a downloaded hub id)"
+
+
+def is_vision_config(config) -> bool:
+    from jobs.models import vision
+    return vision.is_vision_config(config)
+
+
+def check_text_model_data(spec: JobSpec, report) -> bool:
+    """False (and a finding) when a text model is given image-text data."""
+    from jobs.data.dataset import scan_rows
+    from jobs.data.vision import is_vision_row
+    for key in ("dataset", "eval_dataset"):
+        reference = getattr(spec, key)
+        if not reference:
+            continue
+        images = reference == BUILTIN_SHAPES
+        if not images and is_local_reference(reference, DATASET_SUFFIXES):   # a hub dataset is not read here
+            try:
+                rows, _ = scan_rows(reference, first=20)
+            except DataError:
+                continue   # the text checks report it
+            images = any(is_vision_row(row) for row in rows)
+        if images:
+            report.fail(key, f"{reference} holds images, and {spec.model} is a text model: pick a "
+                        f"vision-language model ({SUPPORTED_TEXT})")
+            return False
+    return True
+
+
+def check_vision_job(spec: JobSpec, config, tokenizer, source: str, data_dir, report, summary_class) -> None:
+    """Every check of a vision-language job (see the module docstring); findings go to `report`."""
+    from jobs.models import vision
+    reason = vision.refusal(config)
+    if reason:
+        return report.fail("model", reason)
+    if spec.method != "sft":
+        return report.fail("method", f"{spec.method} does not train vision-language models yet; use sft")
+    _check_targets(spec, config, report)
+    try:
+        processor = vision.load_image_processor(source)
+        _, image_id = vision.image_token(tokenizer)
+    except vision.ModelError as exc:
+        return report.fail("model", str(exc))
+    for key in ("dataset", "eval_dataset"):
+        if getattr(spec, key):
+            _check_rows(spec, key, tokenizer, processor, image_id, data_dir, report, summary_class)
+
+
+def _check_targets(spec: JobSpec, config, report) -> None:
+    import torch
+    from transformers import AutoModelForImageTextToText
+    from jobs.models import vision
+    try:
+        with torch.device("meta"):
+            model = AutoModelForImageTextToText.from_config(config)
+    except (ValueError, KeyError, TypeError) as exc:
+        report.notes.append(f"target_modules not checked: cannot build this model's architecture ({exc})")
+        return
+    linear = [name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
+    missing = vision.missing_targets(linear, spec.target_modules)
+    if missing:
+        leaves = sorted({name.rsplit(".", 1)[-1] for name in linear})
+        return report.fail("target_modules", f"{', '.join(missing)} match no linear layer of this model; its linear "
+                           f"layers are: {', '.join(leaves)} (and the aliases vit, aligner)")
+    chosen = vision.lora_targets(linear, spec.target_modules, spec.vision_lora)
+    if not chosen:
+        return report.fail("target_modules", "these names are all in the vision tower or projector: "
+                           "set vision_lora: true to train them")
+    report.notes.append(vision.lora_line(chosen, linear))
+
+
+def _check_rows(spec: JobSpec, key: str, tokenizer, processor, image_id: int, data_dir, report,
+                summary_class) -> None:
+    from jobs.data.vision_dataset import encode_rows, read_conversations
+    try:
+        rows, good, problems = read_conversations(getattr(spec, key), data_dir)
+    except DataError as exc:
+        return report.fail(key, str(exc))
+    encoded = encode_rows(rows, good, tokenizer, processor, image_id, spec.max_seq_length, problems)
+    error = problems.error(rows.name)
+    if error is not None or not encoded.examples:
+        return report.fail(key, str(error) if error else f"{rows.name} has no rows: add at least one example")
+    summary = summary_class(key, rows.name, len(rows), "messages with images")
+    lengths = sorted(len(e.input_ids) for e in encoded.examples)
+    summary.tokens = {"min": lengths[0], "mean": round(sum(lengths) / len(lengths), 1),
+                      "p95": lengths[min(len(lengths) - 1, int(0.95 * len(lengths)))], "max": lengths[-1]}
+    summary.tokens_total = sum(lengths)
+    summary.trained_tokens = sum(e.trained_tokens for e in encoded.examples)
+    summary.stats = {"images": encoded.images, "image_tokens": sum(encoded.image_tokens)}
+    report.datasets.append(summary)
+    report.notes.append(f"{key}: {encoded.images:,} images opened, {sum(encoded.image_tokens):,} image tokens "
+                        "(never trained); packing off for image-text rows")

@@ -1,0 +1,60 @@
+"""SFT on a vision-language model (jobs/models/vision.py): the same loss and loop as text SFT
+(methods/sft.py, which hands a vision model's job to this class), on image-text examples (jobs/data/vision_dataset.py): each batch carries the
+image patches (`pixel_values`, `image_grid_thw`) beside the token ids, and only answer tokens
+have labels. The tokenizer the job saves with its adapter carries the image processor, so the
+adapter folder holds preprocessor_config.json too.
+
+Not yet: packing (each example is its own row), CUDA-graph capture (the image patches vary in
+shape from batch to batch)."""
+from __future__ import annotations
+
+from jobs.data.vision_dataset import vision_examples
+from jobs.data.vision_encode import VisionBatchPlan
+from jobs.models import vision
+from jobs.train import evaluate
+from jobs.train.methods.base import Method
+
+
+class VisionSupervisedFineTuning(Method):
+    """methods/sft.py's loss and evaluation (sft.py hands a vision model's job to this class)."""
+    name = "sft"
+    capturable = False
+
+    def load_data(self) -> tuple[list, list]:
+        t, spec = self.trainer, self.spec
+        self.image_processor = vision.load_image_processor(t.source)
+        _, self.image_token_id = vision.image_token(t.tokenizer)
+        t.tokenizer = vision.TokenizerWithImages(t.tokenizer, self.image_processor)
+        args = (t.tokenizer, self.image_processor, self.image_token_id, t.data_dir, t.log)
+        examples = vision_examples(spec, "dataset", *args)
+        train, held = evaluate.split_holdout(examples, spec.eval_fraction, spec.seed)
+        if spec.eval_dataset:
+            held = vision_examples(spec, "eval_dataset", *args)
+        return train, held
+
+    def plan_batches(self):
+        t, spec = self.trainer, self.spec
+        t.packed = False
+        t.log("packing: off (image-text examples are one a row; packing them is not built yet)")
+        ranks = dict(rank=t.dist.rank, world=t.dist.world_size)
+        size = spec.batch_size * t.dist.world_size
+        ids = (t.tokenizer.pad_token_id, self.image_token_id)
+        plan = VisionBatchPlan(t.examples, size, spec.max_seq_length, spec.seed, *ids,
+                               accumulation=spec.gradient_accumulation_steps, **ranks)
+        eval_plan = (VisionBatchPlan(t.eval_examples, size, spec.max_seq_length, spec.seed, *ids, shuffle=False,
+                                     **ranks) if t.eval_examples else None)
+        return plan, eval_plan
+
+    def loss(self, model, batch: dict, count):
+        return model(**batch, num_items_in_batch=count).loss, None
+
+    def evaluate(self, model, plan, device) -> dict:
+        loss, tokens = evaluate.eval_loss(model, plan, device)
+        return {"eval_loss": loss, "eval_tokens": tokens}
+
+    def before_training(self) -> None:
+        """Which parts got LoRA, in the log and the kernel report (the job's start event)."""
+        t = self.trainer
+        line = vision.lora_report(t.model)
+        t.log(line)
+        t.patch_report.append("  " + line)
