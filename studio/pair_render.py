@@ -43,7 +43,7 @@ def pairs_html(items: list[dict[str, Any]], lang: str = "en") -> str:
     """The preview of the first preference rows; a row that could not be read says why."""
     if not items:
         return notice_html(t("preview.empty", lang), "warn")
-    legend = legend_html("preview.legend_pair", lang)
+    legend = legend_html(t("preview.legend_pair", lang), lang)
     cards = []
     for number, item in enumerate(items, start=1):
         name = (t("preview.example", lang, number=number) if "completion" in item   # KTO: one answer a row

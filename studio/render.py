@@ -18,11 +18,11 @@ BLOCK_STYLE = ("white-space:pre-wrap;word-break:break-word;font-family:ui-monosp
                "border:1px solid rgba(128,128,128,.35);border-radius:8px;")
 
 
-def legend_html(answer_key: str, lang: str) -> str:
+def legend_html(answer_text: str, lang: str) -> str:
     """The line above a preview: what the dim text is (never trained) and what the highlight is."""
     return (f'<div style="margin-bottom:8px;font-size:13px">'
             f'<span style="{PROMPT_STYLE}">{html.escape(t("preview.legend_prompt", lang))}</span>'
-            f' &nbsp;·&nbsp; <span style="{ANSWER_STYLE}">{html.escape(t(answer_key, lang))}</span></div>')
+            f' &nbsp;·&nbsp; <span style="{ANSWER_STYLE}">{html.escape(answer_text)}</span></div>')
 
 
 def row_segments(row: dict[str, Any]) -> list[tuple[str, bool]]:
@@ -41,7 +41,7 @@ def preview_html(rows: Iterable[dict[str, Any]], lang: str = "en") -> str:
     rows = list(rows)
     if not rows:
         return notice_html(t("preview.empty", lang), "warn")
-    legend = legend_html("preview.legend_answer", lang)
+    legend = legend_html(t("preview.legend_answer", lang), lang)
     cards = []
     for number, row in enumerate(rows, start=1):
         spans = "".join(

@@ -8,13 +8,13 @@ from typing import Any
 
 import gradio as gr
 
-from jobs.spec import (BUILTIN_CONCISE, BUILTIN_DATASET, DATASET_SUFFIXES, METHOD_DEFAULTS, PREFERENCE_METHODS, JobSpec,
-                       SpecError)
+from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, PREFERENCE_METHODS, JobSpec, SpecError
 from studio import form, render
 from studio.context import StudioContext
 from studio.uploads import (  # noqa: F401  (re-exported: the tab and its tests name them here)
     UPLOAD_SAMPLE_ROWS, describe_dataset, known_datasets, safe_upload_name, store_reward_upload, store_upload, upload_notice)
 from studio.i18n import t
+from studio.method_fields import wire_method
 from studio.server_text import translated
 from studio.train_start import FIT_FIELDS, fit_for_form, start_job
 
@@ -170,7 +170,7 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
     with gr.Row(equal_height=False):
         with gr.Column():
             place("data")
-            if "preference" in groups:  # shown for a preference method only (_wire_method)
+            if "preference" in groups:  # shown for a preference method only (method_fields.wire_method)
                 place("preference", visible=False)
         with gr.Column():
             place("lora")
@@ -298,7 +298,7 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
 
     made["dataset"].change(on_dataset, made["dataset"], [made["bot_name"], made["bot_author"]],
                            show_progress="hidden")
-    _wire_method(made)
+    wire_method(made)
 
     def on_upload(file: str | None, language: str) -> tuple[Any, str]:
         if not file:
@@ -330,42 +330,6 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
 
     tab.start.click(on_start, [lang, tab.confirm, *inputs],
                     [tab.status, tab.started_job, tab.confirm, tab.start, tab.fit], api_name="start_job")
-
-
-def method_updates(method: str, dataset: str, keys: list[str], beta: Any = None) -> list[Any]:
-    """Updates for [preference group, *its fields, dataset] when the method changes: the group and
-    the keys this method reads are shown; a built-in dataset of the other kind is swapped for the
-    one that fits (identity for sft, concise for a preference method), an uploaded one is kept.
-    beta still at the other kind's default follows the method (grpo 0.0, the others 0.1:
-    JobSpec's METHOD_DEFAULTS); a beta the user typed is kept."""
-    preference = method in PREFERENCE_METHODS
-    used = form.preference_keys(method)
-    dataset = (dataset or "").strip()
-    swap = {BUILTIN_DATASET: BUILTIN_CONCISE} if preference else {BUILTIN_CONCISE: BUILTIN_DATASET}
-    return [gr.update(visible=bool(used)),
-            *[gr.update(visible=key in used, **_beta_value(method, beta) if key == "beta" else {}) for key in keys],
-            gr.update(value=swap[dataset]) if dataset in swap else gr.skip()]
-
-
-def _beta_value(method: str, beta: Any) -> dict:
-    general = JobSpec.__dataclass_fields__["beta"].default
-    wanted = METHOD_DEFAULTS.get(method, {}).get("beta", general)
-    defaults = {general, *(d["beta"] for d in METHOD_DEFAULTS.values() if "beta" in d)}
-    try:
-        current = float(str(beta).strip())
-    except (TypeError, ValueError):
-        return {}
-    return {"value": form.number_text(wanted)} if current in defaults and current != wanted else {}
-
-
-def _wire_method(made: dict[str, Any]) -> None:
-    box = made.get("group.preference")
-    if box is None:
-        return
-    keys = [widget.name for widget in dict(form.grouped_widgets())["preference"]]
-    made["method"].change(lambda method, dataset, beta: method_updates(method, dataset, keys, beta),
-                          [made["method"], made["dataset"], made["beta"]],
-                          [box, *[made[k] for k in keys], made["dataset"]], show_progress="hidden")
 
 
 def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:

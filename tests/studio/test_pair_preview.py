@@ -7,7 +7,8 @@ import json
 from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, JobSpec
 from studio import form
 from studio.pair_render import pairs_html
-from studio.train_tab import method_updates, preview_data
+from studio.method_fields import method_updates
+from studio.train_tab import preview_data
 
 PAIR = {"prompt": "What is 2+2?", "chosen": "4.", "rejected": "It is <b>five</b>, I think, or maybe 4."}
 
