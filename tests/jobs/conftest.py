@@ -29,3 +29,10 @@ def in_process_cli():
     tempfile.tempdir = tempdir
     os.environ.clear()
     os.environ.update(environ)
+
+
+@pytest.fixture(scope="session")
+def tiny_vision_model(tmp_path_factory):
+    """A tiny random Qwen2.5-VL with its tokenizer and PIL image processor (tests/tiny.py)."""
+    from tests.tiny import make_tiny_vision_model
+    return make_tiny_vision_model(tmp_path_factory.mktemp("tiny-vl") / "model")

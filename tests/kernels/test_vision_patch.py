@@ -8,7 +8,7 @@ import torch
 
 from jobs.data.vision_encode import collate_vision
 from kernels import patch_model
-from tests.jobs.vision.test_vision_data import encoded_shapes
+from tests.jobs.vision_rows import encoded_shapes
 from tests.tiny import make_tiny_vision_model
 
 

@@ -4,7 +4,7 @@ import pytest
 from jobs.checks.preflight import run_preflight
 from jobs.models import vision
 from jobs.spec import JobSpec
-from tests.jobs.vision.test_vision_data import LLAMA_FACTORY_ROW, PARTS_ROW, write_dataset
+from tests.jobs.vision_rows import LLAMA_FACTORY_ROW, PARTS_ROW, write_dataset
 
 
 def test_a_vision_job_passes_with_its_images_and_lora_parts_counted(tiny_vision_model, tmp_path):

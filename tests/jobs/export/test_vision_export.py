@@ -6,7 +6,7 @@ import torch
 from jobs.data.vision_encode import collate_vision
 from jobs.export import ExportError, export
 from tests.jobs.export_jobs import train_job
-from tests.jobs.vision.test_vision_data import encoded_shapes
+from tests.jobs.vision_rows import encoded_shapes
 
 
 def test_merged_export_keeps_the_processor_and_equals_base_plus_adapter(tiny_vision_model, tmp_path):

@@ -1,47 +1,15 @@
 """Image-text rows: both row forms, answer-only labels, image tokens in place, and bad rows named by row."""
-import json
-from pathlib import Path
-
 import pytest
 
 from jobs.data.conversation import DataError
-from jobs.data.dataset import Problems, scan_rows
+from jobs.data.dataset import scan_rows
 from jobs.data.encode import IGNORE_INDEX
 from jobs.data.vision import read_vision_rows
 from jobs.data.vision_dataset import vision_examples
 from jobs.data.vision_encode import collate_vision, encode_vision
-from jobs.models import load, vision
+from jobs.models import vision
 from jobs.spec import JobSpec
-
-
-def processor_parts(folder):
-    tokenizer = load.load_tokenizer(str(folder))
-    return tokenizer, vision.load_image_processor(str(folder)), vision.image_token(tokenizer)[1]
-
-
-def encoded_shapes(folder, tmp_path, rows=4, max_length=256):
-    """(tokenizer, examples) of builtin:shapes drawn into tmp_path."""
-    tokenizer, processor, image_id = processor_parts(folder)
-    spec = JobSpec(model=str(folder), dataset="builtin:shapes", max_seq_length=max_length)
-    examples = vision_examples(spec, "dataset", tokenizer, processor, image_id, tmp_path / "data", log=lambda _: None)
-    return tokenizer, examples[:rows]
-
-
-def write_dataset(folder: Path, rows: list[dict], images=("a.png",)) -> Path:
-    from PIL import Image
-    (folder / "imgs").mkdir(parents=True, exist_ok=True)
-    for name in images:
-        Image.new("RGB", (56, 84), (200, 30, 30)).save(folder / "imgs" / name)
-    path = folder / "data.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return path
-
-
-PARTS_ROW = {"messages": [
-    {"role": "user", "content": [{"type": "image", "image": "imgs/a.png"}, {"type": "text", "text": "What colour?"}]},
-    {"role": "assistant", "content": "red"}]}
-LLAMA_FACTORY_ROW = {"messages": [{"role": "user", "content": "<image>What colour?"},
-                                  {"role": "assistant", "content": "red"}], "images": ["imgs/a.png"]}
+from tests.jobs.vision_rows import LLAMA_FACTORY_ROW, PARTS_ROW, processor_parts, write_dataset
 
 
 def test_both_row_forms_encode_alike_and_only_the_answer_is_trained(tiny_vision_model, tmp_path):
