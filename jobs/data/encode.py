@@ -27,7 +27,7 @@ class Example:
 
     @property
     def trained_tokens(self) -> int:
-        return sum(1 for label in self.labels if label != IGNORE_INDEX)
+        return len(self.labels) - self.labels.count(IGNORE_INDEX)   # list.count: C speed, 800k rows
 
 
 def ensure_chat_template(tokenizer) -> bool:

@@ -64,7 +64,9 @@ class Encoder:
             input_ids: list[int] = []
             labels: list[int] = []
             for parts, trained in plan:
-                piece = [token for part in parts for token in (next(ids) if isinstance(part, str) else part)]
+                piece: list[int] = []
+                for part in parts:
+                    piece += next(ids) if isinstance(part, str) else part
                 input_ids += piece
                 labels += piece if trained else [IGNORE_INDEX] * len(piece)
             out.append(Example(input_ids[:self.max_length], labels[:self.max_length]))
@@ -88,24 +90,24 @@ class Encoder:
         if template is None:
             return None
         contents = [m["content"] for m in conversation]
-        return [([_filled(part, contents) if isinstance(part, str) else part for part in parts], trained)
+        return [([part.fill(contents) if isinstance(part, _Slots) else part for part in parts], trained)
                 for parts, trained in template]
 
     def _cut(self, text: str) -> list:
         """A template piece as parts (module doc): at special tokens, constant runs as ids; [text]
         when the cut parts do not give the uncut text's ids on a probe content."""
         if self._splitter is None:
-            return [text]
+            return [_Slots(text)]
         pattern, ids_of = self._splitter
         parts: list = []
         for k, run in enumerate(pattern.split(text)):
             if k % 2:
                 parts.append([ids_of[run]])
             elif run:
-                parts.append(run if _SENTINEL.search(run) else self._tokenize([run])[0])
+                parts.append(_Slots(run) if _SENTINEL.search(run) else self._tokenize([run])[0])
         probe = ["Hello, wörld\n 2  spaces"] * (max((int(n) for n in _SENTINEL.findall(text)), default=0) + 1)
-        cut = [t for part in parts for t in (self._tokenize([_filled(part, probe)])[0] if isinstance(part, str) else part)]
-        return parts if cut == self._tokenize([_filled(text, probe)])[0] else [text]
+        cut = [t for part in parts for t in (self._tokenize([part.fill(probe)])[0] if isinstance(part, _Slots) else part)]
+        return parts if cut == self._tokenize([_Slots(text).fill(probe)])[0] else [_Slots(text)]
 
     def _verified(self, conversations: list, plans: list, examples: list[Example]) -> list[Example]:
         """Spot checks against encode.encode (module doc); a failed shape goes the slow way."""
@@ -129,8 +131,18 @@ class Encoder:
         return examples
 
 
-def _filled(text: str, contents: list[str]) -> str:
-    return "".join(contents[int(p)] if k % 2 else p for k, p in enumerate(_SENTINEL.split(text)))
+class _Slots:
+    """A template text with its sentinels found once: literal runs and content numbers, alternating."""
+    __slots__ = ("runs",)
+
+    def __init__(self, text: str):
+        self.runs = [run if k % 2 == 0 else int(run) for k, run in enumerate(_SENTINEL.split(text))]
+
+    def fill(self, contents: list[str]) -> str:
+        runs = self.runs
+        if len(runs) == 3:   # one content between two literals: most parts
+            return runs[0] + contents[runs[1]] + runs[2]
+        return "".join([run if k % 2 == 0 else contents[run] for k, run in enumerate(runs)])
 
 
 def _special_splitter(tokenizer):
