@@ -367,7 +367,10 @@ def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str 
         preview = data.preview_rows
         if spec.method == "grpo":   # prompts as the model sees them, and the columns the rewards get
             from jobs.data.prompts import preview_rows as preview
-        return render.preview_html(preview(spec, n=3, data_dir=data_dir, access=access), lang)
+        shown = render.preview_html(preview(spec, n=3, data_dir=data_dir, access=access), lang)
+        if spec.dataset == BUILTIN_DATASET and spec.method == "sft":  # the rows the job trains, not only the 3 shown
+            shown = render.identity_count_html(*data.identity_row_counts(spec, data_dir), lang) + shown
+        return shown
     except SpecError as exc:
         return render.notice_html(form.error_text(exc, lang), "error")
     except data.DataError as exc:
