@@ -11,6 +11,7 @@ import gradio as gr
 from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, DATASET_SUFFIXES, PREFERENCE_METHODS, JobSpec, SpecError
 from studio import form, render
 from studio.context import StudioContext
+from studio.dataset_remove import build_remove, wire_remove
 from studio.uploads import (  # noqa: F401  (re-exported: the tab and its tests name them here)
     UPLOAD_SAMPLE_ROWS, describe_dataset, known_datasets, safe_upload_name, store_reward_upload, store_upload, upload_notice)
 from studio.i18n import t
@@ -161,6 +162,7 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
                         gr.UploadButton(file_types=list(DATASET_SUFFIXES), size="sm", elem_id="ft-upload"),
                         label="train.upload")
                     extras["upload_info"] = gr.HTML(elem_id="ft-upload-info")
+                    made["dataset.remove"] = build_remove(ctx.page)  # studio/dataset_remove.py
                 if widget.name == "reward_file" and _reward_uploads():
                     extras["reward_upload"] = ctx.page.bind(
                         gr.UploadButton(file_types=[".py"], size="sm", elem_id="ft-reward-upload"),
@@ -251,6 +253,7 @@ def build_train_tab(ctx: StudioContext) -> TrainTab:
     gpu_boxes.input(lambda checked: budget_update(ctx, checked), gpu_boxes, tab.budget)
     _wire(ctx, tab, made, upload, upload_info, preview_btn, preview)
     _wire_stats(ctx, tab, stats_btn, stats, stats_warning)
+    wire_remove(ctx, made["dataset.remove"], made["dataset"], upload_info, preview)
     return tab
 
 
