@@ -50,6 +50,7 @@ class FitView:
     estimate: Any
     gpu: int
     free_gb: float | None
+    time: Any = None   # on a CPU: jobs.models.step_time.TimeEstimate from a measured step, when known
 
     @property
     def on_cpu(self) -> bool:
@@ -73,6 +74,8 @@ class StartCheck:
         self._sources: dict[str, str] = {}   # model as typed -> the folder a preflight resolved
         self._lock = threading.Lock()        # one preflight at a time shares the cached tokenizer
         self._measured: dict[str, list[dict[str, Any]]] = {}   # spec YAML -> its datasets' statistics
+        self._per_token: dict[tuple, float | None] = {}   # step_time.measure_key -> CPU seconds per token
+        self._time_lock = threading.Lock()
 
     def spec(self, names: list[str], values: list[Any]) -> JobSpec:
         """The form's job after the read policy; SpecError (AccessError) naming the field."""
@@ -146,7 +149,29 @@ class StartCheck:
                 estimate = fit.estimate_peak(spec, self._files.config(source), **kwargs)
             except (ModelError, ValueError, AttributeError, KeyError, TypeError):
                 estimate = None   # an architecture jobs/models/fit.py cannot size: no number rather than a wrong one
-        return FitView(estimate, gpu, free)
+        view = FitView(estimate, gpu, free)
+        if free is None and source is not None:
+            view.time = self.cpu_time(spec, source)
+        return view
+
+    def cpu_time(self, spec: JobSpec, source: str) -> Any:
+        """About how long `spec` runs on this CPU: one short step measured per model and LoRA shape
+        (cached: a form change re-scales it, never re-measures), scaled by the job's tokens (the
+        data's mean row, once a Start check measured it; else max_seq_length, an upper bound)."""
+        from jobs.models import step_time
+        key = step_time.measure_key(spec, source)
+        with self._time_lock:
+            if key not in self._per_token:
+                try:
+                    self._per_token[key] = step_time.seconds_per_token(spec, source)
+                except Exception:   # noqa: BLE001  an unloadable model: no time rather than a wrong one
+                    self._per_token[key] = None
+        per_token = self._per_token[key]
+        if per_token is None:
+            return None
+        train = next((d for d in self.measured(spec) if d.get("key") == "dataset"), {})
+        rows = (train.get("rows") or 0) - (train.get("rows_without_answer") or 0)
+        return step_time.estimate_time(spec, per_token, (train.get("tokens") or {}).get("mean"), rows or None)
 
     def _free_gb(self, gpu: int) -> float | None:
         if self._free_memory is None:
