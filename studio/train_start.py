@@ -20,7 +20,9 @@ from studio.start_check import FitView, StartCheck, Verdict
 
 # The fields the fit check reads (jobs/models/fit.py); a change in any of them redraws it.
 FIT_FIELDS = ("model", "load_in_4bit", "fused_kernels", "base_precision", "gradient_checkpointing", "packing",
-              "dtype", "gpus", "lora_r", "target_modules", "batch_size", "max_seq_length", "max_gpu_memory_gb")
+              "dtype", "gpus", "lora_r", "target_modules", "batch_size", "max_seq_length", "max_gpu_memory_gb",
+              # and on a CPU the time estimate (jobs/models/step_time.py) reads these
+              "max_steps", "num_epochs", "gradient_accumulation_steps", "dataset")
 
 
 @dataclass
