@@ -162,16 +162,26 @@ class StartCheck:
         key = step_time.measure_key(spec, source)
         with self._time_lock:
             if key not in self._per_token:
-                try:
-                    self._per_token[key] = step_time.seconds_per_token(spec, source)
-                except Exception:   # noqa: BLE001  an unloadable model: no time rather than a wrong one
-                    self._per_token[key] = None
+                self._per_token[key] = self.measure_step(spec, source)
         per_token = self._per_token[key]
         if per_token is None:
             return None
         train = next((d for d in self.measured(spec) if d.get("key") == "dataset"), {})
         rows = (train.get("rows") or 0) - (train.get("rows_without_answer") or 0)
         return step_time.estimate_time(spec, per_token, (train.get("tokens") or {}).get("mean"), rows or None)
+
+    def measure_step(self, spec: JobSpec, source: str) -> float | None:
+        """Seconds per token of one training step, measured by `python -m jobs.models.step_time` in
+        a child process (its model never sits in the studio's memory, and the studio's handlers
+        keep running meanwhile); None when it fails (an unloadable model: no time, not a wrong one)."""
+        request = json.dumps({"spec": spec.to_dict(), "source": source})
+        try:
+            done = subprocess.run([sys.executable, "-m", "jobs.models.step_time"], input=request,
+                                  capture_output=True, text=True, cwd=ROOT, timeout=CHILD_TIMEOUT_S,
+                                  env=os.environ.copy())
+            return float(json.loads(done.stdout.strip().splitlines()[-1])["seconds_per_token"])
+        except (subprocess.TimeoutExpired, OSError, ValueError, IndexError, KeyError, TypeError):
+            return None
 
     def _free_gb(self, gpu: int) -> float | None:
         if self._free_memory is None:

@@ -81,3 +81,19 @@ def estimate_time(spec: JobSpec, per_token: float, tokens_per_row: float | None 
     if spec.gradient_checkpointing == "on":   # "auto" is off on a CPU (jobs/train/loop.py)
         step *= RECOMPUTE_FACTOR
     return TimeEstimate(step * steps, step, steps, per_row, measured)
+
+
+def main() -> int:
+    """`python -m jobs.models.step_time` with {"spec": ..., "source": ...} as JSON on stdin: the
+    measurement in a process of its own (the studio's memory stays flat and its threads free);
+    the last line of stdout is {"seconds_per_token": x}."""
+    import json
+    import sys
+    request = json.loads(sys.stdin.read())
+    per_token = seconds_per_token(JobSpec.from_dict(request["spec"]), request["source"])
+    print(json.dumps({"seconds_per_token": per_token}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

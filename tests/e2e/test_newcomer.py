@@ -91,7 +91,7 @@ def test_one_job_phases_table_chat_chinese_and_merged_download(studio, browser_c
     phases = " | ".join(page.evaluate("() => window.__ftPhases"))
     assert "preparing data" in phases and "answers" in phases, phases
 
-    cell = page.locator("#ft-jobs-table tbody td").first
+    cell = page.locator("#ft-jobs-table tbody td:visible", has_text=job).first
     cell.click()
     page.wait_for_timeout(1000)
     assert page.locator("#ft-jobs-table input, #ft-jobs-table textarea").count() == 0

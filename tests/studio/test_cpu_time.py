@@ -37,13 +37,13 @@ def step_seconds(text: str) -> float:
 
 def test_a_real_step_is_measured_once_and_scaled_by_the_jobs_tokens(data_dir, monkeypatch):
     measured = []
-    real = step_time.seconds_per_token
+    real = StartCheck.measure_step   # the child process, for real
 
-    def counting(spec, source, tokens=step_time.MEASURE_TOKENS):
+    def counting(self, spec, source):
         measured.append(source)
-        return real(spec, source, tokens)
+        return real(self, spec, source)
 
-    monkeypatch.setattr(step_time, "seconds_per_token", counting)
+    monkeypatch.setattr(StartCheck, "measure_step", counting)
     check = StartCheck(data_dir, free_memory=lambda _i: None)
     short = fit_for_form(check, *form_values(data_dir, max_steps="10", max_seq_length="64"), "en")
     assert "Up to about" in short and "min on this CPU: 10 steps" in short and "max_seq_length 64 tokens" in short
