@@ -56,10 +56,9 @@ def tab_labels_js() -> str:
 # The jobs table is read-only (interactive=False), but Gradio still rings a clicked cell and shows
 # its "⋮" menu, which reads as "this cell is being edited" (issue 24 item 8): a click opens the job.
 PAGE_CSS = """
-#ft-jobs-table td { cursor: pointer; }
-#ft-jobs-table td.cell-selected { box-shadow: none !important; }
-#ft-jobs-table td .cell-menu-button { display: none !important; }
-#ft-jobs-table tbody tr:hover td { background: var(--table-row-focus); }
+#ft-jobs-table .body-cell { cursor: pointer; }
+#ft-jobs-table .body-cell.cell-selected { box-shadow: none !important; }
+#ft-jobs-table .body-cell .cell-menu-button { display: none !important; }
 """
 
 
