@@ -66,12 +66,15 @@ def build_remove(page: Any) -> RemoveControls:
 def wire_remove(ctx: Any, controls: RemoveControls, dataset: Any, upload_info: Any, preview: Any) -> None:
     from studio import render
 
-    def shown(value: str) -> tuple[Any, Any]:
-        return gr.update(visible=uploaded_file(ctx.data_dir, value) is not None), gr.update(visible=False)
+    asked = gr.State("")   # the file the question names: Yes removes that one, whatever is picked since
 
-    def ask(value: str, lang: str) -> tuple[Any, str]:
+    def shown(value: str) -> Any:
+        return gr.update(visible=uploaded_file(ctx.data_dir, value) is not None)
+
+    def ask(value: str, lang: str) -> tuple[Any, str, str]:
         name = Path(value or "").name
-        return gr.update(visible=True), render.notice_html(t("train.remove_question", lang, name=name), "warn")
+        return (gr.update(visible=True), render.notice_html(t("train.remove_question", lang, name=name), "warn"),
+                value)
 
     def remove(value: str, lang: str) -> tuple[Any, ...]:
         try:
@@ -82,7 +85,7 @@ def wire_remove(ctx: Any, controls: RemoveControls, dataset: Any, upload_info: A
         return (gr.update(choices=choices, value=choices[0][1]), gr.update(visible=False),
                 render.notice_html(t("train.removed", lang, name=path.name), "ok"), "")
 
-    dataset.change(shown, dataset, [controls.button, controls.confirm], show_progress="hidden")
-    controls.button.click(ask, [dataset, ctx.lang], [controls.confirm, controls.question])
+    dataset.change(shown, dataset, controls.button, show_progress="hidden")
+    controls.button.click(ask, [dataset, ctx.lang], [controls.confirm, controls.question, asked])
     controls.no.click(lambda: gr.update(visible=False), None, controls.confirm)
-    controls.yes.click(remove, [dataset, ctx.lang], [dataset, controls.confirm, upload_info, preview])
+    controls.yes.click(remove, [asked, ctx.lang], [dataset, controls.confirm, upload_info, preview])
