@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     # Before gradio, torch or transformers load: their caches and temp files go in the data dir.
     paths.use_data_dir_caches(data_dir)
     # The studio imports transformers; do it before the warm-up thread does, not concurrently.
-    from studio.app import build_studio
+    from studio.app import PAGE_CSS, build_studio
     from studio.context import StudioContext
     from studio.route_guard import launch_kwargs as guard_kwargs
     context = StudioContext(data_dir=data_dir, runner=runner)
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     # contents the UI shows anyway; uploads, the model cache and everything else stay refused.
     try:
         demo.queue(default_concurrency_limit=4).launch(
-            server_name=args.host, server_port=args.port, auth=auth, show_error=True,
+            server_name=args.host, server_port=args.port, auth=auth, show_error=True, css=PAGE_CSS,
             allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True,
             **guard_kwargs(guards(auth, os.environ["GRADIO_TEMP_DIR"], args.max_upload_mb)))
     except OSError as exc:  # taken between the check above and now

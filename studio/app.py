@@ -53,6 +53,15 @@ def tab_labels_js() -> str:
 }}"""
 
 
+# The jobs table is read-only (interactive=False), but Gradio still rings a clicked cell and shows
+# its "⋮" menu, which reads as "this cell is being edited" (issue 24 item 8): a click opens the job.
+PAGE_CSS = """
+#ft-jobs-table .body-cell { cursor: pointer; }
+#ft-jobs-table .body-cell.cell-selected { box-shadow: none !important; }
+#ft-jobs-table .body-cell .cell-menu-button { display: none !important; }
+"""
+
+
 def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = None) -> gr.Blocks:
     """The studio for `data_dir`, submitting jobs through `runner` (a jobs.queue.runner.Runner)."""
     ctx = context or StudioContext(data_dir=Path(data_dir), runner=runner)

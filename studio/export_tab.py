@@ -172,10 +172,35 @@ def outcome_html(fmt: str, outcome: ExportOutcome, lang: str = "en") -> str:
 
 
 def downloadable(outcome: ExportOutcome) -> list[str]:
-    """Single files the browser can download (a merged folder is listed, not offered)."""
+    """Files the browser can download: each file written, the Modelfile beside a GGUF, and for a
+    merged folder a zip of it (when small enough to copy) followed by the folder's own files."""
     files = [path for path, _ in outcome.files if Path(path).is_file()]
     modelfiles = [str(Path(p).parent / "Modelfile") for p in files if p.endswith(".gguf")]
-    return files + [m for m in dict.fromkeys(modelfiles) if Path(m).is_file() and m not in files]
+    folders = [item for path, _ in outcome.files for item in folder_downloads(Path(path)) if Path(path).is_dir()]
+    return files + [m for m in dict.fromkeys(modelfiles) if Path(m).is_file() and m not in files] + folders
+
+
+ZIP_FOLDER_LIMIT = 4 << 30   # above this a zip would double a big model on the disk: its files are offered alone
+
+
+def folder_downloads(folder: Path) -> list[str]:
+    """A merged folder as downloads: <folder>.zip (stored, not compressed: safetensors do not
+    shrink) when the folder is under ZIP_FOLDER_LIMIT, then every file in it."""
+    import zipfile
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    offered = [str(p) for p in files]
+    if not files or sum(p.stat().st_size for p in files) > ZIP_FOLDER_LIMIT:
+        return offered
+    archive, partial = folder.with_suffix(".zip"), folder.with_name(f".{folder.name}.zip.partial")
+    try:
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED, allowZip64=True) as bundle:
+            for path in files:
+                bundle.write(path, f"{folder.name}/{path.relative_to(folder)}")
+        partial.replace(archive)
+    except OSError:   # a full disk: the files themselves are still offered
+        partial.unlink(missing_ok=True)
+        return offered
+    return [str(archive), *offered]
 
 
 def start_export(ctx: StudioContext, job_id: str | None, fmt: str, quant: str,

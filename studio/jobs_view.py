@@ -21,6 +21,7 @@ from jobs.io.layout import JobLayout
 from jobs.queue.outcome import FINISHED_BEFORE_CANCEL
 from jobs.queue.store import JobState
 from studio.i18n import t
+from studio.server_text import report_line, translated
 
 def table_headers(lang: str) -> list[str]:
     return [t("jobs.col_id", lang), t("jobs.col_name", lang), t("jobs.col_state", lang),
@@ -126,7 +127,7 @@ def patch_report_text(record: Any, summary: JobSummary, lang: str = "en") -> str
         return t("report.ended_before_start", lang, state=state_text(state, lang))
     lines = [t("report.device", lang, device=start["device"])] if start.get("device") else []
     report = start.get("patch_report") or []
-    lines += [str(line) for line in report] if report else [t("report.engine_off", lang)]
+    lines += [report_line(str(line), lang) for line in report] if report else [t("report.engine_off", lang)]
     return "\n".join(lines)
 
 
@@ -154,7 +155,7 @@ def failure_text(record: Any, summary: JobSummary, lang: str = "en") -> str:
         kind = f" ({error['kind']})" if error.get("kind") else ""
         parts.append(f"{error['message']}{kind}")
     if record.reason and record.reason != error.get("message"):
-        parts.append(record.reason)
+        parts.append(translated(record.reason, lang))
     reason = " — ".join(parts) if parts else t("failure.no_reason", lang)
     return t("failure.failed" if state == JobState.FAILED else "failure.cancelled", lang,
              job=record.id, reason=reason)

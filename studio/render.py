@@ -77,6 +77,15 @@ def _columns_line(row: dict[str, Any], lang: str) -> str:
             f'{html.escape(t("preview.reward_columns", lang, columns=shown))}</div>')
 
 
+def identity_count_html(identity: int, general: int | None, prompts: int, lang: str = "en") -> str:
+    """How many rows the built-in dataset really has (the preview shows only its first three)."""
+    if general is None:
+        text = t("preview.identity_count_pending", lang, identity=identity, prompts=prompts)
+    else:
+        text = t("preview.identity_count", lang, total=identity + general, identity=identity, general=general)
+    return f'<div id="ft-preview-count" style="font-size:13px;margin-bottom:6px">{html.escape(text)}</div>'
+
+
 NOTICE_COLORS = {"error": "#dc2626", "warn": "#d97706", "info": "#2563eb", "ok": "#16a34a"}
 
 

@@ -50,6 +50,7 @@ class FitView:
     estimate: Any
     gpu: int
     free_gb: float | None
+    time: Any = None   # on a CPU: jobs.models.step_time.TimeEstimate from a measured step, when known
 
     @property
     def on_cpu(self) -> bool:
@@ -73,6 +74,8 @@ class StartCheck:
         self._sources: dict[str, str] = {}   # model as typed -> the folder a preflight resolved
         self._lock = threading.Lock()        # one preflight at a time shares the cached tokenizer
         self._measured: dict[str, list[dict[str, Any]]] = {}   # spec YAML -> its datasets' statistics
+        self._per_token: dict[tuple, float | None] = {}   # step_time.measure_key -> CPU seconds per token
+        self._time_lock = threading.Lock()
 
     def spec(self, names: list[str], values: list[Any]) -> JobSpec:
         """The form's job after the read policy; SpecError (AccessError) naming the field."""
@@ -146,7 +149,39 @@ class StartCheck:
                 estimate = fit.estimate_peak(spec, self._files.config(source), **kwargs)
             except (ModelError, ValueError, AttributeError, KeyError, TypeError):
                 estimate = None   # an architecture jobs/models/fit.py cannot size: no number rather than a wrong one
-        return FitView(estimate, gpu, free)
+        view = FitView(estimate, gpu, free)
+        if free is None and source is not None:
+            view.time = self.cpu_time(spec, source)
+        return view
+
+    def cpu_time(self, spec: JobSpec, source: str) -> Any:
+        """About how long `spec` runs on this CPU: one short step measured per model and LoRA shape
+        (cached: a form change re-scales it, never re-measures), scaled by the job's tokens (the
+        data's mean row, once a Start check measured it; else max_seq_length, an upper bound)."""
+        from jobs.models import step_time
+        key = step_time.measure_key(spec, source)
+        with self._time_lock:
+            if key not in self._per_token:
+                self._per_token[key] = self.measure_step(spec, source)
+        per_token = self._per_token[key]
+        if per_token is None:
+            return None
+        train = next((d for d in self.measured(spec) if d.get("key") == "dataset"), {})
+        rows = (train.get("rows") or 0) - (train.get("rows_without_answer") or 0)
+        return step_time.estimate_time(spec, per_token, (train.get("tokens") or {}).get("mean"), rows or None)
+
+    def measure_step(self, spec: JobSpec, source: str) -> float | None:
+        """Seconds per token of one training step, measured by `python -m jobs.models.step_time` in
+        a child process (its model never sits in the studio's memory, and the studio's handlers
+        keep running meanwhile); None when it fails (an unloadable model: no time, not a wrong one)."""
+        request = json.dumps({"spec": spec.to_dict(), "source": source})
+        try:
+            done = subprocess.run([sys.executable, "-m", "jobs.models.step_time"], input=request,
+                                  capture_output=True, text=True, cwd=ROOT, timeout=CHILD_TIMEOUT_S,
+                                  env=os.environ.copy())
+            return float(json.loads(done.stdout.strip().splitlines()[-1])["seconds_per_token"])
+        except (subprocess.TimeoutExpired, OSError, ValueError, IndexError, KeyError, TypeError):
+            return None
 
     def vision_kind(self, spec: JobSpec) -> tuple[str, str] | None:
         """("supported", family) or ("refused", reason) for a vision-language model whose folder is at

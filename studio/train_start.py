@@ -20,7 +20,9 @@ from studio.start_check import FitView, StartCheck, Verdict
 
 # The fields the fit check reads (jobs/models/fit.py); a change in any of them redraws it.
 FIT_FIELDS = ("model", "load_in_4bit", "fused_kernels", "base_precision", "gradient_checkpointing", "packing",
-              "dtype", "gpus", "lora_r", "target_modules", "batch_size", "max_seq_length", "max_gpu_memory_gb")
+              "dtype", "gpus", "lora_r", "target_modules", "batch_size", "max_seq_length", "max_gpu_memory_gb",
+              # and on a CPU the time estimate (jobs/models/step_time.py) reads these
+              "max_steps", "num_epochs", "gradient_accumulation_steps", "dataset")
 
 
 @dataclass
@@ -113,9 +115,21 @@ def cpu_fit_html(view: FitView, lang: str) -> str:
     memory = psutil.virtual_memory()
     numbers = {"need": f"{view.estimate.allocated_gb + CPU_RUNTIME_GIB:.1f}",
                "available": f"{memory.available / 2 ** 30:.1f}", "total": f"{memory.total / 2 ** 30:.1f}"}
+    duration = cpu_time_text(view.time, lang)
     if view.estimate.allocated_gb + CPU_RUNTIME_GIB > memory.available / 2 ** 30:
-        return render.notice_html(t("fit.cpu_ram_short", lang, **numbers), "warn")
-    return render.notice_html(t("fit.cpu_ram", lang, **numbers), "info")
+        return render.notice_html(t("fit.cpu_ram_short", lang, **numbers) + duration, "warn")
+    return render.notice_html(t("fit.cpu_ram", lang, **numbers) + duration, "info")
+
+
+def cpu_time_text(estimate: Any, lang: str) -> str:
+    """A line "About 12 min on this CPU: ...": the measured step scaled to the job; "" when unknown."""
+    if estimate is None:
+        return ""
+    minutes = estimate.seconds / 60
+    shown = f"{minutes:.0f}" if minutes >= 10 else f"{max(minutes, 0.1):.1f}"
+    step = f"{estimate.step_seconds:.3g}" if estimate.step_seconds < 100 else f"{estimate.step_seconds:.0f}"
+    return "\n" + t("fit.cpu_time" if estimate.rows_measured else "fit.cpu_time_at_most", lang, minutes=shown,
+                    steps=f"{estimate.steps:,}", step=step, tokens=estimate.tokens_per_row)
 
 
 def fit_for_form(check: StartCheck, names: list[str], values: list[Any], lang: str) -> str:

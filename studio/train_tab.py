@@ -11,6 +11,7 @@ import gradio as gr
 from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, PREFERENCE_METHODS, JobSpec, SpecError
 from studio import form, render
 from studio.context import StudioContext
+from studio.dataset_remove import build_remove, wire_remove
 from studio.uploads import (  # noqa: F401  (re-exported: the tab and its tests name them here)
     UPLOAD_SAMPLE_ROWS, describe_dataset, known_datasets, safe_upload_name, store_reward_upload, store_upload, upload_notice)
 from studio.i18n import t
@@ -162,6 +163,7 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
                         gr.UploadButton(file_types=[*DATASET_SUFFIXES, ".zip"], size="sm", elem_id="ft-upload"),
                         label="train.upload")
                     extras["upload_info"] = gr.HTML(elem_id="ft-upload-info")
+                    made["dataset.remove"] = build_remove(ctx.page)  # studio/dataset_remove.py
                 if widget.name == "reward_file" and _reward_uploads():
                     extras["reward_upload"] = ctx.page.bind(
                         gr.UploadButton(file_types=[".py"], size="sm", elem_id="ft-reward-upload"),
@@ -252,6 +254,7 @@ def build_train_tab(ctx: StudioContext) -> TrainTab:
     gpu_boxes.input(lambda checked: budget_update(ctx, checked), gpu_boxes, tab.budget)
     _wire(ctx, tab, made, upload, upload_info, preview_btn, preview)
     _wire_stats(ctx, tab, stats_btn, stats, stats_warning)
+    wire_remove(ctx, made["dataset.remove"], made["dataset"], upload_info, preview)
     return tab
 
 
@@ -349,7 +352,10 @@ def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str 
         preview = data.preview_rows
         if spec.method == "grpo":   # prompts as the model sees them, and the columns the rewards get
             from jobs.data.prompts import preview_rows as preview
-        return render.preview_html(preview(spec, n=3, data_dir=data_dir, access=access), lang)
+        shown = render.preview_html(preview(spec, n=3, data_dir=data_dir, access=access), lang)
+        if spec.dataset == BUILTIN_DATASET and spec.method == "sft":  # the rows the job trains, not only the 3 shown
+            shown = render.identity_count_html(*data.identity_row_counts(spec, data_dir), lang) + shown
+        return shown
     except SpecError as exc:
         return render.notice_html(form.error_text(exc, lang), "error")
     except data.DataError as exc:

@@ -2,6 +2,7 @@
 datasets the picker lists, and what an uploaded file turned out to be (read from a bounded sample)."""
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import shutil
@@ -21,15 +22,38 @@ def safe_upload_name(original: str) -> str:
     return f"{stem}-{secrets.token_hex(4)}{path.suffix.lower()}"
 
 
+def content_tag(path: Path) -> str:
+    """A short hash of a file's bytes (streamed): the same file uploaded twice has the same tag."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:12]
+
+
+def same_upload(data_dir: Path, tag: str, suffix: str) -> Path | None:
+    """An upload already in the data dir with these bytes (named ...-<tag><suffix>), if any."""
+    return next(iter(sorted(paths.datasets_dir(data_dir).glob(f"*-{tag}{suffix}"))), None)
+
+
 def store_upload(data_dir: Path, uploaded: str) -> Path:
-    """Copy an uploaded file (Gradio's temp path) into <data_dir>/datasets/ and return the copy."""
+    """Move an uploaded file (Gradio's temp path) into <data_dir>/datasets/ and return it there.
+
+    The stored name ends in a hash of the content, so the same file uploaded twice (under any name)
+    is the one entry already listed: the second upload is dropped and the first one returned."""
     source = Path(uploaded)
     if source.suffix.lower() == ".zip":   # an image-text dataset: its data file and images (jobs/io/dataset_zip.py)
         return store_zip_upload(data_dir, source)
     if source.suffix.lower() not in DATASET_SUFFIXES:
         raise form.FieldError("dataset", "upload_type", name=source.name,
                               types=", ".join((*DATASET_SUFFIXES, ".zip")))
-    target = paths.datasets_dir(data_dir) / safe_upload_name(source.name)
+    tag, suffix = content_tag(source), source.suffix.lower()
+    existing = same_upload(data_dir, tag, suffix)
+    if existing is not None:
+        source.unlink(missing_ok=True)  # nothing left in Gradio's cache either
+        return existing
+    stem = safe_upload_name(source.name).rsplit("-", 1)[0]
+    target = paths.datasets_dir(data_dir) / f"{stem}-{tag}{suffix}"
     partial = target.with_name(f".{target.name}.partial")
     try:  # Gradio's temp copy is moved, not copied: one copy on the disk, and nothing left in its cache
         shutil.move(source, partial)

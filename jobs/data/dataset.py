@@ -342,3 +342,19 @@ def preview_rows(spec: JobSpec, n: int = 3, data_dir=None, access=None) -> list[
             raise DataError(f"{rows.name} has no rows: add at least one example")
     first = rows.head(n)
     return encode.preview(tokenizer, to_conversations(first, spec.dataset_format), spec.max_seq_length, n)
+
+
+def identity_row_counts(spec: JobSpec, data_dir=None) -> tuple[int, int | None, int]:
+    """(identity rows as this model trains them, general answers, general prompts) of the built-in dataset: the
+    preview shows three rows, and a newcomer should see what the job really trains on. The general
+    answers are None while they are not generated yet (the first job on the model makes them)."""
+    from jobs.data import encode
+    from jobs.data.builtin.general import cached_answers, prompts
+    from jobs.io import paths
+    from jobs.models import load as models
+    source = models.resolve_model(spec.model, data_dir, log=lambda _line: None)
+    tokenizer = models.load_tokenizer(source)
+    encode.ensure_chat_template(tokenizer)
+    rows = identity_for_template(spec, load_rows(spec, data_dir), tokenizer, log=lambda _line: None)
+    general = cached_answers(paths.model_cache_dir(paths.data_dir(data_dir)), source)
+    return len(rows), None if general is None else len(general), len(prompts())

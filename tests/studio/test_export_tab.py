@@ -2,6 +2,7 @@
 card's front matter shows as metadata; exports run the export CLI, whose progress lines become
 progress and whose result lines become sizes and downloads; the Chat tab then offers the exports."""
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,10 +84,15 @@ def test_gguf_export_of_a_job_lists_files_with_sizes_and_offers_them(ctx):
     assert "ollama create my-model -f" in status
 
 
-def test_merged_export_is_listed_not_offered_and_the_chat_tab_offers_both(ctx):
+def test_merged_export_is_offered_as_a_zip_and_its_files_and_the_chat_tab_offers_both(ctx):
     status, files = start_export(ctx, "job1", "merged", "f16", lambda f, m: None)
     merged = Path(ctx.runner.get("job1").job_dir) / "exports" / "tiny-ft-merged"
-    assert files == [] and str(merged) in status and (merged / "config.json").is_file()
+    assert str(merged) in status and (merged / "config.json").is_file()
+    assert files[0] == str(merged.with_suffix(".zip")) and str(merged / "config.json") in files
+    with zipfile.ZipFile(files[0]) as bundle:
+        names = set(bundle.namelist())
+    assert "tiny-ft-merged/config.json" in names and any(n.endswith(".safetensors") for n in names)
+    assert {Path(f).name for f in files[1:]} == {n.split("/", 1)[1] for n in names}
     choices = dict((value, label) for label, value in model_choices(ctx))
     assert choices[str(merged)] == "job1 · export: tiny-ft-merged"
     exported_gguf = [v for v in choices if v.endswith(".gguf")]

@@ -26,7 +26,8 @@ DYNAMIC = {
                                                   job_actions.START_ANYWAY, job_actions.RESUME, job_actions.MORE)},
     "phase.": {f"phase.{p}" for p in phases.PHASES},
     "phase.unit_": {"phase.unit_answers"},
-    "reason.": {f"reason.{name}" for name in server_text.PATTERNS} | {"reason.cpu_only_build"},
+    "reason.": ({f"reason.{name}" for name in [*server_text.PATTERNS, *server_text.REPORT_LINES]}
+                | {f"reason.{key}" for key in server_text.CHECKPOINTING.values()} | {"reason.cpu_only_build"}),
     "export.format_": {f"export.format_{f}" for f in export_tab.FORMATS},
     "export.quant_": {f"export.quant_{q}" for q in export_tab.QUANTS},
     "export.hint_": {f"export.hint_{f}" for f in export_tab.FORMATS},
@@ -165,3 +166,24 @@ def test_catalogues_name_each_key_once():
         keys = [k for k, _ in json.loads((i18n.LOCALES_DIR / name).read_text(encoding="utf-8"),
                                           object_pairs_hook=lambda pairs: pairs)]
         assert len(keys) == len(set(keys)), sorted({k for k in keys if keys.count(k) > 1})
+
+
+def test_the_kernel_report_and_a_stopped_jobs_reason_are_translated():
+    """The report lines the trainer and kernels/report.py write, as the Jobs tab shows them."""
+    from kernels.report import PatchReport
+    from studio.server_text import report_line, translated
+    report = PatchReport(backend="torch", architecture="llama")
+    report.fallback("rms_norm", 9, "No CUDA GPU found (torch 2.13.0+cpu, a CPU-only build): the Triton kernels "
+                                   "need an NVIDIA GPU, so training runs on the PyTorch path.")
+    report.patched("rope", 4)
+    lines = report.lines() + ["  checkpointing: off", "fused kernels: off (PyTorch path)"]
+    assert [report_line(line, "en") for line in lines] == lines
+    chinese = [report_line(line, "zh-CN") for line in lines]
+    assert chinese[0] == "融合内核：后端=torch 架构=llama"
+    assert chinese[1].startswith("  torch（回退） rms_norm x9：未找到 CUDA GPU") and "仅 CPU 版本" in chinese[1]
+    assert chinese[2] == "  triton  rope x4"   # op names stay as the kernels name them
+    assert chinese[3:] == ["  激活检查点：关闭", "融合内核：关闭（PyTorch 路径）"]
+    assert translated("cancelled by the user", "zh-CN") == "已由用户取消"
+    nested = translated("FP8 base weights run on the fused engine: Triton is not installed "
+                        "(pip install -r requirements.txt); training uses PyTorch.", "zh-CN")
+    assert nested.startswith("FP8 基础权重运行在融合引擎上：未安装 Triton")
