@@ -4,6 +4,7 @@ and deletes the file from <data_dir>/datasets/. Built-in datasets and files outs
 (an --allow-dir path typed in) are never deleted; neither is a file a queued or running job reads."""
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,21 @@ def uploaded_file(data_dir: Path, value: str | None) -> Path | None:
         resolved = path.resolve()
     except OSError:
         return None
-    return resolved if resolved.parent == folder and resolved.is_file() else None
+    if not resolved.is_file():
+        return None
+    if resolved.parent == folder:
+        return resolved
+    return resolved if _unpacked_folder(folder, resolved) is not None else None
+
+
+def _unpacked_folder(folder: Path, data_file: Path) -> Path | None:
+    """The <name>-<tag>.unzipped folder right under datasets/ that holds `data_file` (an uploaded
+    .zip's data file and its images, jobs/io/dataset_zip.py), if it is one."""
+    from jobs.io.dataset_zip import UNZIPPED
+    for parent in data_file.parents:
+        if parent.parent == folder:
+            return parent if parent.name.endswith(UNZIPPED) else None
+    return None
 
 
 def remove_upload(data_dir: Path, runner: Any, value: str) -> Path:
@@ -38,7 +53,11 @@ def remove_upload(data_dir: Path, runner: Any, value: str) -> Path:
     for record in runner.store.list(states=(JobState.QUEUED, JobState.RUNNING)):
         if str((record.spec or {}).get("dataset", "")).strip() in (value.strip(), str(path)):
             raise form.FieldError("dataset", "remove_in_use", name=path.name, job=record.id)
-    path.unlink(missing_ok=True)
+    unpacked = _unpacked_folder(paths.datasets_dir(data_dir).resolve(), path)
+    if unpacked is not None:   # an uploaded .zip: its data file goes with its images
+        shutil.rmtree(unpacked, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
     return path
 
 

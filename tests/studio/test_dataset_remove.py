@@ -59,3 +59,19 @@ def test_an_upload_is_removed_and_nothing_else_is(tmp_path):
 
     assert remove_upload(data, Jobs({"dataset": "builtin:identity"}), str(stored)) == stored.resolve()
     assert not stored.exists() and known_datasets(data) == list(BUILTIN_DATASETS)
+
+
+def test_an_unpacked_zip_is_removed_with_its_images(tmp_path):
+    import zipfile
+    data = tmp_path / "data"
+    archive = tmp_path / "gradio-tmp" / "shapes.zip"
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("rows.jsonl", '{"messages": []}\n')
+        zf.writestr("imgs/1.png", b"not really a png")
+    data_file = store_upload(data, str(archive))
+    folder = data_file.parent
+    assert folder.name.endswith(".unzipped") and str(data_file) in known_datasets(data)
+    assert uploaded_file(data, str(data_file)) == data_file.resolve()
+    remove_upload(data, Jobs(), str(data_file))
+    assert not folder.exists() and str(data_file) not in known_datasets(data)
