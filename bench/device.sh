@@ -14,6 +14,7 @@
 #   bash bench/device.sh jobgraph            jobs.train with the captured step vs eager (jobs/train/graph_steps.py)
 #   bash bench/device.sh prefs [SHAPE]       DPO and ORPO jobs beside Unsloth + TRL's trainers, same pairs (issue 19)
 #   bash bench/device.sh grpo                GRPO jobs beside Unsloth + TRL's GRPOTrainer, and generation alone (issue 20)
+#   bash bench/device.sh vision              image-text SFT (Qwen2.5-VL-7B shape) beside transformers + PEFT and Unsloth + TRL (issue 21)
 #   bash bench/device.sh logprobs            the fused log-probs op vs TRL's chunked kernel vs torch (logprobs_op.py)
 #   bash bench/device.sh page                the studio itself on the GPU, driven through its endpoints (page_check.py)
 #   bash bench/device.sh ddp                 1 GPU vs 2 GPUs through torchrun (kind nvidia-h200-x2; ddp_bench.py)
@@ -127,6 +128,13 @@ case "$what" in
     stage "grpo ours" 200 $PY bench/bench_grpo.py run $G --out "$OUT/grpo.jsonl"
     stage "grpo unsloth+trl" 200 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_grpo.py run --stack unsloth $G --out "$OUT/grpo.jsonl"
     stage "generation alone" 160 $PY bench/bench_grpo.py gen $G --out "$OUT/grpo.jsonl" ;;
+  vision)   # issue 21: image-text SFT on a Qwen2.5-VL-7B shape; transformers + PEFT and Unsloth + TRL on the same rows
+    versions
+    V="--dir /tmp/bench_vision --steps 20 --out $OUT/vision.jsonl"
+    stage "prepare vision" 150 $PY bench/bench_vision.py prepare $V
+    stage "vision ours" 150 $PY bench/bench_vision.py run $V
+    stage "vision transformers+peft" 120 $PY bench/bench_vision_peers.py --stack hf $V
+    stage "vision unsloth+trl" 150 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_vision_peers.py --stack unsloth $V ;;
   logprobs)
     versions
     stage logprobs_op 300 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/logprobs_op.py --out "$OUT/logprobs_op.jsonl" ;;
@@ -145,7 +153,7 @@ case "$what" in
     stage "fp8 quality smoke" 900 $PY bench/fp8_quality.py --smoke --out "$OUT/fp8_quality.jsonl"
     stage "logprobs smoke" 300 $PY bench/logprobs_op.py --smoke --out "$OUT/logprobs_op.jsonl"
     stage "ddp smoke" 600 $PY bench/ddp_bench.py --cpu-smoke --work /tmp/ddp-smoke --out "$OUT/ddp.jsonl" --steps 4 ;;
-  *) sed -n 2,21p "$0"; exit 2 ;;
+  *) sed -n 2,22p "$0"; exit 2 ;;
 esac
 echo "== summary"
 grep -h '^{' "$OUT/job.jsonl" 2>/dev/null | $PY -c '
