@@ -99,8 +99,8 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
                             [compare.select, compare.only_diff, lang], compare.outputs, show_progress="hidden")
         export_item.select(lambda picked, language: export.refresh(ctx, picked, language),
                            [export.picked, lang], export.select, show_progress="hidden")
-        chat_item.select(lambda language, current: chat.refresh(ctx, language, current), [lang, chat.adapter],
-                         [chat.adapter, chat.model], show_progress="hidden")
+        chat_item.select(lambda language, current, auto: chat.refresh(ctx, language, current, auto),
+                         [lang, chat.adapter, chat.auto], [chat.adapter, chat.model, chat.auto], show_progress="hidden")
 
         def on_language(language: str | None) -> list[Any]:
             language = normalize(language)
@@ -120,7 +120,7 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
             return train.fit_check(ctx, language, *values)
         loaded.then(fit_check, [lang, *train.inputs], train.fit, **quiet)
         filled = loaded.then(on_load, lang, [*jobs.refresh_outputs, export.select, chat.adapter, chat.model,
-                                             train.model, train.dataset, train.gpu_boxes, train.budget],
+                                             chat.auto, train.model, train.dataset, train.gpu_boxes, train.budget],
                            **quiet)
         filled.then(None, None, None, js=PAGE_READY_JS)
         switched = lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS, **quiet)

@@ -27,15 +27,18 @@ class ChatTab:
     adapter: gr.Dropdown
     model: gr.Dropdown
     image: Any = None   # gr.Image: a picture sent with the message to a vision-language model
+    auto: Any = None    # gr.State: the adapter the page picked by itself ("" once the user picks one)
 
-    def refresh(self, ctx: StudioContext, lang: str = "en", current: str | None = NO_ADAPTER) -> list[Any]:
-        """Adapter and model choices; with no adapter picked yet, the newest finished job's is
-        picked (the one a user who just trained wants to talk to)."""
+    def refresh(self, ctx: StudioContext, lang: str = "en", current: str | None = NO_ADAPTER,
+                auto: str | None = "") -> list[Any]:
+        """[adapter, model, auto] updates: the choices; while the user has not picked an adapter
+        (none yet, or the one the page picked by itself), the newest finished job's is picked: the
+        one a user who just trained wants to talk to, also when an older job was picked at page load."""
         choices = adapter_choices(ctx, lang)
-        adapter = gr.update(choices=choices)
-        if current in (None, "", NO_ADAPTER) and len(choices) > 1:
-            adapter = gr.update(choices=choices, value=choices[1][1])
-        return [adapter, gr.update(choices=model_choices(ctx))]
+        adapter, picked = gr.update(choices=choices), gr.skip()
+        if (current in (None, "", NO_ADAPTER) or (auto and current == auto)) and len(choices) > 1:
+            adapter, picked = gr.update(choices=choices, value=choices[1][1]), choices[1][1]
+        return [adapter, gr.update(choices=model_choices(ctx)), picked]
 
 
 def adapter_choices(ctx: StudioContext, lang: str = "en") -> list[tuple[str, str]]:
@@ -138,7 +141,9 @@ def build_chat_tab(ctx: StudioContext) -> ChatTab:
                       placeholder="chat.prompt_placeholder")
         send = bind(gr.Button(variant="primary", elem_id="ft-chat-send", scale=1, min_width=100), value="chat.send")
         clear = bind(gr.Button(elem_id="ft-chat-clear", scale=0, min_width=80), value="chat.clear")
-    tab = ChatTab(adapter=adapter, model=model, image=image)
+    auto = gr.State("")
+    adapter.input(lambda _picked: "", adapter, auto, show_progress="hidden")   # the user's own pick stays
+    tab = ChatTab(adapter=adapter, model=model, image=image, auto=auto)
     _wire(ctx, tab, prompt, [tuned, base], [temperature, top_p, max_new, seed, system], [send, clear])
     return tab
 
@@ -161,7 +166,8 @@ def _wire(ctx: StudioContext, tab: ChatTab, prompt: Any, chats: list[Any], setti
     # input, not change: only the user's own pick, never the update on_adapter makes
     tab.model.input(lambda chosen: gr.update(value=NO_ADAPTER) if is_export(chosen) else gr.skip(),
                     tab.model, tab.adapter)
-    ctx.lang.change(lambda language: tab.refresh(ctx, language)[0], ctx.lang, tab.adapter, show_progress="hidden")
+    ctx.lang.change(lambda language, current, auto: tab.refresh(ctx, language, current, auto)[0::2],
+                    [ctx.lang, tab.adapter, tab.auto], [tab.adapter, tab.auto], show_progress="hidden")
 
     def on_send(message, model_id, job_id, tuned_h, base_h, temp, top, max_tokens, seed_value, system_text, lang,
                 image=None):

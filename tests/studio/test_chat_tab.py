@@ -88,3 +88,21 @@ def test_a_model_path_outside_the_studio_is_refused_with_a_notice(tmp_path, monk
     assert readable_model(Ctx, str(export)) == str(export.resolve())
     with pytest.warns(UserWarning, match=r"\(model\).*--allow-dir"):
         assert readable_model(Ctx, str(tmp_path)) is None
+
+
+def test_the_newest_adapter_is_picked_until_the_user_picks_one(monkeypatch):
+    """The page picks the newest finished job's adapter at load; a job that finishes later is picked
+    when the Chat tab opens again, unless the user chose an adapter themselves."""
+    from studio import chat_tab
+    tab = chat_tab.ChatTab(adapter=None, model=None)
+    jobs = [("A", "job-a")]
+    monkeypatch.setattr(chat_tab, "adapter_choices", lambda ctx, lang="en": [("none", "none")] + list(jobs))
+    monkeypatch.setattr(chat_tab, "model_choices", lambda ctx: [])
+    adapter, _model, auto = tab.refresh(None)                      # page load
+    assert adapter["value"] == "job-a" and auto == "job-a"
+    jobs.insert(0, ("B", "job-b"))                                   # a newer job finished
+    adapter, _model, auto = tab.refresh(None, "en", "job-a", "job-a")
+    assert adapter["value"] == "job-b" and auto == "job-b"
+    jobs.insert(0, ("C", "job-c"))
+    adapter, _model, auto = tab.refresh(None, "en", "job-a", "")    # the user picked A: it stays
+    assert "value" not in adapter
