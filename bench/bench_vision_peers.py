@@ -110,9 +110,10 @@ def unsloth_rows(rows: Path) -> list[dict]:
 
 def run_unsloth(model_dir: Path, rows: Path, steps: int, max_len: int) -> dict:
     import torch
-    from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
     from unsloth import FastVisionModel
+
+    from bench.bench_job_unsloth import train_timed   # the (c) runs' timed train: peak reset, step end times
     from unsloth.trainer import UnslothVisionDataCollator
     model, tokenizer = FastVisionModel.from_pretrained(str(model_dir), load_in_4bit=False, dtype=torch.bfloat16,
                                                        use_gradient_checkpointing="unsloth")
@@ -135,17 +136,7 @@ def run_unsloth(model_dir: Path, rows: Path, steps: int, max_len: int) -> dict:
                        dataset_kwargs={"skip_prepare_dataset": True}, seed=0)
     trainer = SFTTrainer(model=model, processing_class=tokenizer, data_collator=counting,
                          train_dataset=unsloth_rows(rows), args=config)
-    ends: list[float] = []
-
-    class StepTimes(TrainerCallback):
-        def on_step_end(self, *_, **__):
-            ends.append(time.time())
-
-    trainer.add_callback(StepTimes())
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    began = time.time()
-    trainer.train()
+    ends, began = train_timed(trainer)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     peak = torch.cuda.max_memory_allocated() / 2 ** 30
     return {"stack": "unsloth+trl", **step_summary(ends, counts[:len(ends)], began, peak),
