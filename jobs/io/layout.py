@@ -4,6 +4,8 @@ Every module that reads or writes a job's files asks a `JobLayout` for the path 
 joining names itself, so the layout can change in one place."""
 from __future__ import annotations
 
+import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,3 +97,20 @@ class JobLayout:
     def has_adapter(self) -> bool:
         """True once the finished (or cancelled) job's adapter is complete on disk."""
         return (self.adapter / ADAPTER_WEIGHTS).is_file() and (self.adapter / ADAPTER_CONFIG).is_file()
+
+
+def new_job_folder(jobs_dir: str | Path, tries: int = 8) -> tuple[str, JobLayout]:
+    """Create a fresh job folder (0700) and return its id and layout. The id is the time to the
+    second plus a random tail; `mkdir` is the claim, so two studios submitting in the same second
+    on one data dir never share a folder: a clash (rare, and only between processes) draws again."""
+    for attempt in range(tries):
+        job_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+        layout = JobLayout(Path(jobs_dir) / job_id)
+        try:
+            layout.root.mkdir(mode=0o700)
+        except FileExistsError:
+            if attempt == tries - 1:
+                raise
+            continue
+        return job_id, layout
+    raise AssertionError("unreachable")

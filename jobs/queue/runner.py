@@ -20,7 +20,6 @@ methods the UI calls restart it if it has died; one broken job never breaks a pa
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -31,7 +30,7 @@ import traceback
 from pathlib import Path
 
 from jobs.io import gpus, paths
-from jobs.io.layout import JobLayout
+from jobs.io.layout import JobLayout, new_job_folder
 from jobs.io.storage import PRIVATE_UMASK, as_storage_error, open_private, write_private_text
 from jobs.launch import launch_argv
 from jobs.queue import placement, procs, resume
@@ -94,16 +93,16 @@ class Runner:
         spec.validate()
         gpus.check_request(spec.gpus, spec.processes, gpus.read_gpus())
         spec.name = spec.name.strip() or default_name(spec)
-        job_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-        layout = JobLayout(paths.jobs_dir(self.data_dir) / job_id)
-        spec.output_dir = str(layout.root)
+        layout = None
         try:
-            layout.root.mkdir(mode=0o700)
+            job_id, layout = new_job_folder(paths.jobs_dir(self.data_dir))
+            spec.output_dir = str(layout.root)
             write_private_text(layout.config, spec.to_yaml())
             placement.write_need(layout.root, need_gb)
         except OSError as exc:
-            shutil.rmtree(layout.root, ignore_errors=True)
-            raise as_storage_error(exc, layout.root) from None
+            if layout is not None:
+                shutil.rmtree(layout.root, ignore_errors=True)
+            raise as_storage_error(exc, layout.root if layout else paths.jobs_dir(self.data_dir)) from None
         record = self.store.add(job_id, spec.name, layout.root, spec.to_dict())
         self._reconcile_quietly()
         return self.store.get(job_id) or record

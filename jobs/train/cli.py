@@ -267,7 +267,8 @@ def _run(spec: JobSpec, layout: JobLayout, data_dir: Path) -> int:
         print(f"fusetune: job config {layout.config}", flush=True)
     try:
         trainer.run()
-        dist.cleanup()
+        trainer.ddp = None  # DDP's reducer holds the process group: dropped so that finish() really ends it
+        dist.finish()
         return 0
     except Exception as exc:  # every failure is reported as an event, never lost
         return _report_failure(exc, trainer, events, layout.root, dist)

@@ -13,7 +13,7 @@ and many, so its loop reads the same either way (every method is a no-op with on
     dist.agree(flag)                    # True on every rank if it is True on any (stop requests)
     ddp = dist.wrap(model)              # DDP over the trainable parameters only
     with dist.accumulating(ddp, last):  # skip the all-reduce on all but the last micro-batch
-    dist.barrier(); dist.cleanup()
+    dist.finish()                       # at the end: barrier, then the group destroyed
 
 Loss normalisation: every rank divides its summed token loss by the label-token count of the
 WHOLE global batch (all-reduced before the forward), so the gradients must be summed over ranks,
@@ -153,6 +153,17 @@ class Distributed:
         if self.enabled:
             import torch.distributed as dist
             dist.barrier(group=self.host_group)
+
+    def finish(self) -> None:
+        """The normal end of a run, on every rank: wait for all ranks (rank 0 may still be saving),
+        collect what still holds the group (drop the DDP wrapper first: its reducer keeps the gloo
+        group alive, whose worker threads then die in interpreter shutdown with SIGABRT, "terminate
+        called without an active exception"; pytorch/pytorch#179291 describes the crash), then destroy it."""
+        if self.enabled:
+            import gc
+            self.barrier()
+            gc.collect()
+        self.cleanup()
 
     def cleanup(self) -> None:
         import torch.distributed as dist
