@@ -52,7 +52,8 @@ def job_config(args, out: Path) -> dict:
                 learning_rate=1e-5, warmup_steps=0, max_steps=args.steps, save_steps=0, seed=0,
                 batch_size=args.prompts, num_generations=args.generations,
                 max_completion_length=args.completion_len, max_seq_length=512, beta=0.0, rewards="answer, format",
-                fused_kernels=args.device == "cuda", dtype="bf16" if args.device == "cuda" else "fp32")
+                fused_kernels=args.device == "cuda", dtype="bf16" if args.device == "cuda" else "fp32",
+                gradient_checkpointing="auto", max_gpu_memory_gb=args.max_gpu_memory_gb)
 
 
 def step_stats(times: list[float], warmup: int) -> dict:
@@ -163,6 +164,8 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--timeout", type=int, default=560)
+    parser.add_argument("--max-gpu-memory-gb", type=float, default=0.0,
+                        help="ours: the JobSpec key max_gpu_memory_gb (set it to the peer's peak: issue 20)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "grpo.jsonl")
     args = parser.parse_args(argv)
     if args.smoke:

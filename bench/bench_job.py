@@ -106,7 +106,8 @@ def preference_config(stack: str, args, common: dict) -> dict:
         rows = max(1, round(args.pairs * stats["mean_forward"] / (2 * args.max_len * 0.97)))
         return {**common, "fused_kernels": True, "packing": "auto" if args.device == "cuda" else "on",
                 "batch_size": rows, "gradient_checkpointing": args.checkpointing,
-                "base_precision": args.base_precision}
+                "base_precision": args.base_precision, "max_gpu_memory_gb": args.max_gpu_memory_gb,
+                "load_in_4bit": args.load_in_4bit}
     micro = min(args.micro_batch, args.pairs)
     return {**common, "fused_kernels": False, "packing": "off", "batch_size": micro,
             "gradient_accumulation_steps": max(1, args.pairs // micro), "gradient_checkpointing": "on"}
