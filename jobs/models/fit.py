@@ -23,10 +23,12 @@ allocator slack, i.e. what the job takes out of the card's free memory. The mode
   2 kv + 6 I. A recomputed layer keeps only its input (T h), or nothing on the GPU when offloaded
   (two prefetch buffers instead). The checkpointing plan is the one kernels/checkpoint.py will
   pick (`plan_auto` with the same free-memory budget) or, after loading, the one the model has;
-- the peak during the step: the kept activations plus the larger of the loss phase (fused: one
-  256 MiB logits chunk and the final hidden states; unfused: the N x V logits in the dtype, their
-  fp32 copy and fp32 gradient) and the backward of one layer (a recomputed layer's activations,
-  d(h) of width I and the attention gradients), plus the loss's gradient w.r.t. the hidden states.
+- the peak during the step, the larger of two moments: the kept activations with the larger of the
+  loss phase (fused: one 256 MiB logits chunk and the final hidden states; unfused: the N x V logits
+  in the dtype, their fp32 copy and fp32 gradient) and one layer's backward (d(h) of width I and the
+  attention gradients); or a recomputed layer's backward (its activations again and that backward),
+  when only the layer inputs are still kept (the kept layers, the last ones, are backpropagated
+  first); plus the loss's gradient w.r.t. the hidden states.
 
 Checked against the measured peaks of bench/results/lora.jsonl (tests/jobs/models/test_fit.py): Llama-3.2-1B
 bs4x2048 on/offload, Llama-3.1-8B bs2x2048 on/offload/no recompute and QLoRA offload: within 3 %.
@@ -157,16 +159,29 @@ def _per_layer(shape: _Shape, tokens: int, b: int, fused: bool) -> int:
 
 
 def _activations(shape: _Shape, tokens: int, b: int, fused: bool, recomputed: int, offload: bool) -> dict:
+    """What the step holds at its peak beyond the static parts. Two moments compete: the loss and the
+    backward of the top layers, with every kept activation still alive; and the backward of a
+    recomputed layer. The recomputed layers are the first ones (kernels/checkpoint.py's plans), so by
+    then the kept layers above have been backpropagated and freed: only the layer inputs remain.
+    (Counting both at once over-predicted the 8B budget jobs by ~0.85 GiB: bench/results/job.jsonl,
+    2026-12-02.)"""
     n, h = shape.layers, shape.hidden
     layer = _per_layer(shape, tokens, b, fused)
     layer_input = tokens * h * b
-    kept = (n - recomputed) * layer + (2 * layer_input if offload and recomputed else recomputed * layer_input)
-    backward = tokens * (shape.inter + shape.q + 2 * shape.kv) * b + (layer if recomputed else 0)
+    inputs = 2 * layer_input if offload and recomputed else recomputed * layer_input
+    kept_layers = (n - recomputed) * layer
+    backward = tokens * (shape.inter + shape.q + 2 * shape.kv) * b
     if fused:
         loss = min(FLCE_CHUNK_BYTES, tokens * shape.vocab * b) + 2 * layer_input
     else:
         loss = tokens * shape.vocab * (b + 4 + 4)
-    return {"activations kept": kept, "step transient": max(backward, loss), "loss grad (hidden)": layer_input}
+    top = kept_layers + inputs + max(backward, loss)          # loss and the kept layers' backward
+    inner = inputs + backward + layer if recomputed else 0    # a recomputed layer's backward
+    if top >= inner:
+        kept, transient = kept_layers + inputs, max(backward, loss)
+    else:
+        kept, transient = inputs, backward + layer
+    return {"activations kept": kept, "step transient": transient, "loss grad (hidden)": layer_input}
 
 
 def _total_gb(allocated_bytes: int) -> float:
