@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from jobs.data.packing import Batch, BatchPlan, collate_packed
+from jobs.data.packing import Batch, BatchPlan, collate_packed, resolve_packing
 from jobs.data.vision_encode import VisionExample
 
 
@@ -102,9 +102,10 @@ class PackedVisionBatchPlan(BatchPlan):
 
 
 def packing_note(mode: str, lengths: list[int], capacity: int, seed: int) -> str:
-    """Preflight's line: what `packing` will do with these image-text rows, on a GPU and on CPU."""
-    from jobs.data.packing import resolve_packing
+    """Preflight's line: what `packing` will do with these image-text rows (auto: on a GPU and on CPU)."""
     if mode != "auto":
-        return resolve_packing(mode, "cpu", lengths, capacity, None, seed)[1] + " (image-text rows)"
-    gpu = resolve_packing(mode, "cuda", lengths, capacity, None, seed)[1]
-    return f"{gpu} on a GPU; off on CPU (image-text rows; set packing: on to pack there)"
+        return "image-text rows: " + resolve_packing(mode, "cpu", lengths, capacity, None, seed)[1]
+    on, gpu = resolve_packing(mode, "cuda", lengths, capacity, None, seed)
+    if not on:
+        return f"image-text rows: {gpu} (on a GPU; on CPU auto is off too)"
+    return f"image-text rows: {gpu} on a GPU; off on CPU (set packing: on to pack there)"

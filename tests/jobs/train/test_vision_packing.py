@@ -76,7 +76,8 @@ def test_mrope_positions_equal_get_rope_index(folder, tmp_path):
         assert torch.equal(mrope_positions(example.input_ids, image_id, example.image_grid_thw, 2), expected[:, 0])
 
 
-def test_packed_row_has_the_loss_and_grads_of_the_examples_one_a_row(folder, tmp_path):
+@pytest.mark.parametrize("patched", [False, True], ids=["transformers", "fused-kernels"])
+def test_packed_row_has_the_loss_and_grads_of_the_examples_one_a_row(folder, tmp_path, patched):
     tokenizer, image_id, rows = examples(folder, tmp_path)
     grids = [e.image_grid_thw.tolist() for e in rows if e.image_grid_thw is not None]
     assert len(grids) == 2 and grids[0] != grids[1]
@@ -85,6 +86,9 @@ def test_packed_row_has_the_loss_and_grads_of_the_examples_one_a_row(folder, tmp
     count = torch.tensor(batch.label_tokens)
     reference = lora_model(folder)
     model = copy.deepcopy(reference)
+    if patched:   # our Triton kernels (fused M-RoPE, RMSNorm, SwiGLU, LoRA, linear cross-entropy)
+        from kernels import patch_model
+        assert "rope" in {e.op for e in patch_model(model, backend="triton").entries}
     use_packed_attention(model)
     assert model.config.vision_config._attn_implementation != "fusetune_packed"   # the tower keeps its own
     model.zero_grad()
