@@ -10,8 +10,9 @@ the cost; the embedding keeps Qwen's 152,064 rows). One JSON line a run in --out
     python bench/bench_vision.py prepare --dir /tmp/bv            # model + data (GPU machine)
     python bench/bench_vision.py run --dir /tmp/bv                # the job, one JSON line
     python bench/bench_vision.py --smoke                          # CPU: tiny Qwen2.5-VL, 3 steps
+    python bench/bench_vision.py run --dir /tmp/bv --packing off  # one example a row, as the peers
 
-Not measured yet: the peers (Unsloth FastVisionModel + TRL, transformers + PEFT)."""
+The peers: bench/bench_vision_peers.py (one example a row; results in bench/results/vision.jsonl)."""
 from __future__ import annotations
 
 import argparse
@@ -75,9 +76,11 @@ def write_rows(folder: Path, rows: int, sizes: list[tuple[int, int]], seed: int 
     return path
 
 
-def run_job(model: Path, data: Path, out: Path, steps: int, device: str, max_len: int) -> dict:
+def run_job(model: Path, data: Path, out: Path, steps: int, device: str, max_len: int,
+            packing: str = "auto") -> dict:
     config = dict(model=str(model), dataset=str(data), output_dir=str(out), lora_r=16, lora_alpha=16,
                   max_steps=steps, save_steps=0, batch_size=1, max_seq_length=max_len, learning_rate=1e-4,
+                  packing=packing,
                   fused_kernels=device == "cuda", dtype="bf16" if device == "cuda" else "fp32", seed=0)
     path = out.with_suffix(".yaml")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -103,6 +106,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "vision.jsonl")
     parser.add_argument("--smoke", action="store_true")
+    # auto packs several rows into each 4,096-token row on a GPU (jobs/data/vision_packing.py); the
+    # peers (bench_vision_peers.py) run one example a row, so `--packing off` is the like-for-like run
+    parser.add_argument("--packing", choices=("auto", "on", "off"), default="auto")
     args = parser.parse_args()
     if args.smoke:
         from tests.tiny import make_tiny_vision_model
@@ -110,7 +116,7 @@ def main() -> None:
             root = Path(tmp)
             model = make_tiny_vision_model(root / "model")
             data = write_rows(root / "data-rows", rows=4, sizes=[(56, 56), (84, 56)])
-            print(json.dumps({"bench": "vision", "mode": "smoke", **run_job(model, data, root / "job", 3, "cpu", 4096)}))
+            print(json.dumps({"bench": "vision", "mode": "smoke", **run_job(model, data, root / "job", 3, "cpu", 4096, args.packing)}))
         return
     import torch
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -120,8 +126,9 @@ def main() -> None:
         return
     from bench.bench_job import versions, write
     result = run_job(args.dir / "qwen2.5-vl-7b", args.dir / "rows" / "rows.jsonl", args.dir / "job", args.steps,
-                     device, 4096)
-    write({"bench": "vision", "shape": "qwen2.5-vl-7b", "stack": "fusetune", **versions(), **result}, args.out)
+                     device, 4096, args.packing)
+    write({"bench": "vision", "shape": "qwen2.5-vl-7b", "stack": "fusetune", "packing": args.packing,
+           **versions(), **result}, args.out)
 
 
 if __name__ == "__main__":

@@ -149,19 +149,36 @@ def use_packed_attention(model) -> str:
     """Route `model`'s attention through "fusetune_packed" (module doc); returns a log line."""
     _registered()
     config = base_model(model).config
+    vision = _vision_attention(config)
     configs = [config] + [getattr(config, name) for name in ("text_config",) if hasattr(config, name)]
     for item in configs:
         if getattr(item, "_attn_implementation", None) != NAME:
             setattr(item, PREVIOUS_ATTR, getattr(item, "_attn_implementation", None))
             item._attn_implementation = NAME
+    _keep_vision_attention(config, vision)
     return packing_kernel_note(model)
+
+
+def _vision_attention(config) -> str | None:
+    sub = getattr(config, "vision_config", None)
+    return None if sub is None else getattr(sub, "_attn_implementation", None)
+
+
+def _keep_vision_attention(config, implementation: str | None) -> None:
+    """A config's setter passes its attention to every sub-config; a vision tower's attention is
+    bidirectional over one image (not causal documents), so it keeps its own (jobs/data/vision_packing.py)."""
+    sub = getattr(config, "vision_config", None)
+    if sub is not None and implementation is not None:
+        sub._attn_implementation = implementation
 
 
 def restore_attention(model) -> None:
     """Undo `use_packed_attention` (back to the implementation the config had before)."""
     config = base_model(model).config
+    vision = _vision_attention(config)
     for item in [config] + [getattr(config, name) for name in ("text_config",) if hasattr(config, name)]:
         previous = getattr(item, PREVIOUS_ATTR, None)
         if previous is not None:
             item._attn_implementation = previous
             delattr(item, PREVIOUS_ATTR)
+    _keep_vision_attention(config, vision)

@@ -103,4 +103,7 @@ def _check_rows(spec: JobSpec, key: str, tokenizer, processor, image_id: int, da
     summary.stats = {"images": encoded.images, "image_tokens": sum(encoded.image_tokens)}
     report.datasets.append(summary)
     report.notes.append(f"{key}: {encoded.images:,} images opened, {sum(encoded.image_tokens):,} image tokens "
-                        "(never trained); packing off for image-text rows")
+                        "(never trained)")
+    if key == "dataset":
+        from jobs.data.vision_packing import packing_note
+        report.notes.append(packing_note(spec.packing, lengths, spec.max_seq_length, spec.seed))

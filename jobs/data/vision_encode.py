@@ -11,8 +11,8 @@ each is repeated once per merged patch: grid_t * grid_h * grid_w / merge_size**2
 A row longer than max_seq_length is refused, not cut: cutting would drop image tokens that the
 vision tower's features must fill one for one (transformers raises on a mismatch).
 
-No packing: each example is its own row (a batch pads examples to its longest one); packed rows
-of several images are for later (the M-RoPE positions restart per image grid)."""
+Here each example is its own row (a batch pads examples to its longest one); packed rows of several
+examples, each with its images and its own M-RoPE positions, are jobs/data/vision_packing.py's."""
 from __future__ import annotations
 
 from dataclasses import dataclass

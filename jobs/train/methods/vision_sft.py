@@ -4,12 +4,16 @@ image patches (`pixel_values`, `image_grid_thw`) beside the token ids, and only 
 have labels. The tokenizer the job saves with its adapter carries the image processor, so the
 adapter folder holds preprocessor_config.json too.
 
-Not yet: packing (each example is its own row), CUDA-graph capture (the image patches vary in
-shape from batch to batch)."""
+Packing (`packing: on`, or `auto` where text packing would: jobs/data/packing.py resolve_packing)
+puts several examples in a row, each with its own images and M-RoPE positions, attention kept
+inside each example (jobs/data/vision_packing.py). Not yet: CUDA-graph capture (the image patches
+vary in shape from batch to batch)."""
 from __future__ import annotations
 
+from jobs.data.packing import example_lengths, resolve_packing
 from jobs.data.vision_dataset import vision_examples
 from jobs.data.vision_encode import VisionBatchPlan
+from jobs.data.vision_packing import PackedVisionBatchPlan
 from jobs.models import vision
 from jobs.train import evaluate
 from jobs.train.methods.base import Method
@@ -34,15 +38,33 @@ class VisionSupervisedFineTuning(Method):
 
     def plan_batches(self):
         t, spec = self.trainer, self.spec
-        t.packed = False
-        t.log("packing: off (image-text examples are one a row; packing them is not built yet)")
+        lengths = example_lengths(t.examples)
+        t.packed, line = resolve_packing(spec.packing, t.device.type, lengths, spec.max_seq_length, None, spec.seed)
+        t.log(line)
         ranks = dict(rank=t.dist.rank, world=t.dist.world_size)
         size = spec.batch_size * t.dist.world_size
         ids = (t.tokenizer.pad_token_id, self.image_token_id)
+        if t.packed:
+            return self._packed_plans(size, ids, ranks, lengths)
         plan = VisionBatchPlan(t.examples, size, spec.max_seq_length, spec.seed, *ids,
                                accumulation=spec.gradient_accumulation_steps, **ranks)
         eval_plan = (VisionBatchPlan(t.eval_examples, size, spec.max_seq_length, spec.seed, *ids, shuffle=False,
                                      **ranks) if t.eval_examples else None)
+        return plan, eval_plan
+
+    def _packed_plans(self, size: int, ids: tuple[int, int], ranks: dict, lengths: list[int]):
+        """Packed rows for training and evaluation alike: while the language model runs
+        "fusetune_packed" it reads documents from packed positions, not from a padding mask."""
+        from kernels.packed_attention import use_packed_attention
+        t, spec = self.trainer, self.spec
+        t.log("  " + use_packed_attention(t.model))
+        merge = getattr(self.image_processor, "merge_size", 2)
+        plan = PackedVisionBatchPlan(t.examples, size, spec.max_seq_length, spec.seed, *ids, merge,
+                                     accumulation=spec.gradient_accumulation_steps, **ranks)
+        eval_plan = (PackedVisionBatchPlan(t.eval_examples, size, spec.max_seq_length, spec.seed, *ids, merge,
+                                           shuffle=False, **ranks) if t.eval_examples else None)
+        t.log(f"  {len(t.examples)} image-text examples packed into {len(plan.rows)} rows of "
+              f"{spec.max_seq_length} tokens ({sum(lengths) / (len(plan.rows) * spec.max_seq_length):.0%} full)")
         return plan, eval_plan
 
     def loss(self, model, batch: dict, count):

@@ -14,8 +14,19 @@ def test_a_vision_job_passes_with_its_images_and_lora_parts_counted(tiny_vision_
     notes = "\n".join(report.notes)
     assert "LoRA modules: language 14/14, vision 0/10, projector 0/2 (vision and projector frozen)" in notes
     assert "48 images opened" in notes and "image tokens (never trained)" in notes
+    # ~100-token examples in rows of 128: one a row even on a GPU
+    assert "image-text rows: packing: auto -> off (examples already fill max_seq_length" in notes, notes
     summary = report.datasets[0]
     assert summary.rows == 48 and summary.stats["images"] == 48 and summary.trained_tokens > 0
+
+
+def test_the_preflight_says_packing_is_on_for_image_text_rows(tiny_vision_model, tmp_path):
+    spec = JobSpec(model=str(tiny_vision_model), dataset="builtin:shapes", max_seq_length=512, packing="on")
+    notes = "\n".join(run_preflight(spec, data_dir=tmp_path, log=lambda _: None).notes)
+    assert "image-text rows: packing: on" in notes, notes
+    spec = JobSpec(model=str(tiny_vision_model), dataset="builtin:shapes", max_seq_length=512)
+    notes = "\n".join(run_preflight(spec, data_dir=tmp_path, log=lambda _: None).notes)
+    assert "packing: auto -> on (48 examples in 8 rows of 512) on a GPU; off on CPU" in notes, notes
 
 
 def test_bad_images_and_long_rows_are_refused_by_row(tiny_vision_model, tmp_path):
