@@ -132,9 +132,10 @@ case "$what" in
     versions
     V="--dir /tmp/bench_vision --steps 20 --out $OUT/vision.jsonl"
     stage "prepare vision" 150 $PY bench/bench_vision.py prepare $V
-    stage "vision ours" 150 $PY bench/bench_vision.py run $V
-    stage "vision transformers+peft" 120 $PY bench/bench_vision_peers.py --stack hf $V
-    stage "vision unsloth+trl" 150 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_vision_peers.py --stack unsloth $V ;;
+    stage "vision ours, packed" 100 $PY bench/bench_vision.py run $V
+    stage "vision ours, one a row" 80 $PY bench/bench_vision.py run --packing off $V
+    stage "vision unsloth+trl" 240 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_vision_peers.py --stack unsloth $V
+    stage "vision transformers+peft" 90 $PY bench/bench_vision_peers.py --stack hf $V ;;   # 2026-12-02: 1,006 tok/s
   logprobs)
     versions
     stage logprobs_op 300 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/logprobs_op.py --out "$OUT/logprobs_op.jsonl" ;;
