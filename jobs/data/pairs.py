@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.data.dataset import Problems, Rows, _raise_for, _read
 from jobs.data.encode import IGNORE_INDEX, Example, collate
@@ -60,7 +61,7 @@ def read_preference_rows(rows: Rows, unpaired: bool, method: str, problems: Prob
             if wheres is not None:
                 wheres.append(where)
         except DataError as exc:
-            problems.add(f"{where} ({fmt}): {exc}", number)
+            problems.add(say("row_problem", where=f"{where} ({fmt})", problem=exc), number)
     return out
 
 

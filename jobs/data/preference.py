@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jobs.messages import say
 from jobs.data.conversation import DataError, Message
 from jobs.data.encode import IGNORE_INDEX, Example
 
@@ -60,7 +61,7 @@ def is_preference_row(row: dict[str, Any]) -> bool:
 def _role(value: Any, turn: int) -> str:
     role = ROLE_ALIASES.get(str(value).lower()) if value is not None else None
     if role is None:
-        raise DataError(f"turn {turn} has role {value!r}; use one of {', '.join(sorted(ROLE_ALIASES))}")
+        raise DataError(say("turn_bad_role", turn=turn, role=value, choices=", ".join(sorted(ROLE_ALIASES))))
     return role
 
 

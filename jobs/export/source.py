@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from jobs.messages import say
 from jobs.io.events import summarize
 from jobs.export.files import ExportError
 from jobs.io.layout import ADAPTER_CONFIG, ADAPTER_WEIGHTS, JobLayout
@@ -71,14 +72,13 @@ def load_job(job_dir: str | Path, data_dir: str | Path | None = None, log=print)
     """Everything an export needs from a finished job, or an ExportError saying what is missing."""
     layout = JobLayout(Path(job_dir))
     if not layout.config.is_file():
-        raise ExportError(f"{layout.root} is not a job folder (no {layout.config.name})")
+        raise ExportError(say("export_not_job_folder", folder=layout.root, config=layout.config.name))
     try:
         spec = JobSpec.from_yaml(layout.config)
     except SpecError as exc:
         raise ExportError(f"{layout.config}: {exc}") from None
     if not layout.has_adapter():
-        raise ExportError(f"job {layout.root.name} has no finished adapter ({ADAPTER_WEIGHTS} missing); "
-                          "wait for it to finish, or cancel it to save the current step")
+        raise ExportError(say("export_no_adapter", job=layout.root.name, missing=ADAPTER_WEIGHTS))
     start = summarize(layout.root).start or {}
     base_dir = locate_base(spec, start.get("source"), data_dir, log)
     config = json.loads((base_dir / "config.json").read_text(encoding="utf-8"))

@@ -1,0 +1,110 @@
+"""The sentences jobs/ writes for a person, by name: one English template each, with {placeholders}.
+
+Code builds such text with ``say("row_not_json", where=..., column=..., detail=...)``; the result is
+the plain English str. Text crosses process boundaries (events.jsonl, the preflight child's JSON,
+the queue's SQLite reason) as plain text anyway, so the studio translates by the templates themselves (studio/server_text.py derives a pattern from
+each one and renders ``msg.<key>`` from studio/locales/zh-CN.json). jobs/ knows no language but
+English: add a template here and its Chinese there, in the same commit (tests/studio/test_i18n.py).
+
+Placeholder names carry meaning for that pattern: ``where`` is a row's place ("row 3 (line 5)"),
+row/line/count-like names and ``{x:,}`` are numbers, ``problems`` is a "; "-joined list of row
+problems and ``findings`` one of "key: message" pieces; a placeholder's value that is itself one of
+these messages is translated too. Below the spec on the floors (tests/test_layout.py): every
+package may import it."""
+from __future__ import annotations
+
+from typing import Any
+
+MESSAGES: dict[str, str] = {
+    # where a row is (jobs/data/readers.py, json_stream.py, dataset.py)
+    "at_row": "row {number}",
+    "at_row_line": "row {number} (line {line})",
+    "at_row_line_format": "row {number} (line {line}, {format})",
+    "at_row_format": "row {number} ({format})",
+    "at_header_line": "{name}'s header line",
+    # a bad row (jobs/data/)
+    "row_problem": "{where}: {problem}",
+    "row_too_large": "{where} is {size}, over the row size limit of {limit:,} bytes: split or shorten it "
+                     "(or raise {env})",
+    "byte_count": "{count:,} bytes",
+    "row_not_utf8": "{where} is not UTF-8 text (undecodable byte at offset {offset:,} of the file): "
+                    "save the file as UTF-8",
+    "row_not_json_column": "{where} is not valid JSON (column {column}): {detail}",
+    "row_not_json": "{where} is not valid JSON: {detail}",
+    "row_too_deep": "{where} nests brackets ([ or {{) more than {limit} levels deep, over the nesting limit of "
+                    "{limit}: a row of chat data needs a few levels; flatten it or remove it",
+    "row_not_object": "{where} is {kind}, not an object with fields",
+    "kind_list": "a list",
+    "kind_string": "a string",
+    "kind_null": "null",
+    "kind_bool": "true/false",
+    "kind_number": "a number",
+    "row_not_csv": "{where} is not valid CSV: {detail}",
+    "row_field_count": "{where} has {count} fields; the header has {header_count} ({header})",
+    "rows_after_unchecked": "rows after {where} were not checked: its quoted field spans lines, so the next row "
+                            "cannot be found; fix it first",
+    "field_missing": "field '{key}' is missing or empty",
+    "field_not_text": "field '{key}' must be text, not {kind}",
+    "conversations_not_list": "field 'conversations' must be a non-empty list of {{from, value}}",
+    "messages_not_list": "field 'messages' must be a non-empty list of {{role, content}}",
+    "turn_bad_role": "turn {turn} has role {role!r}; use one of {choices}",
+    "turn_needs_text": "turn {turn} needs a text field '{key}'",
+    "no_assistant_turn": "has no assistant turn, so there is nothing to train on",
+    "only_empty_messages": "has only empty messages (every user and assistant text is blank), so there is "
+                           "nothing to train on: fill them in or remove the row",
+    "only_empty_answers": "has only empty assistant turns, so there is nothing to train on: write the answers "
+                          "or remove the row",
+    # a dataset as a whole (jobs/data/)
+    "bad_row": "{name} has 1 bad row: {problems}",
+    "bad_rows": "{name} has {count:,} bad rows: {problems}",
+    "bad_rows_first": "{name} has {count:,} bad rows (the first {shown} shown): {problems}",
+    "no_rows": "{name} has no rows: add at least one example",
+    "no_such_data_file": "{reference}: no such data file",
+    "unsupported_file_type": "{name}: unsupported file type; use one of {choices}",
+    "unknown_dataset_format": "unknown dataset_format {fmt!r}",
+    "csv_empty": "{name} is empty: a CSV needs a header line naming the fields (e.g. instruction,input,output) "
+                 "and one row per example",
+    "csv_header_unreadable": "{name}'s header line cannot be read: {problem}",
+    "json_empty": "{name} is empty: it must hold {shape}",
+    "json_trailing_comma": "{name}: a comma after row {number} (line {line}) is followed by no row: remove the "
+                           "trailing comma",
+    "json_cut_off": "{name} ends inside row {number} (line {line}): the file is cut off or a closing bracket or "
+                    "quote is missing",
+    "json_no_separator": "{name}: after row {number} (line {line}) comes {found}, not ',' or ']': a comma or the "
+                         "closing bracket is missing",
+    "max_row_bytes_not_number": "{env}={raw!r} is not a whole number of bytes",
+    "max_row_bytes_too_small": "{env}={raw!r} must be at least 1",
+    # preflight (jobs/checks/)
+    "preflight_also": "{message} (also: {findings})",
+    "tracker_missing": "{name} is not installed: pip install {package} (or remove {name} from report_to)",
+    "seq_over_model_limit": "{length:,} is longer than this model's limit of {limit:,} tokens "
+                            "(max_position_embeddings); use at most that",
+    "module_not_linear": "{names} is not a linear layer of this model; its linear layers are: {leaves}",
+    "modules_not_linear": "{names} are not a linear layer of this model; its linear layers are: {leaves}",
+    "no_answer_tokens": "no row of {name} has answer tokens within max_seq_length={length}; raise it",
+    "reward_file_unreadable": "{name} cannot be read as Python: {detail}",
+    "reward_file_empty": "{name} defines no reward: add a top-level function "
+                         "def my_reward(prompts, completions, **columns) -> list[float]",
+    "reward_unknown": "unknown reward {name!r}; known: {known}",
+    "answer_empty": "{where}: an answer is empty, so there is nothing to compare",
+    # export (jobs/export/)
+    "export_no_cuda": "--device cuda was asked for, but this machine has no CUDA GPU",
+    "export_not_job_folder": "{folder} is not a job folder (no {config})",
+    "export_no_adapter": "job {job} has no finished adapter ({missing} missing); wait for it to finish, or "
+                         "cancel it to save the current step",
+    "export_no_disk_space": "not enough disk space in {folder}: the export needs about {need}, {free} is free; "
+                            "free some space or pass --out on another disk",
+    # how a job ended (jobs/queue/outcome.py)
+    "finished_before_cancel": "it finished all its steps before the cancel took effect",
+    "job_reported_error": "the job reported an error",
+    "ended_without_reason": "the training process ended with {exit} without reporting why; see train.log",
+    "trainer_not_started": "could not start the trainer ({python} -m jobs.train): {detail}; check that the "
+                           "studio's Python is still installed there",
+}
+
+
+def say(key: str, **params: Any) -> str:
+    """The English sentence `key` with its placeholders filled: a plain str, as it would cross a
+    process boundary anyway (and rows keep their `where` by the million: no extra object each).
+    An unknown key is a KeyError, so a typo shows in the first test that reaches it."""
+    return MESSAGES[key].format(**params)
