@@ -86,7 +86,7 @@ MESSAGES: dict[str, str] = {
     "reward_file_empty": "{name} defines no reward: add a top-level function "
                          "def my_reward(prompts, completions, **columns) -> list[float]",
     "reward_unknown": "unknown reward {name!r}; known: {known}",
-    "answer_empty": "{where}: an answer is empty, so there is nothing to compare",
+    "answer_empty": "an answer is empty, so there is nothing to compare",   # after row_problem's where
     # export (jobs/export/)
     "export_no_cuda": "--device cuda was asked for, but this machine has no CUDA GPU",
     "export_not_job_folder": "{folder} is not a job folder (no {config})",
@@ -103,7 +103,7 @@ MESSAGES: dict[str, str] = {
 }
 
 
-def say(key: str, **params: Any) -> str:
+def say(key: str, /, **params: Any) -> str:
     """The English sentence `key` with its placeholders filled: a plain str, as it would cross a
     process boundary anyway (and rows keep their `where` by the million: no extra object each).
     An unknown key is a KeyError, so a typo shows in the first test that reaches it."""

@@ -84,6 +84,7 @@ WHERE = r"row \d[\d,]*(?: \([^()]*\)){0,2}|.+?'s header line|it"
 LIST_SPLITS = {"problems": re.compile(r"; (?=row \d)"),   # jobs/data/dataset.py Problems.error
                "findings": re.compile(r"; (?=\w+: )")}     # jobs/checks/preflight.py PreflightReport.error
 LIST_JOIN = "；"
+FRAMES = {"problems", "findings", "problem", "message"}   # placeholders that hold another message
 MAX_DEPTH = 4   # a message inside a message inside ...: real ones nest two or three deep
 
 
@@ -110,15 +111,18 @@ def message_pattern(template: str) -> re.Pattern:
 
 @functools.cache
 def message_matchers() -> list[tuple[str, str, re.Pattern]]:
-    """(key, the template's longest run of words, pattern), most specific first: the template with
-    the most words of its own is tried first, so "{where}: {problem}" never swallows a sentence
-    that a longer template names."""
+    """(key, the template's longest run of words, pattern), in the order they are tried: frames
+    first (a template that holds another message, so "A (also: B)" is not read as a B whose first
+    word is "A (also: ..."), then the one with the most words of its own, so a generic template
+    never swallows a sentence that a longer one names."""
     out = []
     for key, template in MESSAGES.items():
-        words = [literal for literal, *_ in Formatter().parse(template)]
-        out.append((sum(map(len, words)), key, max(words, key=len), message_pattern(template)))
-    out.sort(key=lambda item: -item[0])
-    return [(key, anchor, pattern) for _size, key, anchor, pattern in out]
+        parsed = list(Formatter().parse(template))
+        words = [literal for literal, *_ in parsed]
+        frame = any(name in FRAMES for _, name, _, _ in parsed)
+        out.append((not frame, -sum(map(len, words)), key, max(words, key=len), message_pattern(template)))
+    out.sort(key=lambda item: item[:2])
+    return [(key, anchor, pattern) for *_order, key, anchor, pattern in out]
 
 
 def _message(text: str, lang: str | None, depth: int) -> str | None:

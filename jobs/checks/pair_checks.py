@@ -42,7 +42,7 @@ def check_pairs(spec, key: str, rows, problems, tokenizer, report, summary_type)
     empty = [w for w, r in zip(wheres, read)
              if not answer_text(r.chosen).strip() or (r.rejected is not None and not answer_text(r.rejected).strip())]
     for where in empty:
-        problems.add(say("answer_empty", where=where), 0)
+        problems.add(say("row_problem", where=where, problem=say("answer_empty")), 0)
     error = problems.error(rows.name)
     if error is not None or not rows:
         report.fail(key, str(error) if error else say("no_rows", name=rows.name))
