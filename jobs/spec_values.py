@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jobs.messages import say
 from jobs.errors import SpecError
 
 if TYPE_CHECKING:
@@ -148,30 +149,29 @@ def _looks_like_path(value: str) -> bool:
 def _check_dataset_path(dataset: str, key: str = "dataset") -> None:
     if dataset.startswith("builtin:"):
         if dataset not in BUILTIN_DATASETS:
-            raise SpecError(key, f"unknown built-in dataset {dataset!r}; the built-in ones are "
-                            f"{', '.join(BUILTIN_DATASETS)}")
+            raise SpecError(key, say("unknown_builtin_dataset", dataset=dataset, choices=", ".join(BUILTIN_DATASETS)))
         return
     if not _looks_like_path(dataset):
         return  # a hub id; checked when it loads
     path = Path(dataset).expanduser()
     if path.suffix.lower() not in DATASET_SUFFIXES:
-        raise SpecError(key, f"{path.name} has an unsupported type; use one of {', '.join(DATASET_SUFFIXES)}")
+        raise SpecError(key, say("dataset_type_unsupported", name=path.name, choices=", ".join(DATASET_SUFFIXES)))
     if not path.is_file():
-        raise SpecError(key, f"file {path} does not exist")
+        raise SpecError(key, say("file_missing", path=path))
 
 
 def _check_model_path(model: str) -> None:
     if model.startswith("builtin:"):
         if model != BUILTIN_MODEL:
-            raise SpecError("model", f"unknown built-in model {model!r}; the built-in one is {BUILTIN_MODEL}")
+            raise SpecError("model", say("unknown_builtin_model", model=model, builtin=BUILTIN_MODEL))
         return
     path = Path(model).expanduser()
     if model.endswith(".gguf"):
         if not path.is_file():
-            raise SpecError("model", f"GGUF file {path} does not exist")
+            raise SpecError("model", say("gguf_missing", path=path))
     elif model.startswith(("/", "./", "../", "~")):
         if not (path / "config.json").is_file():
-            raise SpecError("model", f"{path} is not a Hugging Face model folder (no config.json)")
+            raise SpecError("model", say("not_hf_folder", path=path))
 
 
 def _normalise_targets(value: Any) -> Any:
