@@ -54,6 +54,18 @@ MESSAGES: dict[str, str] = {
                            "nothing to train on: fill them in or remove the row",
     "only_empty_answers": "has only empty assistant turns, so there is nothing to train on: write the answers "
                           "or remove the row",
+    # a preference row (jobs/data/preference.py) and a prompt row (jobs/data/prompts.py)
+    "field_not_turns": "field '{key}' must be text or a non-empty list of messages",
+    "field_turn_not_message": "field '{key}' turn {turn} must be a message {{role, content}}",
+    "field_turn_needs_text": "field '{key}' turn {turn} needs a text field 'content' (or 'value')",
+    "pair_no_shared_prompt": "chosen and rejected share no prompt (their first messages differ); add a 'prompt' field",
+    "label_not_bool": "field 'label' must be true or false, not {value!r}",
+    "pair_needs_conversation": "field '{key}' must be a whole conversation (a message list) when there is no "
+                               "'prompt' field",
+    "not_preference_row": "is not a preference row: it needs prompt/chosen/rejected, chosen/rejected, "
+                          "conversations/chosen/rejected or prompt/completion/label",
+    "prompt_empty": "`prompt` is empty or not text / a list of messages",
+    "prompt_no_user_turn": "`{key}` has no user turn to prompt with",
     # a dataset as a whole (jobs/data/)
     "bad_row": "{name} has 1 bad row: {problems}",
     "bad_rows": "{name} has {count:,} bad rows: {problems}",
