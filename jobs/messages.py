@@ -1,16 +1,17 @@
 """The sentences jobs/ writes for a person, by name: one English template each, with {placeholders}.
 
-Code builds such text with ``say("row_not_json", where=..., column=..., detail=...)``; the result is
-the plain English str. Text crosses process boundaries (events.jsonl, the preflight child's JSON,
-the queue's SQLite reason) as plain text anyway, so the studio translates by the templates themselves (studio/server_text.py derives a pattern from
-each one and renders ``msg.<key>`` from studio/locales/zh-CN.json). jobs/ knows no language but
-English: add a template here and its Chinese there, in the same commit (tests/studio/test_i18n.py).
+Code builds such text with ``say("row_not_json", where=..., detail=...)``, which returns the plain
+English str. Such text crosses process boundaries (events.jsonl, the preflight child's JSON, the
+queue's SQLite reason) as plain text anyway, so the studio translates by the templates themselves:
+studio/server_text.py derives a pattern from each one and renders ``msg.<key>`` from
+studio/locales/zh-CN.json. jobs/ knows no language but English: add a template here and its
+Chinese there, in the same commit (tests/studio/test_job_messages.py checks both).
 
 Placeholder names carry meaning for that pattern: ``where`` is a row's place ("row 3 (line 5)"),
 row/line/count-like names and ``{x:,}`` are numbers, ``problems`` is a "; "-joined list of row
-problems and ``findings`` one of "key: message" pieces; a placeholder's value that is itself one of
-these messages is translated too. Below the spec on the floors (tests/test_layout.py): every
-package may import it."""
+problems and ``findings`` one of "key: message" pieces, ``problem``/``message`` hold another
+message; a placeholder's value that is itself one of these messages is translated too. On the
+lowest floor of jobs/ (tests/test_layout.py): every package may import it."""
 from __future__ import annotations
 
 from typing import Any
@@ -71,6 +72,12 @@ MESSAGES: dict[str, str] = {
     "bad_rows": "{name} has {count:,} bad rows: {problems}",
     "bad_rows_first": "{name} has {count:,} bad rows (the first {shown} shown): {problems}",
     "no_rows": "{name} has no rows: add at least one example",
+    "hub_dataset_unreachable": "could not load the hub dataset {name!r}: {detail}. Offline? Upload the file "
+                               "instead (.json/.jsonl/.csv/.parquet).",
+    "sft_got_preference_rows": "row 1 is a preference row (chosen/rejected or prompt/completion/label), which "
+                               "supervised fine-tuning cannot train: set method to dpo, orpo, simpo or kto",
+    "format_unknown": "cannot tell the format of row 1 (fields: {fields}). Expected alpaca (instruction, input, "
+                      "output), sharegpt (conversations), messages, or text; or set dataset_format explicitly",
     "no_such_data_file": "{reference}: no such data file",
     "unsupported_file_type": "{name}: unsupported file type; use one of {choices}",
     "unknown_dataset_format": "unknown dataset_format {fmt!r}",

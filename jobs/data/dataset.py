@@ -178,19 +178,17 @@ def _hub_items(name: str, limit: int):
         loaded = datasets.load_dataset(name, split="train", streaming=True)
         for number, row in enumerate(loaded, start=1):
             size = len(json.dumps(row, default=str, ensure_ascii=False).encode())
-            where = f"row {number}"
+            where = say("at_row", number=number)
             yield (number, dict(row), where) if size <= limit else Problem(number, too_large(where, size, limit))
     except Exception as exc:  # datasets raises many unrelated types for "not reachable"
-        raise DataError(f"could not load the hub dataset {name!r}: {exc}. Offline? Upload the file "
-                        "instead (.json/.jsonl/.csv/.parquet).") from None
+        raise DataError(say("hub_dataset_unreachable", name=name, detail=exc)) from None
 
 
 def detect_format(rows: list[dict[str, Any]]) -> str:
     """alpaca, sharegpt, messages or text, from the keys of the first row."""
     keys = set(rows[0])
     if {"chosen", "rejected"} <= keys or {"prompt", "completion", "label"} <= keys:   # jobs/data/preference.py
-        raise DataError("row 1 is a preference row (chosen/rejected or prompt/completion/label), which "
-                        "supervised fine-tuning cannot train: set method to dpo, orpo, simpo or kto")
+        raise DataError(say("sft_got_preference_rows"))
     if "messages" in keys:
         return "messages"
     if "conversations" in keys:
@@ -199,10 +197,7 @@ def detect_format(rows: list[dict[str, Any]]) -> str:
         return "alpaca"
     if "text" in keys:
         return "text"
-    raise DataError(
-        f"cannot tell the format of row 1 (fields: {', '.join(sorted(keys)) or 'none'}). Expected "
-        "alpaca (instruction, input, output), sharegpt (conversations), messages, or text; "
-        "or set dataset_format explicitly")
+    raise DataError(say("format_unknown", fields=", ".join(sorted(keys)) or "none"))
 
 
 def to_conversations(rows: list[dict[str, Any]], fmt: str, problems: Problems | None = None

@@ -89,7 +89,8 @@ def json_array_rows(fh: BinaryIO, name: str, limit: int) -> Iterator[Any]:
         if kept:
             yield _parse(window.buf[pos:end], number, line, start)
         else:
-            yield Problem(number, too_large(say("at_row_line", number=number, line=line), window.base + end - start, limit))
+            where = say("at_row_line", number=number, line=line)
+            yield Problem(number, too_large(where, window.base + end - start, limit))
         pos = window.skip_space(end)
         window.drop(pos)
         pos, after = 1, window.char(0)

@@ -40,7 +40,8 @@ def prompt_of(row: dict, number: int):
                 turns.pop()
             if turns:
                 return turns
-            raise DataError(say("row_problem", where=say("at_row", number=number), problem=say("prompt_no_user_turn", key=key)))
+            raise DataError(say("row_problem", where=say("at_row", number=number),
+                                problem=say("prompt_no_user_turn", key=key)))
     for key in TEXT_KEYS:
         if isinstance(row.get(key), str) and row[key].strip():
             text = row[key] + (f"\n\n{row['input']}" if isinstance(row.get("input"), str) and row["input"] else "")

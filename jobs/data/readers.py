@@ -178,7 +178,8 @@ def _csv_header(path: Path, lines: _BoundedLines) -> list[str]:
     except _LineNotUtf8 as exc:
         raise DataError(not_utf8(say("at_header_line", name=path.name), exc.offset)) from None
     except (_LineTooLarge, csv.Error) as exc:
-        raise DataError(say("csv_header_unreadable", name=path.name, problem=_csv_problem("it", exc, lines.limit))) from None
+        problem = _csv_problem("it", exc, lines.limit)
+        raise DataError(say("csv_header_unreadable", name=path.name, problem=problem)) from None
     if not header or not any(name.strip() for name in header):
         raise DataError(say("csv_empty", name=path.name))
     return [name.strip() for name in header]

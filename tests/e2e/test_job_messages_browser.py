@@ -35,7 +35,7 @@ def test_bad_rows_are_named_in_chinese(studio, browser, tmp_path):
         page.wait_for_function("() => document.querySelector('#ft-upload-info').innerText.includes('错误数据')",
                                timeout=90_000)
         info = page.locator("#ft-upload-info").inner_text()
-        assert "zh_bad_json.jsonl 有 1 条错误数据：第 2 条（第 2 行）不是有效的 JSON（第 15 列）" in info, info
+        assert "有 1 条错误数据：第 2 条（第 2 行）不是有效的 JSON（第 15 列）" in info, info
         assert "is not valid JSON" not in info and "bad row" not in info
 
         _upload(page, no_answer)
