@@ -133,6 +133,27 @@ MESSAGES: dict[str, str] = {
                          "cancel it to save the current step",
     "export_no_disk_space": "not enough disk space in {folder}: the export needs about {need}, {free} is free; "
                             "free some space or pass --out on another disk",
+    "export_disk_failed": "the disk failed while writing {name}, nothing was left behind: {detail}; or pass --out on "
+                          "another disk",
+    "export_tokenizer_kind": "GGUF export supports byte-level BPE tokenizers (Llama 3, Qwen2, SmolLM) and "
+                             "SentencePiece-style BPE with byte fallback (Llama 2, Mistral); this one is a {kind} "
+                             "tokenizer",
+    "export_vision_gguf": "GGUF export of a vision-language model ({model_type}) needs two files, the language "
+                          "model's GGUF and an mmproj GGUF of the vision tower and projector; Fusetune does not "
+                          "write them yet. "
+                          "Export the merged folder (--format merged) and convert it with llama.cpp's "
+                          "convert_hf_to_gguf.py (once plain, once with --mmproj)",
+    "export_architecture": "GGUF export does not support the {architecture} architecture; supported: {supported}. "
+                           "Export it as a merged folder (--format merged) and convert that with llama.cpp's "
+                           "convert_hf_to_gguf.py",
+    "export_base_not_here": "the base model {model!r} is not on this machine ({kind}); download it first, or train "
+                            "from a local folder",
+    "export_no_safetensors": "the base model {folder} has no safetensors weights (model.safetensors or "
+                             "model.safetensors.index.json); re-save it with save_pretrained(safe_serialization=True)",
+    "export_qlora_needs_bnb": "this is a QLoRA job: merging it needs bitsandbytes (pip install bitsandbytes) to "
+                              "rebuild the 4-bit base it trained against",
+    "export_tied_lm_head": "the adapter changes lm_head, which this model ties to the embeddings; llama.cpp cannot "
+                           "apply that as a LoRA (export --format merged instead)",
     # how a job ended (jobs/queue/outcome.py)
     "finished_before_cancel": "it finished all its steps before the cancel took effect",
     "job_reported_error": "the job reported an error",

@@ -80,8 +80,7 @@ def atomic_output(final: Path, folder: bool) -> Iterator[Path]:
         _remove(tmp)
         # safetensors and torch report a full disk as RuntimeError, hence jobs.io.storage's test
         if isinstance(exc, Exception) and not isinstance(exc, ExportError) and is_disk_error(exc):
-            raise ExportError(f"the disk failed while writing {final.name}, nothing was left behind: "
-                              f"{describe(final, exc)}; or pass --out on another disk") from exc
+            raise ExportError(say("export_disk_failed", name=final.name, detail=describe(final, exc))) from exc
         raise
 
 

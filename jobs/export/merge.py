@@ -53,8 +53,7 @@ def nf4_round_trip(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     try:
         from bitsandbytes import functional as bnb
     except ImportError:
-        raise ExportError("this is a QLoRA job: merging it needs bitsandbytes (pip install "
-                          "bitsandbytes) to rebuild the 4-bit base it trained against") from None
+        raise ExportError(say("export_qlora_needs_bnb")) from None
     packed, state = bnb.quantize_4bit(weight.to(dtype).contiguous(), blocksize=64,
                                       compress_statistics=True, quant_type="nf4")
     return bnb.dequantize_4bit(packed, state)

@@ -110,8 +110,7 @@ def locate_base(spec: JobSpec, started_from: str | None, data_dir, log) -> Path:
         from huggingface_hub import snapshot_download
         return Path(snapshot_download(resolved, local_files_only=True))
     except Exception as exc:  # huggingface_hub raises several kinds for "not downloaded"
-        raise ExportError(f"the base model {resolved!r} is not on this machine ({type(exc).__name__}); "
-                          "download it first, or train from a local folder") from None
+        raise ExportError(say("export_base_not_here", model=resolved, kind=type(exc).__name__)) from None
 
 
 def _shard_files(base_dir: Path) -> list[Path]:
@@ -122,8 +121,7 @@ def _shard_files(base_dir: Path) -> list[Path]:
     single = base_dir / "model.safetensors"
     if single.is_file():
         return [single]
-    raise ExportError(f"the base model {base_dir} has no safetensors weights (model.safetensors or "
-                      "model.safetensors.index.json); re-save it with save_pretrained(safe_serialization=True)")
+    raise ExportError(say("export_no_safetensors", folder=base_dir))
 
 
 def describe_tensors(base_dir: Path) -> list[TensorSpec]:
