@@ -91,6 +91,16 @@ MESSAGES: dict[str, str] = {
                     "quote is missing",
     "json_no_separator": "{name}: after row {number} (line {line}) comes {found}, not ',' or ']': a comma or the "
                          "closing bracket is missing",
+    "json_cut_in_first_key": "{name} is not valid JSON: it ends inside its first key",
+    "json_not_row_list": "{name} must hold {shape}; it starts with {start}",
+    "json_after_closing": "{name}: after the list of rows comes more than the closing '}}' (only one key holding "
+                          "the rows is read)",
+    "json_text_after_rows": "{name}: there is text after the list of rows (line {line})",
+    "not_preference_fields": "is not a preference row (fields: {fields}); method {method} needs "
+                             "prompt/chosen/rejected rows",
+    "not_preference_fields_kto": "is not a preference row (fields: {fields}); method {method} needs "
+                                 "prompt/chosen/rejected rows or prompt/completion/label",
+    "method_needs_other_rows": "method {method} needs {need}, this row is {kind}",
     "max_row_bytes_not_number": "{env}={raw!r} is not a whole number of bytes",
     "max_row_bytes_too_small": "{env}={raw!r} must be at least 1",
     # a refused config field (jobs/spec.py, jobs/spec_values.py; the field is named apart, by SpecError.key)

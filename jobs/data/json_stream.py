@@ -117,25 +117,24 @@ def _open_list(window: _Window, name: str) -> tuple[int, bool]:
             try:
                 pos = _string_end(window, pos + 1)
             except _Truncated:
-                raise DataError(f"{name} is not valid JSON: it ends inside its first key") from None
+                raise DataError(say("json_cut_in_first_key", name=name)) from None
             pos = window.skip_space(pos)
             if window.char(pos) == b":":
                 pos = window.skip_space(pos + 1)
                 if window.char(pos) == b"[":
                     return pos + 1, True
-    raise DataError(f"{name} must hold {LIST_SHAPE}; it starts with {window.buf[:40]!r}")
+    raise DataError(say("json_not_row_list", name=name, shape=LIST_SHAPE, start=repr(window.buf[:40])))
 
 
 def _close(window: _Window, pos: int, wrapped: bool, name: str, number: int) -> Iterator[Any]:
     pos = window.skip_space(pos)
     if wrapped:
         if window.char(pos) != b"}":
-            yield Problem(number, f"{name}: after the list of rows comes more than the closing '}}' "
-                          "(only one key holding the rows is read)")
+            yield Problem(number, say("json_after_closing", name=name))
             return
         pos = window.skip_space(pos + 1)
     if window.char(pos):
-        yield Problem(number, f"{name}: there is text after the list of rows (line {window.line_at(pos)})")
+        yield Problem(number, say("json_text_after_rows", name=name, line=window.line_at(pos)))
 
 
 def _string_end(window: _Window, pos: int) -> int:

@@ -47,14 +47,15 @@ def read_preference_rows(rows: Rows, unpaired: bool, method: str, problems: Prob
     for number, where, row in zip(rows.numbers, rows.wheres, rows):
         fmt = preference_format(row)
         if fmt is None:
-            problems.add(f"{where}: is not a preference row (fields: {', '.join(sorted(row))}); method "
-                         f"{method} needs prompt/chosen/rejected rows" + (" or prompt/completion/label"
-                                                                        if unpaired else ""), number)
+            problem = say("not_preference_fields_kto" if unpaired else "not_preference_fields",
+                          fields=", ".join(sorted(row)), method=method)
+            problems.add(say("row_problem", where=where, problem=problem), number)
             continue
         if (fmt == UNPAIRED_FORMAT) != unpaired:
             need = "prompt/completion/label rows" if unpaired else "chosen/rejected pairs"
-            problems.add(f"{where}: method {method} needs {need}, this row is "
-                         + ("unpaired (prompt/completion/label)" if fmt == UNPAIRED_FORMAT else "a pair"), number)
+            kind = "unpaired (prompt/completion/label)" if fmt == UNPAIRED_FORMAT else "a pair"
+            problems.add(say("row_problem", where=where, problem=say("method_needs_other_rows", method=method,
+                                                                     need=need, kind=kind)), number)
             continue
         try:
             out.append(read_row(row, fmt))
