@@ -79,7 +79,8 @@ def report_line(line: str, lang: str | None) -> str:
 # What a jobs/messages.py placeholder can hold, by its name (see that module's docstring): numbers,
 # a row's place, and the "; "-joined lists the code makes (split again at the same join).
 NUMBER = r"\d[\d,]*"
-NUMBER_NAMES = {"number", "line", "count", "column", "offset", "limit", "shown", "turn", "header_count", "length"}
+NUMBER_NAMES = {"number", "line", "count", "column", "offset", "limit", "shown", "turn", "header_count", "length",
+                "width", "height", "placeholders"}
 WHERE = r"row \d[\d,]*(?: \([^()]*\)){0,2}|.+?'s header line|it"
 LIST_SPLITS = {"problems": re.compile(r"; (?=row \d)"),   # jobs/data/dataset.py Problems.error
                "findings": re.compile(r"; (?=\w+: )")}     # jobs/checks/preflight.py PreflightReport.error
