@@ -142,7 +142,30 @@ MESSAGES: dict[str, str] = {
     "unknown_builtin_model": "unknown built-in model {model!r}; the built-in one is {builtin}",
     "gguf_missing": "GGUF file {path} does not exist",
     "not_hf_folder": "{path} is not a Hugging Face model folder (no config.json)",
+    "prompt_data_needs_grpo": "{dataset} is prompt data for method grpo; set method: grpo",
+    "reward_file_missing": "{path} is not an existing Python (.py) file",
+    "grpo_no_eval": "grpo has no eval loss: leave eval_fraction, eval_dataset and keep_best unset",
+    "reward_name_invalid": "{name!r} is not a reward name (letters, digits and _)",
+    "reward_weight_invalid": "{part!r}: the weight after ':' must be a number",
+    "sft_on_pairs": "sft cannot train on {dataset}: it is a set of preference pairs; pick {methods}, or the dataset "
+                    "{identity} for sft",
+    "pairs_method_on_answers": "{method} trains on preference pairs, and {identity} has answers, not pairs: pick the "
+                               "dataset {concise} or a preference file, or method sft",
+    "fp8_with_4bit": "fp8 cannot be combined with load_in_4bit: QLoRA keeps its base weights in 4-bit NF4; set "
+                     "base_precision: bf16 for QLoRA, or load_in_4bit: false for FP8",
+    "fp8_needs_fused_kernels": "fp8 runs on the fused engine: set fused_kernels: true (or base_precision: bf16)",
+    "sft_format_for_pairs": "{format} is an SFT row format; preference rows ({method}) are detected from their "
+                            "fields: leave it at auto",
+    "beta_positive": "must be > 0 for {method} (TRL's default is 0.1)",
+    "orpo_lambda_positive": "must be > 0 (TRL's default is 0.1)",
+    "kto_weights_zero": "and kto_undesirable_weight are both 0: nothing would train",
+    "no_reference_model": "{method} uses no reference model; set it to false",
     # preflight (jobs/checks/)
+    "sft_got_pairs": "{name} has {count:,} preference rows ({rows}) but method is {method}: set method to dpo, "
+                     "orpo or simpo (chosen/rejected pairs) or kto (prompt/completion/label)",
+    "images_need_vision_model": "{dataset} holds images, and {model} is a text model: pick a vision-language "
+                                "model ({supported})",
+    "vision_sft_only": "{method} does not train vision-language models yet; use sft",
     "preflight_also": "{message} (also: {findings})",
     "tracker_missing": "{name} is not installed: pip install {package} (or remove {name} from report_to)",
     "seq_over_model_limit": "{length:,} is longer than this model's limit of {limit:,} tokens "

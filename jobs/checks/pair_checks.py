@@ -31,8 +31,7 @@ def sft_on_preference_rows(spec, rows) -> str | None:
     found = [where for where, row in zip(rows.wheres, rows) if is_preference_row(row)]
     if not found:
         return None
-    return (f"{rows.name} has {len(found):,} preference rows ({_named(found)}) but method is {spec.method}: "
-            "set method to dpo, orpo or simpo (chosen/rejected pairs) or kto (prompt/completion/label)")
+    return say("sft_got_pairs", name=rows.name, count=len(found), rows=_named(found), method=spec.method)
 
 
 def check_pairs(spec, key: str, rows, problems, tokenizer, report, summary_type) -> None:
