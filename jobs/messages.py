@@ -91,6 +91,7 @@ MESSAGES: dict[str, str] = {
     "bad_rows": "{name} has {count:,} bad rows: {problems}",
     "bad_rows_first": "{name} has {count:,} bad rows (the first {shown} shown): {problems}",
     "no_rows": "{name} has no rows: add at least one example",
+    "no_row_answer_tokens": "no row has answer tokens within max_seq_length={length}; raise it",
     "hub_dataset_unreachable": "could not load the hub dataset {name!r}: {detail}. Offline? Upload the file "
                                "instead (.json/.jsonl/.csv/.parquet).",
     "sft_got_preference_rows": "row 1 is a preference row (chosen/rejected or prompt/completion/label), which "

@@ -85,7 +85,7 @@ def encode_units(tokenizer, rows: list[PreferenceRow], max_length: int, seed: in
         log(f"warning: {len(units) - len(kept)} of {len(units)} rows have an answer with no token within "
             f"max_seq_length={max_length} and are skipped; raise max_seq_length to keep them")
     if not kept:
-        raise DataError(f"no row has answer tokens within max_seq_length={max_length}; raise it")
+        raise DataError(say("no_row_answer_tokens", length=max_length))
     for index, unit in enumerate(kept):
         unit.index = index
     return kept
