@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from jobs.messages import say
 from jobs.errors import SpecError  # noqa: F401  (the spec's error; importers take it from here)
 from jobs.spec_values import BUILTIN_SHAPES  # noqa: F401  (re-exported: image-text data, jobs/data/builtin/shapes.py)
 from jobs.spec_values import (  # noqa: F401  (re-exported: importers name jobs.spec)
@@ -196,36 +197,35 @@ class JobSpec:
         for f in dataclasses.fields(self):
             _check_bounds(f, getattr(self, f.name))
         if not self.model.strip():
-            raise SpecError("model", "is empty: pick the built-in model, a hub id, a folder or a .gguf file")
+            raise SpecError("model", say("model_empty"))
         if not self.dataset.strip():
-            raise SpecError("dataset", "is empty: pick builtin:identity or upload a data file")
+            raise SpecError("dataset", say("dataset_empty"))
         _check_dataset_path(self.dataset)
         _check_model_path(self.model)
         self.target_modules = _normalise_targets(self.target_modules)
         self.report_to = _normalise_report_to(self.report_to)
         if self.max_steps == 0 and self.num_epochs <= 0:
-            raise SpecError("num_epochs", "must be > 0 when max_steps is 0 (or set max_steps)")
+            raise SpecError("num_epochs", say("epochs_needed"))
         if self.dataset == BUILTIN_DATASET and not self.bot_name.strip():
-            raise SpecError("bot_name", "is empty: the identity dataset needs a name to teach")
+            raise SpecError("bot_name", say("bot_name_empty"))
         if self.resume_from and not Path(self.resume_from).is_dir():
-            raise SpecError("resume_from", f"{self.resume_from} is not a checkpoint folder")
+            raise SpecError("resume_from", say("not_checkpoint", path=self.resume_from))
         if self.eval_dataset:
             _check_dataset_path(self.eval_dataset, key="eval_dataset")
             if self.eval_dataset.startswith("builtin:"):
-                raise SpecError("eval_dataset", "must be a data file; leave it empty to hold out eval_fraction")
+                raise SpecError("eval_dataset", say("eval_dataset_builtin"))
             if self.eval_fraction > 0:
-                raise SpecError("eval_fraction", "set either eval_fraction or eval_dataset, not both")
+                raise SpecError("eval_fraction", say("eval_both"))
         _check_base_precision(self)
         _check_preference(self)
         _check_grpo(self)
         _check_builtin_method(self)   # after the method's own keys: a bad key is named before the dataset kind
         if self.keep_best and not (self.eval_fraction > 0 or self.eval_dataset):
-            raise SpecError("keep_best", "needs eval data: set eval_fraction or eval_dataset")
+            raise SpecError("keep_best", say("keep_best_needs_eval"))
         self.gpus = _normalise_gpus(self.gpus)
         gpu_list = self.gpu_indices()
         if self.processes and gpu_list is not None and self.processes != len(gpu_list):
-            raise SpecError("processes", f"is {self.processes} but gpus lists {len(gpu_list)} GPU(s); "
-                            "use one process per GPU (or 0 for automatic)")
+            raise SpecError("processes", say("processes_gpus", processes=self.processes, count=len(gpu_list)))
 
     def batch_tokens(self) -> int:
         """Tokens one micro-batch of this method holds at most, what memory is sized by (the fit check and
@@ -279,15 +279,15 @@ def _coerce(key: str, value: Any) -> Any:
                 raise ValueError
             return str(value)
     except (TypeError, ValueError):
-        raise SpecError(key, f"{value!r} is not a valid {kind}") from None
+        raise SpecError(key, say("value_invalid", value=value, kind=kind)) from None
     return value
 
 
 def _check_bounds(f: dataclasses.Field, value: Any) -> None:
     meta = f.metadata
     if "choices" in meta and value not in meta["choices"]:
-        raise SpecError(f.name, f"{value!r} is not one of {', '.join(meta['choices'])}")
+        raise SpecError(f.name, say("value_not_choice", value=value, choices=", ".join(meta["choices"])))
     if "min" in meta and value < meta["min"]:
-        raise SpecError(f.name, f"{value} is below the minimum {meta['min']}")
+        raise SpecError(f.name, say("value_below_min", value=value, min=meta["min"]))
     if "max" in meta and value > meta["max"]:
-        raise SpecError(f.name, f"{value} is above the maximum {meta['max']}")
+        raise SpecError(f.name, say("value_above_max", value=value, max=meta["max"]))

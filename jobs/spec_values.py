@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jobs.messages import say
 from jobs.errors import SpecError
 
 if TYPE_CHECKING:
@@ -70,12 +71,12 @@ def _check_grpo(spec: "JobSpec") -> None:
     """The grpo keys; the reward names are checked against the reward file at preflight."""
     spec.rewards = _parse_rewards(spec.rewards)
     if spec.method != "grpo" and spec.dataset in BUILTIN_PROMPT_DATASETS:
-        raise SpecError("dataset", f"{spec.dataset} is prompt data for method grpo; set method: grpo")
+        raise SpecError("dataset", say("prompt_data_needs_grpo", dataset=spec.dataset))
     path = Path(spec.reward_file).expanduser()
     if spec.method == "grpo" and spec.reward_file and (path.suffix != ".py" or not path.is_file()):
-        raise SpecError("reward_file", f"{path} is not an existing Python (.py) file")
+        raise SpecError("reward_file", say("reward_file_missing", path=path))
     if spec.method == "grpo" and (spec.eval_fraction or spec.eval_dataset or spec.keep_best):
-        raise SpecError("eval_fraction", "grpo has no eval loss: leave eval_fraction, eval_dataset and keep_best unset")
+        raise SpecError("eval_fraction", say("grpo_no_eval"))
 
 
 def reward_entries(value: str) -> list[str]:
@@ -92,11 +93,11 @@ def _parse_rewards(value: str) -> str:
         if not part:
             continue
         if not name.strip().isidentifier():
-            raise SpecError("rewards", f"{name!r} is not a reward name (letters, digits and _)")
+            raise SpecError("rewards", say("reward_name_invalid", name=name))
         try:
             number = float(weight) if weight.strip() else 1.0
         except ValueError:
-            raise SpecError("rewards", f"{part!r}: the weight after ':' must be a number") from None
+            raise SpecError("rewards", say("reward_weight_invalid", part=part)) from None
         out.append(f"{name.strip()}:{number:g}")
     return ", ".join(out)
 
@@ -105,23 +106,20 @@ def _check_builtin_method(spec: "JobSpec") -> None:
     """The built-in sets are of one kind each: identity is SFT rows, concise is preference pairs."""
     if spec.dataset == BUILTIN_CONCISE and spec.method == "sft":
         preference = ", ".join(PREFERENCE_METHODS)
-        raise SpecError("method", f"sft cannot train on {BUILTIN_CONCISE}: it is a set of preference pairs; "
-                        f"pick {preference}, or the dataset {BUILTIN_DATASET} for sft")
+        raise SpecError("method", say("sft_on_pairs", dataset=BUILTIN_CONCISE, methods=preference,
+                                      identity=BUILTIN_DATASET))
     if spec.dataset == BUILTIN_DATASET and spec.method in PREFERENCE_METHODS:
-        raise SpecError("method", f"{spec.method} trains on preference pairs, and {BUILTIN_DATASET} has "
-                        f"answers, not pairs: pick the dataset {BUILTIN_CONCISE} or a preference file, "
-                        "or method sft")
+        raise SpecError("method", say("pairs_method_on_answers", method=spec.method, identity=BUILTIN_DATASET,
+                                      concise=BUILTIN_CONCISE))
 
 
 def _check_base_precision(spec: "JobSpec") -> None:
     if spec.base_precision != "fp8":
         return
     if spec.load_in_4bit:
-        raise SpecError("base_precision", "fp8 cannot be combined with load_in_4bit: QLoRA keeps its base "
-                        "weights in 4-bit NF4; set base_precision: bf16 for QLoRA, or load_in_4bit: false for FP8")
+        raise SpecError("base_precision", say("fp8_with_4bit"))
     if not spec.fused_kernels:
-        raise SpecError("base_precision", "fp8 runs on the fused engine: set fused_kernels: true "
-                        "(or base_precision: bf16)")
+        raise SpecError("base_precision", say("fp8_needs_fused_kernels"))
 
 
 def _check_preference(spec: "JobSpec") -> None:
@@ -129,16 +127,15 @@ def _check_preference(spec: "JobSpec") -> None:
     if spec.method not in PREFERENCE_METHODS:
         return
     if spec.dataset_format != "auto":
-        raise SpecError("dataset_format", f"{spec.dataset_format} is an SFT row format; preference rows "
-                        f"({spec.method}) are detected from their fields: leave it at auto")
+        raise SpecError("dataset_format", say("sft_format_for_pairs", format=spec.dataset_format, method=spec.method))
     if spec.method != "orpo" and spec.beta <= 0:
-        raise SpecError("beta", f"must be > 0 for {spec.method} (TRL's default is 0.1)")
+        raise SpecError("beta", say("beta_positive", method=spec.method))
     if spec.method == "orpo" and spec.orpo_lambda <= 0:
-        raise SpecError("orpo_lambda", "must be > 0 (TRL's default is 0.1)")
+        raise SpecError("orpo_lambda", say("orpo_lambda_positive"))
     if spec.method == "kto" and spec.kto_desirable_weight == 0 and spec.kto_undesirable_weight == 0:
-        raise SpecError("kto_desirable_weight", "and kto_undesirable_weight are both 0: nothing would train")
+        raise SpecError("kto_desirable_weight", say("kto_weights_zero"))
     if spec.precompute_reference and spec.method in REFERENCE_FREE_METHODS:
-        raise SpecError("precompute_reference", f"{spec.method} uses no reference model; set it to false")
+        raise SpecError("precompute_reference", say("no_reference_model", method=spec.method))
 
 
 def _looks_like_path(value: str) -> bool:
@@ -148,30 +145,29 @@ def _looks_like_path(value: str) -> bool:
 def _check_dataset_path(dataset: str, key: str = "dataset") -> None:
     if dataset.startswith("builtin:"):
         if dataset not in BUILTIN_DATASETS:
-            raise SpecError(key, f"unknown built-in dataset {dataset!r}; the built-in ones are "
-                            f"{', '.join(BUILTIN_DATASETS)}")
+            raise SpecError(key, say("unknown_builtin_dataset", dataset=dataset, choices=", ".join(BUILTIN_DATASETS)))
         return
     if not _looks_like_path(dataset):
         return  # a hub id; checked when it loads
     path = Path(dataset).expanduser()
     if path.suffix.lower() not in DATASET_SUFFIXES:
-        raise SpecError(key, f"{path.name} has an unsupported type; use one of {', '.join(DATASET_SUFFIXES)}")
+        raise SpecError(key, say("dataset_type_unsupported", name=path.name, choices=", ".join(DATASET_SUFFIXES)))
     if not path.is_file():
-        raise SpecError(key, f"file {path} does not exist")
+        raise SpecError(key, say("file_missing", path=path))
 
 
 def _check_model_path(model: str) -> None:
     if model.startswith("builtin:"):
         if model != BUILTIN_MODEL:
-            raise SpecError("model", f"unknown built-in model {model!r}; the built-in one is {BUILTIN_MODEL}")
+            raise SpecError("model", say("unknown_builtin_model", model=model, builtin=BUILTIN_MODEL))
         return
     path = Path(model).expanduser()
     if model.endswith(".gguf"):
         if not path.is_file():
-            raise SpecError("model", f"GGUF file {path} does not exist")
+            raise SpecError("model", say("gguf_missing", path=path))
     elif model.startswith(("/", "./", "../", "~")):
         if not (path / "config.json").is_file():
-            raise SpecError("model", f"{path} is not a Hugging Face model folder (no config.json)")
+            raise SpecError("model", say("not_hf_folder", path=path))
 
 
 def _normalise_targets(value: Any) -> Any:

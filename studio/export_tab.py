@@ -25,6 +25,7 @@ from studio import jobs_view as view
 from studio import render
 from studio.context import StudioContext
 from studio.i18n import t
+from studio.server_text import translated
 
 ROOT = Path(__file__).resolve().parents[1]
 FORMATS = ("adapter", "merged", "gguf")
@@ -109,7 +110,7 @@ def prepare(ctx: StudioContext, job_id: str | None, lang: str = "en") -> tuple[A
     try:
         archive = export_adapter_zip(record.job_dir)
     except ExportError as exc:
-        return gr.update(value=None, interactive=False), render.notice_html(str(exc), "error"), ""
+        return gr.update(value=None, interactive=False), render.notice_html(translated(str(exc), lang), "error"), ""
     size_mb = archive.stat().st_size / 1e6
     estimate = sizes_text(estimate_sizes(record.job_dir, ctx.data_dir), lang)
     status = render.notice_html(t("export.ready", lang, name=archive.name, size=f"{size_mb:.1f}")
@@ -162,7 +163,7 @@ def _usage_hint(fmt: str, path: str, lang: str = "en") -> str:
 
 def outcome_html(fmt: str, outcome: ExportOutcome, lang: str = "en") -> str:
     if outcome.error:
-        return render.notice_html(t("export.failed", lang, error=outcome.error), "error")
+        return render.notice_html(t("export.failed", lang, error=translated(outcome.error, lang)), "error")
     rows = "".join(f"<li><code>{html.escape(path)}</code> — <b>{html.escape(size)}</b></li>"
                    for path, size in outcome.files)
     notes = "".join(f"<li>{html.escape(note)}</li>" for note in outcome.notes)

@@ -22,6 +22,7 @@ from typing import Any
 
 from jobs.spec import BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, JobSpec, SpecError
 from studio.i18n import field_help, field_label, t
+from studio.server_text import translated
 
 # The runner assigns output_dir (one folder per job), so the form does not offer it.
 NOT_IN_FORM = ("output_dir",)
@@ -250,7 +251,7 @@ def error_text(exc: SpecError, lang: str) -> str:
     if isinstance(exc, FieldError):
         why = t(f"error.{exc.code}", lang, **exc.params)
     else:
-        why = str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc)
+        why = translated(str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc), lang)
     if not exc.key:
         return why
     label = field_label(exc.key, lang) if exc.key in JobSpec.__dataclass_fields__ else exc.key

@@ -11,7 +11,9 @@ mapping of dotted keys to text with ``{name}`` placeholders (str.format). Two wa
 
 The Train form's field labels are the keys ``field.<name>``; their help texts come from JobSpec's
 ``metadata["help"]`` (the English source, never copied) and, in other languages, from
-``help.<name>``. tests/studio/test_i18n.py checks that every key the studio uses exists in both
+``help.<name>``. Sentences from jobs/ (bad rows, preflight findings, export refusals, job end
+reasons) are jobs/messages.py templates, translated by studio/server_text.py from ``msg.<key>``.
+tests/studio/test_i18n.py checks that every key the studio uses exists in both
 catalogues with the same placeholders, so add a key to en.json and zh-CN.json together.
 """
 from __future__ import annotations
@@ -51,11 +53,14 @@ def normalize(lang: str | None) -> str:
 
 @functools.cache
 def catalogue(lang: str) -> dict[str, str]:
-    """The catalogue of `lang`; English also holds help.<field> from JobSpec's metadata."""
+    """The catalogue of `lang`; English also holds help.<field> from JobSpec's metadata and
+    msg.<key> from jobs/messages.py (the English sources, never copied)."""
     lang = normalize(lang)
     entries = json.loads((LOCALES_DIR / f"{lang}.json").read_text(encoding="utf-8"))
     if lang == DEFAULT_LANG:
+        from jobs.messages import MESSAGES
         entries.update({f"help.{name}": text for name, text in spec_help().items()})
+        entries.update({f"msg.{key}": text for key, text in MESSAGES.items()})
     return entries
 
 

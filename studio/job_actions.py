@@ -18,6 +18,7 @@ from jobs.queue.resume import can_resume, newest_checkpoint
 from jobs.queue.runner import RunnerError
 from jobs.queue.store import JobState
 from studio.i18n import t
+from studio.server_text import translated
 
 CANCEL, REMOVE, DELETE, START_ANYWAY, RESUME, MORE = "cancel", "remove", "delete", "start_anyway", "resume", "more"
 
@@ -73,7 +74,7 @@ def perform(runner: Any, action: str, job_id: str, lang: str, more_steps: int = 
     try:
         removed = runner.delete(job_id)  # a queued job is cancelled first, so it cannot start meanwhile
     except RunnerError as exc:  # it started (or changed) at the last moment
-        return "error", t("action.delete_refused", lang, job=job_id, error=str(exc))
+        return "error", t("action.delete_refused", lang, job=job_id, error=translated(str(exc), lang))
     if not removed:
         return "warn", t("action.gone", lang, job=job_id)
     return "ok", t("action.removed" if action == REMOVE else "action.deleted", lang, job=job_id)
@@ -88,5 +89,5 @@ def _resume(runner: Any, action: str, job_id: str, lang: str, more_steps: int) -
     try:
         runner.resume(job_id, more)
     except RunnerError as exc:
-        return "error", t("action.resume_refused", lang, job=job_id, error=str(exc))
+        return "error", t("action.resume_refused", lang, job=job_id, error=translated(str(exc), lang))
     return "ok", t("action.resumed", lang, job=job_id, step=found[1] if found else 0)

@@ -153,7 +153,7 @@ def failure_text(record: Any, summary: JobSummary, lang: str = "en") -> str:
     parts = []
     if error.get("message"):
         kind = f" ({error['kind']})" if error.get("kind") else ""
-        parts.append(f"{error['message']}{kind}")
+        parts.append(f"{translated(error['message'], lang)}{kind}")
     if record.reason and record.reason != error.get("message"):
         parts.append(translated(record.reason, lang))
     reason = " — ".join(parts) if parts else t("failure.no_reason", lang)

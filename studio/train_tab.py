@@ -311,7 +311,7 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
         except SpecError as exc:
             raise gr.Error(form.error_text(exc, language)) from None
         except OSError as exc:
-            raise gr.Error(t("train.upload_failed", language, error=str(exc))) from None
+            raise gr.Error(t("train.upload_failed", language, error=translated(str(exc), language))) from None
         return (gr.update(choices=[(c, c) for c in known_datasets(ctx.data_dir)], value=str(stored)),
                 upload_notice(stored, language))
 
@@ -359,7 +359,7 @@ def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str 
     except SpecError as exc:
         return render.notice_html(form.error_text(exc, lang), "error")
     except data.DataError as exc:
-        return render.notice_html(str(exc), "error")
+        return render.notice_html(translated(str(exc), lang), "error")
     except Exception as exc:  # model load failures etc.: show them, the form stays usable
         return render.notice_html(t("train.preview_failed", lang, error=f"{type(exc).__name__}: {exc}"), "error")
 

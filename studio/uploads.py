@@ -12,6 +12,7 @@ from jobs.io import paths
 from jobs.spec import BUILTIN_DATASETS, DATASET_SUFFIXES
 from studio import form, render
 from studio.i18n import t
+from studio.server_text import translated
 
 
 def safe_upload_name(original: str) -> str:
@@ -138,7 +139,8 @@ def upload_notice(path: Path, lang: str) -> str:
     try:
         fmt, count, exact = describe_dataset(path, lang)
     except (data.DataError, OSError, ValueError) as exc:
-        return render.notice_html(t("train.upload_unreadable", lang, name=path.name, error=str(exc)), "error")
+        return render.notice_html(t("train.upload_unreadable", lang, name=path.name, error=translated(str(exc), lang)),
+                                  "error")
     if exact:
         return render.notice_html(t("train.upload_ok", lang, name=path.name, format=fmt, rows=f"{count:,}"), "ok")
     sample = f"{UPLOAD_SAMPLE_ROWS:,}"

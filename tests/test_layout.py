@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 FLOORS = [
     {"kernels.ops"},
     {"kernels"},
-    {"jobs.errors"},
+    {"jobs.errors", "jobs.messages"},
     {"jobs.yaml_bounded", "jobs.spec_values"},
     {"jobs.spec"},
     {"jobs.io"},

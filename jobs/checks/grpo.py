@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.spec import BUILTIN_REWARDS, JobSpec, reward_entries
 
@@ -35,13 +36,12 @@ def check_grpo(spec: JobSpec, data_dir, report, summary_cls) -> None:
         try:
             functions = reward_file_functions(spec.reward_file)
         except (OSError, SyntaxError, UnicodeDecodeError) as exc:
-            report.fail("reward_file", f"{Path(spec.reward_file).name} cannot be read as Python: {exc}")
+            report.fail("reward_file", say("reward_file_unreadable", name=Path(spec.reward_file).name, detail=exc))
             return
         if not functions:
-            report.fail("reward_file", f"{Path(spec.reward_file).name} defines no reward: add a top-level function "
-                        "def my_reward(prompts, completions, **columns) -> list[float]")
+            report.fail("reward_file", say("reward_file_empty", name=Path(spec.reward_file).name))
         known |= set(functions)
     for entry in reward_entries(spec.rewards):
         name = entry.partition(":")[0]
         if name not in known:
-            report.fail("rewards", f"unknown reward {name!r}; known: {', '.join(sorted(known))}")
+            report.fail("rewards", say("reward_unknown", name=name, known=", ".join(sorted(known))))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import statistics
 
+from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.data.pairs import read_preference_rows
 from jobs.data.preference import answer_text, is_preference_row, side_tokens
@@ -30,8 +31,7 @@ def sft_on_preference_rows(spec, rows) -> str | None:
     found = [where for where, row in zip(rows.wheres, rows) if is_preference_row(row)]
     if not found:
         return None
-    return (f"{rows.name} has {len(found):,} preference rows ({_named(found)}) but method is {spec.method}: "
-            "set method to dpo, orpo or simpo (chosen/rejected pairs) or kto (prompt/completion/label)")
+    return say("sft_got_pairs", name=rows.name, count=len(found), rows=_named(found), method=spec.method)
 
 
 def check_pairs(spec, key: str, rows, problems, tokenizer, report, summary_type) -> None:
@@ -41,10 +41,10 @@ def check_pairs(spec, key: str, rows, problems, tokenizer, report, summary_type)
     empty = [w for w, r in zip(wheres, read)
              if not answer_text(r.chosen).strip() or (r.rejected is not None and not answer_text(r.rejected).strip())]
     for where in empty:
-        problems.add(f"{where}: an answer is empty, so there is nothing to compare", 0)
+        problems.add(say("row_problem", where=where, problem=say("answer_empty")), 0)
     error = problems.error(rows.name)
     if error is not None or not rows:
-        report.fail(key, str(error) if error else f"{rows.name} has no rows: add at least one example")
+        report.fail(key, str(error) if error else say("no_rows", name=rows.name))
         return
     same = [w for w, r in zip(wheres, read) if r.rejected is not None and r.chosen == r.rejected]
     if same:

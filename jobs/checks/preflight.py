@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, PREFERENCE_METHODS, JobSpec, SpecError
 
@@ -78,7 +79,7 @@ class PreflightReport:
             return PreflightError(self.problems[0].key, self.problems[0].message)
         first = self.problems[0]
         rest = "; ".join(str(p) for p in self.problems[1:])
-        return PreflightError(first.key, f"{first.message} (also: {rest})")
+        return PreflightError(first.key, say("preflight_also", message=first.message, findings=rest))
 
     def raise_if_failed(self) -> "PreflightReport":
         error = self.error()
@@ -150,7 +151,7 @@ def _check_trackers(spec: JobSpec, report: PreflightReport) -> None:
     from jobs.spec import trackers
     from jobs.io.tracking import missing_packages
     for name, package in missing_packages(trackers(spec)):
-        report.fail("report_to", f"{name} is not installed: pip install {package} (or remove {name} from report_to)")
+        report.fail("report_to", say("tracker_missing", name=name, package=package))
 
 
 def _check_model(spec: JobSpec, data_dir, report: PreflightReport, log, model_files: "ModelFiles"
@@ -177,8 +178,8 @@ def _check_model(spec: JobSpec, data_dir, report: PreflightReport, log, model_fi
         report.chat_template += " (it takes no system message: the identity rows go without one)"
     report.max_positions = models.max_positions(config)
     if report.max_positions and spec.max_seq_length > report.max_positions:
-        report.fail("max_seq_length", f"{spec.max_seq_length:,} is longer than this model's limit of "
-                    f"{report.max_positions:,} tokens (max_position_embeddings); use at most that")
+        report.fail("max_seq_length", say("seq_over_model_limit", length=spec.max_seq_length,
+                                          limit=report.max_positions))
     _check_targets(spec, config, report)
     return config, tokenizer
 
@@ -237,8 +238,8 @@ def _check_targets(spec: JobSpec, config, report: PreflightReport) -> None:
     missing = models.missing_targets(spec.target_modules, linear)
     if missing:
         leaves = sorted({name.rsplit(".", 1)[-1] for name in linear})
-        report.fail("target_modules", f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not a "
-                    f"linear layer of this model; its linear layers are: {', '.join(leaves)}")
+        report.fail("target_modules", say("module_not_linear" if len(missing) == 1 else "modules_not_linear",
+                                          names=", ".join(missing), leaves=", ".join(leaves)))
 
 
 def _check_dataset(spec: JobSpec, key: str, tokenizer, data_dir, report: PreflightReport,
@@ -264,7 +265,7 @@ def _check_dataset(spec: JobSpec, key: str, tokenizer, data_dir, report: Preflig
         return
     error = problems.error(rows.name)
     if error is not None or not rows:
-        report.fail(key, str(error) if error else f"{rows.name} has no rows: add at least one example")
+        report.fail(key, str(error) if error else say("no_rows", name=rows.name))
         return
     summary = DatasetSummary(key, rows.name, len(rows), fmt)
     report.datasets.append(summary)
@@ -275,8 +276,7 @@ def _check_dataset(spec: JobSpec, key: str, tokenizer, data_dir, report: Preflig
             report.fail(key, str(exc))
             return
         if summary.rows_without_answer == summary.rows:
-            report.fail("max_seq_length", f"no row of {summary.name} has answer tokens within "
-                        f"max_seq_length={spec.max_seq_length}; raise it")
+            report.fail("max_seq_length", say("no_answer_tokens", name=summary.name, length=spec.max_seq_length))
 
 
 def _rows(spec: JobSpec, key: str, tokenizer, data_dir, report: PreflightReport, limit: int | None):

@@ -8,6 +8,7 @@ A text model given image-text data (builtin:shapes, or rows with image parts) is
 saying what to pick."""
 from __future__ import annotations
 
+from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.spec import BUILTIN_SHAPES, DATASET_SUFFIXES, JobSpec, is_local_reference
 
@@ -35,8 +36,8 @@ def check_text_model_data(spec: JobSpec, report) -> bool:
                 continue   # the text checks report it
             images = any(is_vision_row(row) for row in rows)
         if images:
-            report.fail(key, f"{reference} holds images, and {spec.model} is a text model: pick a "
-                        f"vision-language model ({SUPPORTED_TEXT})")
+            report.fail(key, say("images_need_vision_model", dataset=reference, model=spec.model,
+                                 supported=SUPPORTED_TEXT))
             return False
     return True
 
@@ -48,7 +49,7 @@ def check_vision_job(spec: JobSpec, config, tokenizer, source: str, data_dir, re
     if reason:
         return report.fail("model", reason)
     if spec.method != "sft":
-        return report.fail("method", f"{spec.method} does not train vision-language models yet; use sft")
+        return report.fail("method", say("vision_sft_only", method=spec.method))
     _check_targets(spec, config, report)
     try:
         processor = vision.load_image_processor(source)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jobs.messages import say
 from jobs.data import encode
 from jobs.data.dataset import Problems, Rows, _kind, detect_format, load_conversations, to_conversations
 from jobs.data.readers import Problem, iter_rows, max_row_bytes
@@ -52,7 +53,7 @@ def tokenized_examples(spec: JobSpec, tokenizer, data_dir=None, log=print, event
         return encode.encode_all(tokenizer, conversations, spec.max_seq_length, log=log)
     path = Path(spec.dataset).expanduser()
     if not path.is_file():
-        raise DataError(f"{spec.dataset}: no such data file")
+        raise DataError(say("no_such_data_file", reference=spec.dataset))
     phases.report(phases.TOKENIZING)   # the build adds its counts as it goes
     started = time.monotonic()
     folder = tokenized_root(data_dir) / cache_key(path, spec, tokenizer)
@@ -199,9 +200,9 @@ def _check_counts(path: Path, spec: JobSpec, problems: Problems, counts: dict, l
     if error:
         raise error
     if not counts["rows"]:
-        raise DataError(f"{path.name} has no rows: add at least one example")
+        raise DataError(say("no_rows", name=path.name))
     if not counts["kept"]:
-        raise DataError(f"no row has answer tokens within max_seq_length={spec.max_seq_length}; raise it")
+        raise DataError(say("no_row_answer_tokens", length=spec.max_seq_length))
     if counts["dropped"]:
         log(f"warning: {counts['dropped']} of {counts['rows']} rows have no answer tokens within "
               f"max_seq_length={spec.max_seq_length} and are skipped; raise max_seq_length to keep them")
@@ -249,7 +250,7 @@ def conversation_chunks(path: Path, spec: JobSpec, problems: Problems, counts: d
             continue
         number, value, where = item
         if not isinstance(value, dict):
-            problems.add(f"{where} is {_kind(value)}, not an object with fields", number)
+            problems.add(say("row_not_object", where=where, kind=_kind(value)), number)
             continue
         if fmt == "auto":
             fmt = detect_format([value])

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from jobs.messages import say
 from jobs.data.conversation import DataError, Message
 from jobs.data.readers import Problem, iter_rows, max_row_bytes, too_large
 from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, DATASET_FORMATS, DATASET_SUFFIXES, JobSpec, hub_id_problem, is_local_reference
@@ -58,9 +59,13 @@ class Problems:
     def error(self, name: str) -> DataError | None:
         if not self.count:
             return None
-        rows = "bad row" if self.count == 1 else "bad rows"
-        more = f" (the first {len(self._first)} shown)" if self.count > len(self._first) else ""
-        return DataError(f"{name} has {self.count:,} {rows}{more}: " + "; ".join(self.shown))
+        listed = "; ".join(self.shown)  # studio/server_text.py splits this join again to translate
+        if self.count == 1:
+            return DataError(say("bad_row", name=name, problems=listed))
+        if self.count > len(self._first):
+            return DataError(say("bad_rows_first", name=name, count=self.count, shown=len(self._first),
+                                 problems=listed))
+        return DataError(say("bad_rows", name=name, count=self.count, problems=listed))
 
 
 def source_name(reference: str) -> str:
@@ -83,22 +88,24 @@ def scan_rows(reference: str, limit: int | None = None, first: int | None = None
             rows.numbers.append(number)
             rows.wheres.append(where)
         else:
-            problems.add(f"{where} is {_kind(value)}, not an object with fields", number)
+            problems.add(say("row_not_object", where=where, kind=_kind(value)), number)
         if first is not None and len(rows) + problems.count >= first:
             break
     return rows, problems
 
 
 def _kind(value: Any) -> str:
-    return {list: "a list", str: "a string", type(None): "null", bool: "true/false"}.get(
-        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+    kinds = {list: "kind_list", str: "kind_string", type(None): "kind_null", bool: "kind_bool"}
+    if type(value) in kinds:
+        return say(kinds[type(value)])
+    return say("kind_number") if isinstance(value, (int, float)) else type(value).__name__
 
 
 def _source_items(reference: str, limit: int | None):
     if is_local_reference(reference, DATASET_SUFFIXES):
         path = Path(reference).expanduser()
         if not path.is_file():
-            raise DataError(f"{reference}: no such data file")
+            raise DataError(say("no_such_data_file", reference=reference))
         return iter_rows(path, limit)
     return _hub_items(reference, max_row_bytes(limit))
 
@@ -127,7 +134,7 @@ def _raise_for(rows: Rows, problems: Problems) -> None:
     if error:
         raise error
     if not rows:
-        raise DataError(f"{rows.name} has no rows: add at least one example")
+        raise DataError(say("no_rows", name=rows.name))
 
 
 def _identity_rows(spec: JobSpec, data_dir, general: bool, log) -> list[dict[str, Any]]:
@@ -171,19 +178,17 @@ def _hub_items(name: str, limit: int):
         loaded = datasets.load_dataset(name, split="train", streaming=True)
         for number, row in enumerate(loaded, start=1):
             size = len(json.dumps(row, default=str, ensure_ascii=False).encode())
-            where = f"row {number}"
+            where = say("at_row", number=number)
             yield (number, dict(row), where) if size <= limit else Problem(number, too_large(where, size, limit))
     except Exception as exc:  # datasets raises many unrelated types for "not reachable"
-        raise DataError(f"could not load the hub dataset {name!r}: {exc}. Offline? Upload the file "
-                        "instead (.json/.jsonl/.csv/.parquet).") from None
+        raise DataError(say("hub_dataset_unreachable", name=name, detail=exc)) from None
 
 
 def detect_format(rows: list[dict[str, Any]]) -> str:
     """alpaca, sharegpt, messages or text, from the keys of the first row."""
     keys = set(rows[0])
     if {"chosen", "rejected"} <= keys or {"prompt", "completion", "label"} <= keys:   # jobs/data/preference.py
-        raise DataError("row 1 is a preference row (chosen/rejected or prompt/completion/label), which "
-                        "supervised fine-tuning cannot train: set method to dpo, orpo, simpo or kto")
+        raise DataError(say("sft_got_preference_rows"))
     if "messages" in keys:
         return "messages"
     if "conversations" in keys:
@@ -192,10 +197,7 @@ def detect_format(rows: list[dict[str, Any]]) -> str:
         return "alpaca"
     if "text" in keys:
         return "text"
-    raise DataError(
-        f"cannot tell the format of row 1 (fields: {', '.join(sorted(keys)) or 'none'}). Expected "
-        "alpaca (instruction, input, output), sharegpt (conversations), messages, or text; "
-        "or set dataset_format explicitly")
+    raise DataError(say("format_unknown", fields=", ".join(sorted(keys)) or "none"))
 
 
 def to_conversations(rows: list[dict[str, Any]], fmt: str, problems: Problems | None = None
@@ -204,7 +206,7 @@ def to_conversations(rows: list[dict[str, Any]], fmt: str, problems: Problems | 
     found: without `problems` a DataError names the first 10 by number (and how many there are);
     with it, they are added there and the good rows are returned."""
     if fmt not in DATASET_FORMATS:
-        raise DataError(f"unknown dataset_format {fmt!r}")
+        raise DataError(say("unknown_dataset_format", fmt=fmt))
     if fmt == "auto":
         fmt = detect_format(rows)
     convert = {"alpaca": _alpaca, "sharegpt": _sharegpt, "messages": _messages, "text": _text}[fmt]
@@ -216,7 +218,7 @@ def to_conversations(rows: list[dict[str, Any]], fmt: str, problems: Problems | 
             out.append(convert(row))
         except DataError as exc:
             label = f"{where[:-1]}, {fmt})" if where.endswith(")") else f"{where} ({fmt})"  # row 3 (line 5, alpaca)
-            found.add(f"{label}: {exc}", number)
+            found.add(say("row_problem", where=label, problem=exc), number)
     error = found.error(getattr(rows, "name", "the dataset"))
     if error and problems is None:
         raise error
@@ -227,10 +229,10 @@ def _field(row: dict[str, Any], key: str, required: bool = True) -> str:
     value = row.get(key)
     if value is None or (isinstance(value, str) and not value.strip()):
         if required:
-            raise DataError(f"field '{key}' is missing or empty")
+            raise DataError(say("field_missing", key=key))
         return ""
     if not isinstance(value, (str, int, float)):
-        raise DataError(f"field '{key}' must be text, not {type(value).__name__}")
+        raise DataError(say("field_not_text", key=key, kind=type(value).__name__))
     return str(value)
 
 
@@ -244,7 +246,7 @@ def _alpaca(row: dict[str, Any]) -> list[Message]:
 def _sharegpt(row: dict[str, Any]) -> list[Message]:
     turns = row.get("conversations")
     if not isinstance(turns, list) or not turns:
-        raise DataError("field 'conversations' must be a non-empty list of {from, value}")
+        raise DataError(say("conversations_not_list"))
     return _checked([{"role": _role(t.get("from") if isinstance(t, dict) else None, i),
                       "content": _turn_text(t, "value", i)} for i, t in enumerate(turns, 1)])
 
@@ -252,7 +254,7 @@ def _sharegpt(row: dict[str, Any]) -> list[Message]:
 def _messages(row: dict[str, Any]) -> list[Message]:
     turns = row.get("messages")
     if not isinstance(turns, list) or not turns:
-        raise DataError("field 'messages' must be a non-empty list of {role, content}")
+        raise DataError(say("messages_not_list"))
     return _checked([{"role": _role(t.get("role") if isinstance(t, dict) else None, i),
                       "content": _turn_text(t, "content", i)} for i, t in enumerate(turns, 1)])
 
@@ -264,25 +266,23 @@ def _text(row: dict[str, Any]) -> str:
 def _role(value: Any, turn: int) -> str:
     role = ROLE_ALIASES.get(str(value).lower()) if value is not None else None
     if role is None:
-        raise DataError(f"turn {turn} has role {value!r}; use one of {', '.join(sorted(ROLE_ALIASES))}")
+        raise DataError(say("turn_bad_role", turn=turn, role=value, choices=", ".join(sorted(ROLE_ALIASES))))
     return role
 
 
 def _turn_text(turn: Any, key: str, number: int) -> str:
     if not isinstance(turn, dict) or not isinstance(turn.get(key), str):
-        raise DataError(f"turn {number} needs a text field '{key}'")
+        raise DataError(say("turn_needs_text", turn=number, key=key))
     return turn[key]
 
 
 def _checked(messages: list[Message]) -> list[Message]:
     if not any(m["role"] == "assistant" for m in messages):
-        raise DataError("has no assistant turn, so there is nothing to train on")
+        raise DataError(say("no_assistant_turn"))
     if not any(m["content"].strip() for m in messages):
-        raise DataError("has only empty messages (every user and assistant text is blank), so there is "
-                        "nothing to train on: fill them in or remove the row")
+        raise DataError(say("only_empty_messages"))
     if not any(m["content"].strip() for m in messages if m["role"] == "assistant"):
-        raise DataError("has only empty assistant turns, so there is nothing to train on: write the answers "
-                        "or remove the row")
+        raise DataError(say("only_empty_answers"))
     return messages
 
 
@@ -339,7 +339,7 @@ def preview_rows(spec: JobSpec, n: int = 3, data_dir=None, access=None) -> list[
         if error:
             raise error
         if not rows:
-            raise DataError(f"{rows.name} has no rows: add at least one example")
+            raise DataError(say("no_rows", name=rows.name))
     first = rows.head(n)
     return encode.preview(tokenizer, to_conversations(first, spec.dataset_format), spec.max_seq_length, n)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from jobs.messages import say
 from jobs.data.conversation import DataError, Message
 
 IGNORE_INDEX = -100
@@ -148,7 +149,7 @@ def encode_all(tokenizer, conversations, max_length: int, log=print) -> list[Exa
         log(f"warning: {dropped} of {len(examples)} rows have no answer tokens within max_seq_length="
             f"{max_length} and are skipped; raise max_seq_length to keep them")
     if not kept:
-        raise DataError(f"no row has answer tokens within max_seq_length={max_length}; raise it")
+        raise DataError(say("no_row_answer_tokens", length=max_length))
     return kept
 
 

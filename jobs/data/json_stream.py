@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any, BinaryIO, Iterator
 
+from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.data.problems import Problem, not_utf8, too_large
 
@@ -75,8 +76,7 @@ def json_array_rows(fh: BinaryIO, name: str, limit: int) -> Iterator[Any]:
         pos = window.skip_space(pos)
         if window.char(pos) == b"]":
             if number:
-                yield Problem(number, f"{name}: a comma after row {number} (line {window.line_at(pos)}) "
-                              "is followed by no row: remove the trailing comma")
+                yield Problem(number, say("json_trailing_comma", name=name, number=number, line=window.line_at(pos)))
             pos += 1
             break
         number += 1
@@ -84,13 +84,13 @@ def json_array_rows(fh: BinaryIO, name: str, limit: int) -> Iterator[Any]:
         try:
             end, kept = _row_end(window, pos, limit)
         except _Truncated:
-            yield Problem(number, f"{name} ends inside row {number} (line {line}): the file is cut off "
-                          "or a closing bracket or quote is missing")
+            yield Problem(number, say("json_cut_off", name=name, number=number, line=line))
             return
         if kept:
             yield _parse(window.buf[pos:end], number, line, start)
         else:
-            yield Problem(number, too_large(f"row {number} (line {line})", window.base + end - start, limit))
+            where = say("at_row_line", number=number, line=line)
+            yield Problem(number, too_large(where, window.base + end - start, limit))
         pos = window.skip_space(end)
         window.drop(pos)
         pos, after = 1, window.char(0)
@@ -98,8 +98,7 @@ def json_array_rows(fh: BinaryIO, name: str, limit: int) -> Iterator[Any]:
             break
         if after != b",":
             found = f"{after.decode('latin-1')!r}" if after else "the end of the file"
-            yield Problem(number, f"{name}: after row {number} (line {line}) comes {found}, not ',' or ']': "
-                          "a comma or the closing bracket is missing")
+            yield Problem(number, say("json_no_separator", name=name, number=number, line=line, found=found))
             return
     yield from _close(window, pos, wrapped, name, number)
 
@@ -111,32 +110,31 @@ def _open_list(window: _Window, name: str) -> tuple[int, bool]:
     if first == b"[":
         return pos + 1, False
     if not first:
-        raise DataError(f"{name} is empty: it must hold {LIST_SHAPE}")
+        raise DataError(say("json_empty", name=name, shape=LIST_SHAPE))
     if first == b"{":
         pos = window.skip_space(pos + 1)
         if window.char(pos) == b'"':
             try:
                 pos = _string_end(window, pos + 1)
             except _Truncated:
-                raise DataError(f"{name} is not valid JSON: it ends inside its first key") from None
+                raise DataError(say("json_cut_in_first_key", name=name)) from None
             pos = window.skip_space(pos)
             if window.char(pos) == b":":
                 pos = window.skip_space(pos + 1)
                 if window.char(pos) == b"[":
                     return pos + 1, True
-    raise DataError(f"{name} must hold {LIST_SHAPE}; it starts with {window.buf[:40]!r}")
+    raise DataError(say("json_not_row_list", name=name, shape=LIST_SHAPE, start=repr(window.buf[:40])))
 
 
 def _close(window: _Window, pos: int, wrapped: bool, name: str, number: int) -> Iterator[Any]:
     pos = window.skip_space(pos)
     if wrapped:
         if window.char(pos) != b"}":
-            yield Problem(number, f"{name}: after the list of rows comes more than the closing '}}' "
-                          "(only one key holding the rows is read)")
+            yield Problem(number, say("json_after_closing", name=name))
             return
         pos = window.skip_space(pos + 1)
     if window.char(pos):
-        yield Problem(number, f"{name}: there is text after the list of rows (line {window.line_at(pos)})")
+        yield Problem(number, say("json_text_after_rows", name=name, line=window.line_at(pos)))
 
 
 def _string_end(window: _Window, pos: int) -> int:
@@ -237,18 +235,18 @@ def too_deep(raw: bytes, limit: int = MAX_NESTING) -> bool:
 
 
 def too_deep_message(where: str, limit: int = MAX_NESTING) -> str:
-    return (f"{where} nests brackets ([ or {{) more than {limit} levels deep, over the nesting limit of "
-            f"{limit}: a row of chat data needs a few levels; flatten it or remove it")
+    return say("row_too_deep", where=where, limit=limit)
 
 
 def _parse(raw: bytes, number: int, line: int, start: int) -> Any:
     if too_deep(raw):
-        return Problem(number, too_deep_message(f"row {number} (line {line})"))
+        return Problem(number, too_deep_message(say("at_row_line", number=number, line=line)))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return Problem(number, not_utf8(f"row {number} (line {line})", start + exc.start))
+        return Problem(number, not_utf8(say("at_row_line", number=number, line=line), start + exc.start))
     try:
-        return number, json.loads(text), f"row {number} (line {line})"
+        return number, json.loads(text), say("at_row_line", number=number, line=line)
     except json.JSONDecodeError as exc:
-        return Problem(number, f"row {number} (line {line + exc.lineno - 1}) is not valid JSON: {exc.msg}")
+        return Problem(number, say("row_not_json", where=say("at_row_line", number=number, line=line + exc.lineno - 1),
+                                   detail=exc.msg))

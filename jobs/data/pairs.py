@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.data.dataset import Problems, Rows, _raise_for, _read
 from jobs.data.encode import IGNORE_INDEX, Example, collate
@@ -46,21 +47,22 @@ def read_preference_rows(rows: Rows, unpaired: bool, method: str, problems: Prob
     for number, where, row in zip(rows.numbers, rows.wheres, rows):
         fmt = preference_format(row)
         if fmt is None:
-            problems.add(f"{where}: is not a preference row (fields: {', '.join(sorted(row))}); method "
-                         f"{method} needs prompt/chosen/rejected rows" + (" or prompt/completion/label"
-                                                                        if unpaired else ""), number)
+            problem = say("not_preference_fields_kto" if unpaired else "not_preference_fields",
+                          fields=", ".join(sorted(row)), method=method)
+            problems.add(say("row_problem", where=where, problem=problem), number)
             continue
         if (fmt == UNPAIRED_FORMAT) != unpaired:
             need = "prompt/completion/label rows" if unpaired else "chosen/rejected pairs"
-            problems.add(f"{where}: method {method} needs {need}, this row is "
-                         + ("unpaired (prompt/completion/label)" if fmt == UNPAIRED_FORMAT else "a pair"), number)
+            kind = "unpaired (prompt/completion/label)" if fmt == UNPAIRED_FORMAT else "a pair"
+            problems.add(say("row_problem", where=where, problem=say("method_needs_other_rows", method=method,
+                                                                     need=need, kind=kind)), number)
             continue
         try:
             out.append(read_row(row, fmt))
             if wheres is not None:
                 wheres.append(where)
         except DataError as exc:
-            problems.add(f"{where} ({fmt}): {exc}", number)
+            problems.add(say("row_problem", where=f"{where} ({fmt})", problem=exc), number)
     return out
 
 
@@ -83,7 +85,7 @@ def encode_units(tokenizer, rows: list[PreferenceRow], max_length: int, seed: in
         log(f"warning: {len(units) - len(kept)} of {len(units)} rows have an answer with no token within "
             f"max_seq_length={max_length} and are skipped; raise max_seq_length to keep them")
     if not kept:
-        raise DataError(f"no row has answer tokens within max_seq_length={max_length}; raise it")
+        raise DataError(say("no_row_answer_tokens", length=max_length))
     for index, unit in enumerate(kept):
         unit.index = index
     return kept

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jobs.messages import say
 from jobs.data.conversation import DataError, Message
 from jobs.data.encode import IGNORE_INDEX, Example
 
@@ -60,7 +61,7 @@ def is_preference_row(row: dict[str, Any]) -> bool:
 def _role(value: Any, turn: int) -> str:
     role = ROLE_ALIASES.get(str(value).lower()) if value is not None else None
     if role is None:
-        raise DataError(f"turn {turn} has role {value!r}; use one of {', '.join(sorted(ROLE_ALIASES))}")
+        raise DataError(say("turn_bad_role", turn=turn, role=value, choices=", ".join(sorted(ROLE_ALIASES))))
     return role
 
 
@@ -72,14 +73,14 @@ def _turns(value: Any, key: str, default_role: str) -> list[Message]:
     if isinstance(value, dict):
         value = [value]
     if not isinstance(value, list) or not value:
-        raise DataError(f"field '{key}' must be text or a non-empty list of messages")
+        raise DataError(say("field_not_turns", key=key))
     out = []
     for i, turn in enumerate(value, 1):
         if not isinstance(turn, dict):
-            raise DataError(f"field '{key}' turn {i} must be a message {{role, content}}")
+            raise DataError(say("field_turn_not_message", key=key, turn=i))
         text = turn.get("content", turn.get("value"))
         if not isinstance(text, str):
-            raise DataError(f"field '{key}' turn {i} needs a text field 'content' (or 'value')")
+            raise DataError(say("field_turn_needs_text", key=key, turn=i))
         out.append({"role": _role(turn.get("role", turn.get("from")), i), "content": text})
     return out
 
@@ -91,8 +92,7 @@ def _split_implicit(chosen: list[Message], rejected: list[Message]) -> tuple[lis
     while shared and chosen[shared - 1]["role"] == "assistant":  # the answers start at an assistant turn
         shared -= 1
     if not shared:
-        raise DataError("chosen and rejected share no prompt (their first messages differ); "
-                        "add a 'prompt' field")
+        raise DataError(say("pair_no_shared_prompt"))
     return chosen[:shared], chosen[shared:], rejected[shared:]
 
 
@@ -103,7 +103,7 @@ def _label(value: Any) -> bool:
         return value.strip().lower() == "true"
     if value in (0, 1):
         return bool(value)
-    raise DataError(f"field 'label' must be true or false, not {value!r}")
+    raise DataError(say("label_not_bool", value=value))
 
 
 def read_row(row: dict[str, Any], fmt: str | None = None) -> PreferenceRow:
@@ -119,13 +119,11 @@ def read_row(row: dict[str, Any], fmt: str | None = None) -> PreferenceRow:
     elif fmt == "implicit":
         for key in ("chosen", "rejected"):
             if not isinstance(row[key], list):
-                raise DataError(f"field '{key}' must be a whole conversation (a message list) when there is "
-                                "no 'prompt' field")
+                raise DataError(say("pair_needs_conversation", key=key))
         return PreferenceRow(*_split_implicit(_turns(row["chosen"], "chosen", "user"),
                                               _turns(row["rejected"], "rejected", "user")))
     else:
-        raise DataError("is not a preference row: it needs prompt/chosen/rejected, chosen/rejected, "
-                        "conversations/chosen/rejected or prompt/completion/label")
+        raise DataError(say("not_preference_row"))
     return PreferenceRow(prompt, _turns(row["chosen"], "chosen", "assistant"),
                          _turns(row["rejected"], "rejected", "assistant"))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from jobs.messages import say
 from jobs.data.conversation import DataError
 
 DEFAULT_MAX_ROW_BYTES = 1 << 20
@@ -32,18 +33,16 @@ def max_row_bytes(explicit: int | None = None) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise DataError(f"{MAX_ROW_BYTES_ENV}={raw!r} is not a whole number of bytes") from None
+        raise DataError(say("max_row_bytes_not_number", env=MAX_ROW_BYTES_ENV, raw=raw)) from None
     if value < 1:
-        raise DataError(f"{MAX_ROW_BYTES_ENV}={raw!r} must be at least 1")
+        raise DataError(say("max_row_bytes_too_small", env=MAX_ROW_BYTES_ENV, raw=raw))
     return value
 
 
 def too_large(where: str, size: int | str, limit: int) -> str:
-    size_text = f"{size:,} bytes" if isinstance(size, int) else size
-    return (f"{where} is {size_text}, over the row size limit of {limit:,} bytes: split or shorten it "
-            f"(or raise {MAX_ROW_BYTES_ENV})")
+    size_text = say("byte_count", count=size) if isinstance(size, int) else size
+    return say("row_too_large", where=where, size=size_text, limit=limit, env=MAX_ROW_BYTES_ENV)
 
 
 def not_utf8(where: str, offset: int) -> str:
-    return (f"{where} is not UTF-8 text (undecodable byte at offset {offset:,} of the file): "
-            "save the file as UTF-8")
+    return say("row_not_utf8", where=where, offset=offset)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.spec import BUILTIN_PROMPT_DATASETS
 
@@ -30,7 +31,7 @@ def prompt_of(row: dict, number: int):
         value = row["prompt"]
         if isinstance(value, str) and value.strip() or isinstance(value, list) and value:
             return value
-        raise DataError(f"row {number}: `prompt` is empty or not text / a list of messages")
+        raise DataError(say("row_problem", where=say("at_row", number=number), problem=say("prompt_empty")))
     for key in ("messages", "conversations"):
         if isinstance(row.get(key), list):
             turns = [{"role": t.get("role") or {"human": "user", "gpt": "assistant"}.get(t.get("from"), "user"),
@@ -39,7 +40,8 @@ def prompt_of(row: dict, number: int):
                 turns.pop()
             if turns:
                 return turns
-            raise DataError(f"row {number}: `{key}` has no user turn to prompt with")
+            raise DataError(say("row_problem", where=say("at_row", number=number),
+                                problem=say("prompt_no_user_turn", key=key)))
     for key in TEXT_KEYS:
         if isinstance(row.get(key), str) and row[key].strip():
             text = row[key] + (f"\n\n{row['input']}" if isinstance(row.get("input"), str) and row["input"] else "")

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.data.json_stream import json_array_rows, too_deep, too_deep_message
 from jobs.data.problems import (MAX_ROW_BYTES_ENV, Problem, max_row_bytes,  # noqa: F401  (re-exported)
@@ -29,7 +30,7 @@ def iter_rows(path: str | Path, limit: int | None = None) -> Iterator[tuple[int,
     readers = {".jsonl": _jsonl_rows, ".json": _json_rows, ".csv": _csv_rows, ".parquet": _parquet_rows}
     reader = readers.get(path.suffix.lower())
     if reader is None:
-        raise DataError(f"{path.name}: unsupported file type; use one of {', '.join(readers)}")
+        raise DataError(say("unsupported_file_type", name=path.name, choices=", ".join(readers)))
     return reader(path, limit)
 
 
@@ -47,7 +48,7 @@ def _jsonl_rows(path: Path, limit: int) -> Iterator[tuple[int, Any, str] | Probl
             if not line.strip():
                 continue  # a blank line is not a row
             number += 1
-            where = f"row {number} (line {line_number})"
+            where = say("at_row_line", number=number, line=line_number)
             if len(line.rstrip(b"\r\n")) > limit:
                 skipped = 0 if line.endswith(b"\n") else _skip_line(fh)
                 offset += skipped
@@ -66,7 +67,7 @@ def _jsonl_row(line: bytes, number: int, where: str, start: int) -> tuple[int, A
     try:  # without its line end: an error at the end of the line would be reported as column 1 of the next
         return number, json.loads(text.rstrip("\r\n")), where
     except json.JSONDecodeError as exc:
-        return Problem(number, f"{where} is not valid JSON (column {exc.colno}): {exc.msg}")
+        return Problem(number, say("row_not_json_column", where=where, column=exc.colno, detail=exc.msg))
 
 
 def _skip_line(fh) -> int:
@@ -154,11 +155,10 @@ def _csv_rows(path: Path, limit: int) -> Iterator[tuple[int, Any, str] | Problem
                 return
             except (_LineTooLarge, _LineNotUtf8, csv.Error) as exc:
                 number += 1
-                where = f"row {number} (line {first_line})"
+                where = say("at_row_line", number=number, line=first_line)
                 yield Problem(number, _csv_problem(where, exc, limit))
                 if isinstance(exc, _LineTooLarge) and not exc.balanced:
-                    yield Problem(number, f"rows after {where} were not checked: its quoted field "
-                                  "spans lines, so the next row cannot be found; fix it first")
+                    yield Problem(number, say("rows_after_unchecked", where=where))
                     return
                 reader = csv.reader(lines)  # a fresh parser state from the next line on
                 continue
@@ -166,22 +166,22 @@ def _csv_rows(path: Path, limit: int) -> Iterator[tuple[int, Any, str] | Problem
                 continue  # blank line
             number += 1
             if len(record) != len(header):
-                yield Problem(number, f"row {number} (line {first_line}) has {len(record)} fields; the "
-                              f"header has {len(header)} ({', '.join(header)})")
+                yield Problem(number, say("row_field_count", where=say("at_row_line", number=number, line=first_line),
+                                          count=len(record), header_count=len(header), header=", ".join(header)))
                 continue
-            yield number, dict(zip(header, record)), f"row {number} (line {first_line})"
+            yield number, dict(zip(header, record)), say("at_row_line", number=number, line=first_line)
 
 
 def _csv_header(path: Path, lines: _BoundedLines) -> list[str]:
     try:
         header = next(csv.reader(lines), None)
     except _LineNotUtf8 as exc:
-        raise DataError(not_utf8(f"{path.name}'s header line", exc.offset)) from None
+        raise DataError(not_utf8(say("at_header_line", name=path.name), exc.offset)) from None
     except (_LineTooLarge, csv.Error) as exc:
-        raise DataError(f"{path.name}'s header line cannot be read: {_csv_problem('it', exc, lines.limit)}") from None
+        problem = _csv_problem("it", exc, lines.limit)
+        raise DataError(say("csv_header_unreadable", name=path.name, problem=problem)) from None
     if not header or not any(name.strip() for name in header):
-        raise DataError(f"{path.name} is empty: a CSV needs a header line naming the fields "
-                        "(e.g. instruction,input,output) and one row per example")
+        raise DataError(say("csv_empty", name=path.name))
     return [name.strip() for name in header]
 
 
@@ -190,7 +190,7 @@ def _csv_problem(where: str, exc: Exception, limit: int) -> str:
         return too_large(where, exc.size, limit)
     if isinstance(exc, _LineNotUtf8):
         return not_utf8(where, exc.offset)
-    return f"{where} is not valid CSV: {exc}"
+    return say("row_not_csv", where=where, detail=exc)
 
 
 def _parquet_rows(path: Path, limit: int, batch_rows: int = 64) -> Iterator[tuple[int, Any, str] | Problem]:
@@ -209,9 +209,9 @@ def _parquet_rows(path: Path, limit: int, batch_rows: int = 64) -> Iterator[tupl
                 one = batch.slice(index, 1)
                 size = sum(column.nbytes for column in one.columns)
                 if size > limit:
-                    yield Problem(number, too_large(f"row {number}", size, limit))
+                    yield Problem(number, too_large(say("at_row", number=number), size, limit))
                 else:
-                    yield number, _plain(one.to_pylist()[0]), f"row {number}"
+                    yield number, _plain(one.to_pylist()[0]), say("at_row", number=number)
 
 
 def _plain(value: Any) -> Any:

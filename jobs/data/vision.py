@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.messages import say
+
 IMAGE_PLACEHOLDER = "<image>"          # LLaMA-Factory's placeholder
 URL_PREFIXES = ("http://", "https://", "ftp://", "s3://", "gs://", "data:")
 MAX_IMAGE_PIXELS = 64 * 1024 * 1024    # a decompression bomb is refused, not decoded
@@ -51,18 +53,17 @@ def is_vision_row(row: dict) -> bool:
 def resolve_image(reference, base_dir: Path, roots: tuple[Path, ...] = ()) -> Path:
     """The real path of an image reference, or RowProblem saying why it cannot be read."""
     if not isinstance(reference, str) or not reference.strip():
-        raise RowProblem(f"image {reference!r} is not a file path")
+        raise RowProblem(say("image_not_path", reference=reference))
     ref = reference.strip()
     if ref.lower().startswith(URL_PREFIXES) or "://" in ref:
-        raise RowProblem(f"image {ref!r} is a URL: images are read from files next to the dataset "
-                         "(upload a .zip holding the data file and its images), never fetched")
+        raise RowProblem(say("image_is_url", reference=ref))
     base = Path(os.path.realpath(base_dir))
     real = Path(os.path.realpath(ref if os.path.isabs(ref) else base / ref))
     allowed = (base, *(Path(os.path.realpath(r)) for r in roots))
     if not any(real.is_relative_to(root) for root in allowed):
-        raise RowProblem(f"image {ref!r} is outside the dataset's folder (and the allowed folders)")
+        raise RowProblem(say("image_outside", reference=ref))
     if not real.is_file():
-        raise RowProblem(f"image {ref!r} does not exist (looked for {real})")
+        raise RowProblem(say("image_missing", reference=ref, path=real))
     return real
 
 
@@ -72,12 +73,13 @@ def image_problem(path: Path) -> str | None:
     try:
         with Image.open(path) as image:
             if image.width * image.height > MAX_IMAGE_PIXELS:
-                return f"image {path.name} is {image.width}x{image.height}: more than {MAX_IMAGE_PIXELS:,} pixels"
+                return say("image_too_many_pixels", name=path.name, width=image.width, height=image.height,
+                           limit=MAX_IMAGE_PIXELS)
             image.load()   # decodes it: a truncated or corrupt file fails here, not at train time
     except UnidentifiedImageError:
-        return f"image {path.name} is not an image (PIL cannot identify it)"
+        return say("image_not_image", name=path.name)
     except (OSError, ValueError, SyntaxError) as exc:
-        return f"image {path.name} is corrupt: {exc}"
+        return say("image_corrupt", name=path.name, detail=exc)
     return None
 
 
@@ -85,28 +87,28 @@ def to_vision_conversation(row: dict, base_dir: Path, roots: tuple[Path, ...] = 
     """One row (either form) as a VisionConversation; RowProblem names what is wrong."""
     messages = row.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise RowProblem("has no `messages` list")
+        raise RowProblem(say("vision_no_messages"))
     listed = row.get("images") or []
     if not isinstance(listed, list):
-        raise RowProblem("`images` is not a list of file paths")
+        raise RowProblem(say("vision_images_not_list"))
     pending = list(listed)
     out, images = [], []
     for turn, message in enumerate(messages, 1):
         if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
-            raise RowProblem(f"message {turn} needs a role of system, user or assistant")
+            raise RowProblem(say("vision_bad_role", turn=turn))
         parts = _parts(message.get("content"), pending, turn)
         if message["role"] == "assistant" and any(p["type"] == "image" for p in parts):
-            raise RowProblem(f"message {turn} is an answer with an image: images go in user turns")
+            raise RowProblem(say("vision_image_in_answer", turn=turn))
         for part in parts:
             if part["type"] == "image":
                 part["image"] = resolve_image(part["image"], base_dir, roots)
                 images.append(part["image"])
         out.append({"role": message["role"], "content": parts})
     if pending:
-        raise RowProblem(f"`images` lists {len(listed)} images but the text has "
-                         f"{len(listed) - len(pending)} {IMAGE_PLACEHOLDER} placeholders")
+        raise RowProblem(say("vision_image_count", count=len(listed), placeholders=len(listed) - len(pending),
+                             placeholder=IMAGE_PLACEHOLDER))
     if not any(m["role"] == "assistant" and _text_of(m) for m in out):
-        raise RowProblem("has no answer (an assistant message with text)")
+        raise RowProblem(say("vision_no_answer"))
     return VisionConversation(out, images)
 
 
@@ -118,13 +120,14 @@ def _parts(content, pending: list, turn: int) -> list[dict]:
         for i, piece in enumerate(pieces):
             if i:
                 if not pending:
-                    raise RowProblem(f"message {turn} has more {IMAGE_PLACEHOLDER} placeholders than `images`")
+                    raise RowProblem(say("vision_too_many_placeholders", turn=turn,
+                                         placeholder=IMAGE_PLACEHOLDER))
                 parts.append({"type": "image", "image": pending.pop(0)})
             if piece:
                 parts.append({"type": "text", "text": piece})
         return parts
     if not isinstance(content, list):
-        raise RowProblem(f"message {turn}'s content is neither text nor a list of parts")
+        raise RowProblem(say("vision_bad_content", turn=turn))
     parts = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
@@ -133,7 +136,7 @@ def _parts(content, pending: list, turn: int) -> list[dict]:
         elif kind == "image":
             parts.append({"type": "image", "image": part.get("image", part.get("path", part.get("url")))})
         else:
-            raise RowProblem(f"message {turn} has a part that is neither text nor image: {str(part)[:60]}")
+            raise RowProblem(say("vision_bad_part", turn=turn, part=str(part)[:60]))
     return parts
 
 
@@ -151,12 +154,12 @@ def read_vision_rows(rows, base_dir: Path, problems, roots: tuple[Path, ...] = (
         try:
             conversation = to_vision_conversation(row, base_dir, roots)
         except RowProblem as exc:
-            problems.add(f"{where}: {exc}", rows.numbers[index])
+            problems.add(say("row_problem", where=where, problem=exc), rows.numbers[index])
             continue
         bad = [p for p in map(image_problem, conversation.images) if p] if open_images else []
         if bad:
-            problems.add(f"{where}: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
-                         rows.numbers[index])
+            problem = say("image_and_more", problem=bad[0], count=len(bad) - 1) if len(bad) > 1 else bad[0]
+            problems.add(say("row_problem", where=where, problem=problem), rows.numbers[index])
             continue
         good.append((index, conversation))
     return good

@@ -5,6 +5,7 @@ import json
 import zipfile
 from pathlib import Path
 
+from jobs.messages import say
 from jobs.export.card import BASE_MODEL_KEY, portable_base_model
 from jobs.export.files import ExportError, atomic_output
 from jobs.io.layout import ADAPTER_CONFIG, ADAPTER_WEIGHTS, JobLayout
@@ -35,8 +36,7 @@ def export_adapter_zip(job_dir: str | Path, out: str | Path | None = None) -> Pa
     adapter = JobLayout(job_dir).adapter
     missing = [name for name in REQUIRED if not (adapter / name).is_file()]
     if missing:
-        raise ExportError(f"job {job_dir.name} has no finished adapter ({', '.join(missing)} missing); "
-                          "wait for it to finish, or cancel it to save the current step")
+        raise ExportError(say("export_no_adapter", job=job_dir.name, missing=", ".join(missing)))
     target = Path(out) if out else default_zip_path(job_dir)
     with atomic_output(target, folder=False) as tmp:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:

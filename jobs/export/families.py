@@ -16,6 +16,7 @@ from typing import Iterable
 import gguf
 import torch
 
+from jobs.messages import say
 from jobs.export.files import ExportError
 
 
@@ -46,17 +47,12 @@ def supported_list() -> str:
 def family_of(config: dict) -> Family:
     """The family of a base config.json, or an ExportError listing the supported ones."""
     if config.get("vision_config") is not None:
-        raise ExportError(f"GGUF export of a vision-language model ({config.get('model_type', 'unknown')}) needs two "
-                          "files, the language model's GGUF and an mmproj GGUF of the vision tower and projector; "
-                          "Fusetune does not write them yet. Export the merged folder (--format merged) and convert it "
-                          "with llama.cpp's convert_hf_to_gguf.py (once plain, once with --mmproj)")
+        raise ExportError(say("export_vision_gguf", model_type=config.get("model_type", "unknown")))
     architecture = (config.get("architectures") or [MODEL_TYPES.get(config.get("model_type", ""), "")])[0]
     family = FAMILIES.get(architecture)
     if family is None:
         shown = architecture or config.get("model_type", "unknown")
-        raise ExportError(f"GGUF export does not support the {shown} architecture; supported: "
-                          f"{supported_list()}. Export it as a merged folder (--format merged) and convert "
-                          "that with llama.cpp's convert_hf_to_gguf.py")
+        raise ExportError(say("export_architecture", architecture=shown, supported=supported_list()))
     return family
 
 

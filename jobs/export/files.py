@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from jobs.messages import say
 from jobs.io.storage import describe, free_bytes, human_bytes, is_disk_error
 
 Progress = Callable[[float, str], None]
@@ -36,9 +37,8 @@ def check_free_space(folder: Path, needed_bytes: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     free = free_bytes(folder)
     if free is not None and free < needed_bytes + MARGIN_BYTES:
-        raise ExportError(f"not enough disk space in {folder}: the export needs about "
-                          f"{human_size(needed_bytes)}, {human_size(free)} is free; free some space "
-                          "or pass --out on another disk")
+        raise ExportError(say("export_no_disk_space", folder=folder, need=human_size(needed_bytes),
+                              free=human_size(free)))
 
 
 def _temporary_name(final: Path) -> Path:
@@ -80,8 +80,7 @@ def atomic_output(final: Path, folder: bool) -> Iterator[Path]:
         _remove(tmp)
         # safetensors and torch report a full disk as RuntimeError, hence jobs.io.storage's test
         if isinstance(exc, Exception) and not isinstance(exc, ExportError) and is_disk_error(exc):
-            raise ExportError(f"the disk failed while writing {final.name}, nothing was left behind: "
-                              f"{describe(final, exc)}; or pass --out on another disk") from exc
+            raise ExportError(say("export_disk_failed", name=final.name, detail=describe(final, exc))) from exc
         raise
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import gguf
 
+from jobs.messages import say
 from jobs.export import card, families
 from jobs.export.adapter import export_adapter_zip
 from jobs.export.files import ExportError, ExportResult, Progress, atomic_output, no_progress
@@ -51,8 +52,7 @@ def write_lora_gguf(target: Path, spec: JobSpec, config: dict, pairs: dict[str, 
         if gguf_name is None:
             continue
         if hf_name == "lm_head.weight" and config.get("tie_word_embeddings"):
-            raise ExportError("the adapter changes lm_head, which this model ties to the embeddings; "
-                              "llama.cpp cannot apply that as a LoRA (export --format merged instead)")
+            raise ExportError(say("export_tied_lm_head"))
         pair, heads = pairs[hf_name], families.qk_heads(family, config, hf_name)
         lora_b = families.permute_rows(pair.b, heads) if heads else pair.b
         writer.add_tensor(f"{gguf_name}.lora_a", pair.a.float().contiguous().numpy())

@@ -17,6 +17,7 @@ from typing import Iterator
 
 import torch
 
+from jobs.messages import say
 from jobs.export import card
 from jobs.export.files import ExportError, Progress, atomic_output, check_free_space, no_progress
 from jobs.export.source import JobSource, TensorSpec
@@ -31,7 +32,7 @@ def merge_device(choice: str = "auto") -> torch.device:
     if choice == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if choice == "cuda" and not torch.cuda.is_available():
-        raise ExportError("--device cuda was asked for, but this machine has no CUDA GPU")
+        raise ExportError(say("export_no_cuda"))
     return torch.device(choice)
 
 
@@ -52,8 +53,7 @@ def nf4_round_trip(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     try:
         from bitsandbytes import functional as bnb
     except ImportError:
-        raise ExportError("this is a QLoRA job: merging it needs bitsandbytes (pip install "
-                          "bitsandbytes) to rebuild the 4-bit base it trained against") from None
+        raise ExportError(say("export_qlora_needs_bnb")) from None
     packed, state = bnb.quantize_4bit(weight.to(dtype).contiguous(), blocksize=64,
                                       compress_statistics=True, quant_type="nf4")
     return bnb.dequantize_4bit(packed, state)

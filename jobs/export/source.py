@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from jobs.messages import say
 from jobs.io.events import summarize
 from jobs.export.files import ExportError
 from jobs.io.layout import ADAPTER_CONFIG, ADAPTER_WEIGHTS, JobLayout
@@ -71,14 +72,13 @@ def load_job(job_dir: str | Path, data_dir: str | Path | None = None, log=print)
     """Everything an export needs from a finished job, or an ExportError saying what is missing."""
     layout = JobLayout(Path(job_dir))
     if not layout.config.is_file():
-        raise ExportError(f"{layout.root} is not a job folder (no {layout.config.name})")
+        raise ExportError(say("export_not_job_folder", folder=layout.root, config=layout.config.name))
     try:
         spec = JobSpec.from_yaml(layout.config)
     except SpecError as exc:
         raise ExportError(f"{layout.config}: {exc}") from None
     if not layout.has_adapter():
-        raise ExportError(f"job {layout.root.name} has no finished adapter ({ADAPTER_WEIGHTS} missing); "
-                          "wait for it to finish, or cancel it to save the current step")
+        raise ExportError(say("export_no_adapter", job=layout.root.name, missing=ADAPTER_WEIGHTS))
     start = summarize(layout.root).start or {}
     base_dir = locate_base(spec, start.get("source"), data_dir, log)
     config = json.loads((base_dir / "config.json").read_text(encoding="utf-8"))
@@ -110,8 +110,7 @@ def locate_base(spec: JobSpec, started_from: str | None, data_dir, log) -> Path:
         from huggingface_hub import snapshot_download
         return Path(snapshot_download(resolved, local_files_only=True))
     except Exception as exc:  # huggingface_hub raises several kinds for "not downloaded"
-        raise ExportError(f"the base model {resolved!r} is not on this machine ({type(exc).__name__}); "
-                          "download it first, or train from a local folder") from None
+        raise ExportError(say("export_base_not_here", model=resolved, kind=type(exc).__name__)) from None
 
 
 def _shard_files(base_dir: Path) -> list[Path]:
@@ -122,8 +121,7 @@ def _shard_files(base_dir: Path) -> list[Path]:
     single = base_dir / "model.safetensors"
     if single.is_file():
         return [single]
-    raise ExportError(f"the base model {base_dir} has no safetensors weights (model.safetensors or "
-                      "model.safetensors.index.json); re-save it with save_pretrained(safe_serialization=True)")
+    raise ExportError(say("export_no_safetensors", folder=base_dir))
 
 
 def describe_tensors(base_dir: Path) -> list[TensorSpec]:

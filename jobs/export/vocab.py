@@ -21,6 +21,7 @@ from pathlib import Path
 
 import gguf
 
+from jobs.messages import say
 from jobs.export.files import ExportError
 
 # tokenizer.json split patterns, by llama.cpp pre-tokenizer name (from the models' tokenizer.json)
@@ -66,9 +67,7 @@ def tokenizer_kind(tokenizer_json: dict) -> str:
         return "llama"
     if model.get("type") == "BPE" and byte_level:
         return "gpt2"
-    raise ExportError(f"GGUF export supports byte-level BPE tokenizers (Llama 3, Qwen2, SmolLM) and "
-                      f"SentencePiece-style BPE with byte fallback (Llama 2, Mistral); this one is a "
-                      f"{model.get('type', 'unknown')} tokenizer")
+    raise ExportError(say("export_tokenizer_kind", kind=model.get("type", "unknown")))
 
 
 def _token_table(tokenizer, vocab_size: int) -> list[tuple[str, gguf.TokenType]]:

@@ -2,6 +2,7 @@
 a trainer could not be started (moved out of jobs/queue/runner.py, unchanged, to keep it small)."""
 from __future__ import annotations
 
+from jobs.messages import say
 from jobs.queue import procs
 from jobs.io.events import summarize
 from jobs.io.layout import JobLayout
@@ -10,15 +11,14 @@ from jobs.queue.store import JobRecord, JobState
 
 
 # the reason of a job whose cancel came after its last step: it ends "done", and says so
-FINISHED_BEFORE_CANCEL = "it finished all its steps before the cancel took effect"
+FINISHED_BEFORE_CANCEL = say("finished_before_cancel")
 
 
 def spawn_failure(argv: list[str], layout: JobLayout, exc: BaseException) -> str:
     if is_disk_error(exc) and getattr(exc, "filename", None) == str(layout.log):
         return str(as_storage_error(exc, layout.log))
     detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return (f"could not start the trainer ({argv[0]} -m jobs.train): {detail}; check that the studio's "
-            "Python is still installed there")
+    return say("trainer_not_started", python=argv[0], detail=detail)
 
 
 def outcome(record: JobRecord, code: int | None) -> tuple[JobState, str]:
@@ -31,6 +31,5 @@ def outcome(record: JobRecord, code: int | None) -> tuple[JobState, str]:
         message = final.get("message", "") if final else ""
         return JobState.CANCELLED, message or "cancelled by the user"
     if final and final["type"] == "error":
-        return JobState.FAILED, final.get("message", "the job reported an error")
-    return JobState.FAILED, (f"the training process ended with {procs.describe_exit(code)} without "
-                             "reporting why; see train.log")
+        return JobState.FAILED, final.get("message", say("job_reported_error"))
+    return JobState.FAILED, say("ended_without_reason", exit=procs.describe_exit(code))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobs.io import phases
+from jobs.messages import MESSAGES
 from jobs.spec import JobSpec
 from jobs.queue.store import JobState
 from studio import export_tab, form, i18n, job_actions, server_text
@@ -28,12 +29,13 @@ DYNAMIC = {
     "phase.unit_": {"phase.unit_answers"},
     "reason.": ({f"reason.{name}" for name in [*server_text.PATTERNS, *server_text.REPORT_LINES]}
                 | {f"reason.{key}" for key in server_text.CHECKPOINTING.values()} | {"reason.cpu_only_build"}),
+    "msg.": {f"msg.{key}" for key in MESSAGES},
     "export.format_": {f"export.format_{f}" for f in export_tab.FORMATS},
     "export.quant_": {f"export.quant_{q}" for q in export_tab.QUANTS},
     "export.hint_": {f"export.hint_{f}" for f in export_tab.FORMATS},
 }
 # Texts that are the same in Chinese (units, and a format of placeholders only).
-SAME_IN_CHINESE = {"plot.gb", "plot.percent", "error.field", "phase.counted"}
+SAME_IN_CHINESE = {"plot.gb", "plot.percent", "error.field", "phase.counted", "msg.row_problem"}
 
 
 def _key_strings(node, out, problems, where):

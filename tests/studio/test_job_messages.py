@@ -1,0 +1,132 @@
+"""Issue 24's last item: every sentence jobs/ writes for a person is a jobs/messages.py template,
+and the studio shows it in 简体中文 by that template (studio/server_text.py), nested and joined
+messages piece by piece; English and unknown text stay as written."""
+import json
+import string
+
+import pytest
+
+from jobs.checks.preflight import PreflightError, run_preflight
+from jobs.data.dataset import scan_rows, to_conversations
+from jobs.data.readers import iter_rows
+from jobs.export.adapter import export_adapter_zip
+from jobs.export.files import ExportError
+from jobs.messages import MESSAGES, say
+from jobs.queue.outcome import FINISHED_BEFORE_CANCEL
+from jobs.spec import JobSpec
+from studio import form
+from studio.i18n import catalogue
+from studio.server_text import NUMBER_NAMES, message_matchers, translated
+from tests.tiny import make_tiny_model
+
+ZH = "zh-CN"
+GOOD = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+def _fields(template):
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def test_every_template_has_chinese_with_the_same_placeholders():
+    chinese = catalogue(ZH)
+    for key, template in MESSAGES.items():
+        assert f"msg.{key}" in chinese, key
+        assert _fields(chinese[f"msg.{key}"]) == _fields(template), key
+
+
+def _sample(template):
+    """Values a real caller could pass: numbers, a row's place, a joined list, a word."""
+    values = {}
+    for _, name, spec, conversion in string.Formatter().parse(template):
+        if name is None or name in values:
+            continue
+        if name in NUMBER_NAMES or (spec or "").endswith(","):
+            values[name] = 1234
+        elif name == "where":
+            values[name] = "row 3 (line 4)"
+        elif name == "problems":
+            values[name] = "row 1 (line 1) is a list, not an object with fields; row 2: boom"
+        elif name == "findings":
+            values[name] = "model: it is gone; rewards: unknown"
+        else:
+            values[name] = f"Q{name}Q"
+    return values
+
+
+def test_each_template_is_matched_by_its_own_pattern_first():
+    """The most specific template wins: no generic one ("{where}: {problem}") swallows another."""
+    for key, template in MESSAGES.items():
+        text = say(key, **_sample(template))
+        first = next(k for k, _anchor, pattern in message_matchers() if pattern.fullmatch(text))
+        assert first == key, (key, text)
+        assert translated(text, ZH) != text, key
+        assert translated(text, "en") == text
+
+
+def _bad_rows(tmp_path):
+    lines = [json.dumps(GOOD), '{"messages": [', json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
+             json.dumps({"messages": [{"role": "robot", "content": "hi"}, {"role": "assistant", "content": "x"}]}),
+             "[1, 2]"]
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_real_bad_rows_come_out_chinese_row_by_row(tmp_path):
+    rows, problems = scan_rows(str(_bad_rows(tmp_path)))
+    to_conversations(rows, "messages", problems)
+    english = str(problems.error(rows.name))
+    assert english.startswith("bad.jsonl has 4 bad rows: row 2 (line 2) is not valid JSON (column 15)")
+    chinese = translated(english, ZH)
+    assert chinese.startswith("bad.jsonl 有 4 条错误数据：第 2 条（第 2 行）不是有效的 JSON（第 15 列）")
+    # each joined piece, its nested `where` and inner reason translated too; the parser's own words stay
+    assert "第 3 条（第 3 行，messages）：没有 assistant 轮次" in chinese
+    assert "第 4 条（第 4 行，messages）：第 1 轮的角色是 'robot'" in chinese
+    assert "第 5 条（第 5 行）是列表，不是带字段的对象" in chinese
+    assert "Expecting value" in chinese and "row " not in chinese
+    assert translated(english, "en") == english
+
+
+def test_not_utf8_and_too_large_rows_come_out_chinese(tmp_path):
+    path = tmp_path / "raw.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + b'{"text": "\xff"}\n' + b'{"text": "' + b"a" * 300 + b'"}\n')
+    problems = [item.message for item in iter_rows(path, 100) if hasattr(item, "message")]
+    assert len(problems) == 2, problems
+    utf8, large = (translated(p, ZH) for p in problems)
+    assert utf8.startswith("第 2 条（第 2 行）不是 UTF-8 文本（文件偏移 ") and "请将文件另存为 UTF-8" in utf8
+    assert large.startswith("第 3 条（第 3 行）大小为 313 字节，超过了单行上限 100 字节") and "FUSETUNE_MAX_ROW_BYTES" in large
+
+
+def test_preflight_findings_and_their_also_list_come_out_chinese(tmp_path, tiny_model):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps(GOOD))
+    spec = JobSpec.from_dict({"model": str(tiny_model), "dataset": str(data), "target_modules": "q_proj,qkv_proj",
+                              "max_seq_length": 4096})
+    report = run_preflight(spec, log=lambda _: None)
+    refused = report.error()
+    assert isinstance(refused, PreflightError) and "(also: " in str(refused)
+    chinese = form.error_text(refused, ZH)
+    assert "不是此模型的线性层" in chinese and "超过了此模型的上限 512 个词元" in chinese
+    assert "qkv_proj" in chinese and "also" not in chinese and "is not a linear layer" not in chinese
+    assert form.error_text(refused, "en").endswith(str(refused).removeprefix(f"{refused.key}: "))
+
+
+def test_an_export_refusal_and_a_job_end_reason_come_out_chinese(tmp_path):
+    with pytest.raises(ExportError) as refused:
+        export_adapter_zip(tmp_path)
+    assert translated(str(refused.value), ZH).startswith(f"任务 {tmp_path.name} 还没有完成的适配器（缺少 ")
+    assert translated(FINISHED_BEFORE_CANCEL, ZH) == "在取消生效前它已完成全部步骤"
+
+
+@pytest.mark.parametrize("text", ["something no template knows", "Triton said: boom; row 3 is odd", ""])
+def test_unknown_text_is_shown_as_written(text):
+    assert translated(text, ZH) == text
+
+
+def test_a_known_frame_keeps_an_unknown_inner_reason_as_written():
+    assert translated("row 3 (line 9): a reason from elsewhere", ZH) == "第 3 条（第 9 行）：a reason from elsewhere"
