@@ -213,6 +213,70 @@ MESSAGES: dict[str, str] = {
     "ended_without_reason": "the training process ended with {exit} without reporting why; see train.log",
     "trainer_not_started": "could not start the trainer ({python} -m jobs.train): {detail}; check that the "
                            "studio's Python is still installed there",
+    # the job's own failure lines (jobs/train/cli.py, evaluate.py) and its reward functions (jobs/train/rewards/)
+    "config_missing": "config file {path} does not exist",
+    "config_not_utf8": "{path} is not UTF-8 text (byte {offset} is 0x{byte:02x}): save it as UTF-8",
+    "config_unreadable": "cannot read {path}: {detail}; check its permissions",
+    "config_not_yaml": "{path} is not valid YAML: {detail}",
+    "config_not_mapping": "{path} must be one flat mapping of key: value pairs",
+    "config_not_flat": "the config must be one flat mapping of key: value pairs",
+    "config_unknown_key": "unknown key (known keys: {known})",
+    "out_of_gpu_memory": "out of GPU memory at step {step}: lower batch_size or max_seq_length, turn on "
+                         "gradient_checkpointing, or use load_in_4bit",
+    "torchrun_needs_output_dir": "must be set when torchrun starts the job: every rank writes to the same folder",
+    "rank_not_joined": "rank {rank} could not join the other ranks: {detail}",
+    "ranks_lost": "lost contact with the other ranks at step {step} ({detail})",
+    "on_rank": "rank {rank}: {message}",
+    "error_event_lost": "{message} (and the error event could not be recorded: {problem})",
+    "eval_fraction_too_few": "eval_fraction={fraction} needs at least 2 usable rows; the dataset has {count}. "
+                             "Use eval_dataset or a larger dataset",
+    "in_eval_dataset": "eval_dataset: {problem}",
+    "reward_file_not_python": "{path} cannot be loaded as a Python file",
+    "reward_file_import_failed": "{name} failed to import: {detail}",
+    "reward_raised": "reward {name} raised {detail} (the traceback is in train.log)",
+    "reward_bad_values": "reward {name} must return one finite number per completion ({count}), got {got} values",
+    # GPU choice and placement (jobs/io/gpus.py; the wait reasons are "; "-joined in gpu_reasons)
+    "gpus_without_gpu": "{key} names GPUs, but this machine has no NVIDIA GPU (NVML found none); use gpus: auto "
+                        "to train on the CPU",
+    "gpu_missing": "GPU {index} does not exist; this machine has GPU {have}",
+    "processes_vs_gpus": "is {processes}, but the job gets {wanted} GPU(s) (gpus: {key}); use one process per "
+                         "GPU, or 0 for one per chosen GPU",
+    "processes_over_gpus": "asks for {wanted} processes, one per GPU, but this machine has {count} GPU(s) ({have})",
+    "gpu_chat_generating": "GPU {index}: the Chat tab holds {held:.1f} GB (a reply is being generated); unload it "
+                           "or wait for the reply",
+    "gpu_used_by_others": "GPU {index} has {used:.1f} of {total:.1f} GB in use by other processes",
+    "gpu_too_small": "GPU {index}: needs {need:.1f} GB, more than its {total:.1f} GB; lower the settings (see the "
+                     "fit check) or Start anyway",
+    "gpu_short": "GPU {index}: needs {need:.1f} GB, {free:.1f} GB free ({used:.1f} GB held by other processes)",
+    "gpu_short_chat": "GPU {index}: needs {need:.1f} GB, {free:.1f} GB free ({used:.1f} GB held by other "
+                      "processes, the Chat tab {held:.1f} GB)",
+    "gpu_held_by_job": "GPU {index} is in use by job '{job}'",
+    "gpu_kept_for_queue": "GPU {index} is kept for a job queued earlier",
+    "gpu_wait": "waiting: {gpu_reasons}",
+    "gpu_wait_for": "waiting for {need}: {gpu_reasons}",
+    "gpu_anyway": "starting on GPU {gpus} anyway: {gpu_reasons}",
+    "gpu_anyway_for": "starting on GPU {gpus} anyway for {need}: {gpu_reasons}",
+    "a_free_gpu": "a free GPU",
+    "free_gpus": "{count} free GPUs ({free} free now)",
+    # YAML limits (jobs/yaml_bounded.py)
+    "yaml_too_deep": "{source} nests more than {limit} levels deep: a job config is one flat mapping of key: "
+                     "value pairs",
+    "yaml_key_too_big": "{source}: key '{key}' {problem}",
+    "yaml_document_too_big": "{source}: the document {problem}",
+    "yaml_self_alias": "refers to itself through an alias: write its values out without YAML aliases "
+                       "(&anchor / *alias)",
+    "yaml_nests": "nests more than {limit} levels deep: a job config is one flat mapping of key: value pairs",
+    "yaml_expands": "expands through aliases to more than {limit:,} values, over the limit of {limit:,}: write "
+                    "its values out without YAML aliases (&anchor / *alias)",
+    # config values (jobs/spec_values.py)
+    "target_modules_empty": "must be 'all-linear' or a non-empty list of module names",
+    "target_module_invalid": "{name!r} is not a module name (letters, digits, _ and .)",
+    "report_to_invalid": "{value!r} is not none or a list of {choices}",
+    "report_to_none_and_more": "none cannot be combined with a tracker; list the trackers alone",
+    "gpus_invalid": "{value!r} is not auto, all or a list of GPU numbers such as 0,1",
+    "gpus_twice": "{value!r} names a GPU twice",
+    # a config error as the job's error event writes it: the field's name, then why (SpecError)
+    "field_error": "{field}: {message}",
 }
 
 

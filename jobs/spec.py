@@ -160,11 +160,11 @@ class JobSpec:
     def from_dict(cls, data: dict[str, Any]) -> "JobSpec":
         """Build and validate a spec; unknown keys are refused by name."""
         if not isinstance(data, dict):
-            raise SpecError(None, "the config must be one flat mapping of key: value pairs")
+            raise SpecError(None, say("config_not_flat"))
         known = set(cls.field_names())
         unknown = sorted(str(k) for k in data if k not in known)
         if unknown:
-            raise SpecError(unknown[0], f"unknown key (known keys: {', '.join(sorted(known))})")
+            raise SpecError(unknown[0], say("config_unknown_key", known=", ".join(sorted(known))))
         given = {k: _coerce(k, v) for k, v in data.items()}
         spec = cls(**{**METHOD_DEFAULTS.get(str(given.get("method", "")).strip(), {}), **given})
         spec.validate()
@@ -176,7 +176,7 @@ class JobSpec:
         try:
             data = load_config_yaml(text, str(path))
         except yaml.YAMLError as exc:
-            raise SpecError(None, f"{path} is not valid YAML: {exc}") from exc
+            raise SpecError(None, say("config_not_yaml", path=path, detail=exc)) from exc
         return cls.from_dict(data or {})
 
     def to_dict(self) -> dict[str, Any]:

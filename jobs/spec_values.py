@@ -178,11 +178,11 @@ def _normalise_targets(value: Any) -> Any:
         text = text.removeprefix("[").removesuffix("]")  # "[q_proj, v_proj]" from a form or the CLI
         value = [part.strip().strip("'\"") for part in text.replace("\n", ",").split(",") if part.strip()]
     if not isinstance(value, (list, tuple)) or not value:
-        raise SpecError("target_modules", "must be 'all-linear' or a non-empty list of module names")
+        raise SpecError("target_modules", say("target_modules_empty"))
     names = [str(v).strip() for v in value]
     for name in names:
         if not name or set(name) - MODULE_NAME_CHARS:
-            raise SpecError("target_modules", f"{name!r} is not a module name (letters, digits, _ and .)")
+            raise SpecError("target_modules", say("target_module_invalid", name=name))
     return names
 
 
@@ -191,15 +191,15 @@ def _normalise_report_to(value: Any) -> Any:
     if isinstance(value, str):
         value = value.strip().removeprefix("[").removesuffix("]").replace(" ", ",").split(",")
     if not isinstance(value, (list, tuple)):
-        raise SpecError("report_to", f"{value!r} is not none or a list of {', '.join(REPORT_TO[1:])}")
+        raise SpecError("report_to", say("report_to_invalid", value=value, choices=", ".join(REPORT_TO[1:])))
     names = []
     for part in (str(v).strip().strip("'\"").lower() for v in value):
         if part and part not in REPORT_TO:
-            raise SpecError("report_to", f"{part!r} is not one of {', '.join(REPORT_TO)}")
+            raise SpecError("report_to", say("value_not_choice", value=part, choices=", ".join(REPORT_TO)))
         if part and part != "none" and part not in names:
             names.append(part)
     if "none" in [str(v).strip().lower() for v in value] and names:
-        raise SpecError("report_to", "none cannot be combined with a tracker; list the trackers alone")
+        raise SpecError("report_to", say("report_to_none_and_more"))
     return names or "none"
 
 
@@ -219,7 +219,7 @@ def _normalise_gpus(value: Any) -> str:
         return "all"
     parts = text.split(",")
     if not all(part.isdigit() for part in parts):
-        raise SpecError("gpus", f"{value!r} is not auto, all or a list of GPU numbers such as 0,1")
+        raise SpecError("gpus", say("gpus_invalid", value=value))
     if len(set(parts)) != len(parts):
-        raise SpecError("gpus", f"{value!r} names a GPU twice")
+        raise SpecError("gpus", say("gpus_twice", value=value))
     return ",".join(str(int(part)) for part in parts)

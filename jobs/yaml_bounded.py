@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from jobs.errors import SpecError
+from jobs.messages import say
 
 # A job config is one flat mapping with at most a few dozen values per key (target_modules is the
 # longest list); 10,000 leaves room for any real file and none for an alias bomb.
@@ -21,14 +22,8 @@ MAX_YAML_VALUES = 10_000
 MAX_YAML_NESTING = 100
 
 
-ALIAS_FIX = "write its values out without YAML aliases (&anchor / *alias)"
-FLAT_FIX = "a job config is one flat mapping of key: value pairs"
-
-
 class _TooBig(Exception):
-    def __init__(self, what: str, fix: str = ALIAS_FIX):
-        super().__init__(what)
-        self.what, self.fix = what, fix
+    """What is too big about a value, and the fix (a jobs/messages.py sentence)."""
 
 
 def load_config_yaml(text: str, source: str) -> Any:
@@ -39,7 +34,7 @@ def load_config_yaml(text: str, source: str) -> Any:
         try:
             node = loader.get_single_node()
         except RecursionError:
-            raise SpecError(None, f"{source} nests more than {MAX_YAML_NESTING} levels deep: {FLAT_FIX}") from None
+            raise SpecError(None, say("yaml_too_deep", source=source, limit=MAX_YAML_NESTING)) from None
         if node is None:
             return None
         _check_size(node, source)
@@ -62,8 +57,9 @@ def _refuse_if_big(node: yaml.Node, sizes: dict[int, int], source: str, key: str
     try:
         _expanded_size(node, sizes, set(), 0)
     except _TooBig as exc:
-        where = f"key '{key}'" if key else "the document"
-        raise SpecError(key, f"{source}: {where} {exc.what}: {exc.fix}") from None
+        message = (say("yaml_key_too_big", source=source, key=key, problem=exc) if key
+                   else say("yaml_document_too_big", source=source, problem=exc))
+        raise SpecError(key, message) from None
 
 
 def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int], depth: int) -> int:
@@ -72,9 +68,9 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int],
     if ident in sizes:
         return sizes[ident]
     if ident in open_nodes:
-        raise _TooBig("refers to itself through an alias")
+        raise _TooBig(say("yaml_self_alias"))
     if depth > MAX_YAML_NESTING:
-        raise _TooBig(f"nests more than {MAX_YAML_NESTING} levels deep", FLAT_FIX)
+        raise _TooBig(say("yaml_nests", limit=MAX_YAML_NESTING))
     total = 1
     if not isinstance(node, yaml.ScalarNode):
         open_nodes.add(ident)
@@ -82,8 +78,7 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int],
         for child in children:
             total += _expanded_size(child, sizes, open_nodes, depth + 1)
             if total > MAX_YAML_VALUES:
-                raise _TooBig(f"expands through aliases to more than {MAX_YAML_VALUES:,} values, over the limit "
-                              f"of {MAX_YAML_VALUES:,}")
+                raise _TooBig(say("yaml_expands", limit=MAX_YAML_VALUES))
         open_nodes.discard(ident)
     sizes[ident] = total
     return total

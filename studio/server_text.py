@@ -13,6 +13,7 @@ import re
 from string import Formatter
 
 from jobs.messages import MESSAGES
+from jobs.spec import JobSpec
 from studio.i18n import normalize, t
 
 # name -> the English sentence (jobs/io/telemetry.py, studio/context.py) as a pattern
@@ -80,10 +81,14 @@ def report_line(line: str, lang: str | None) -> str:
 # a row's place, and the "; "-joined lists the code makes (split again at the same join).
 NUMBER = r"\d[\d,]*"
 NUMBER_NAMES = {"number", "line", "count", "column", "offset", "limit", "shown", "turn", "header_count", "length",
-                "width", "height", "placeholders"}
+                "width", "height", "placeholders", "rank", "step", "index"}
 WHERE = r"row \d[\d,]*(?: \([^()]*\)){0,2}|.+?'s header line|it"
 LIST_SPLITS = {"problems": re.compile(r"; (?=row \d)"),   # jobs/data/dataset.py Problems.error
-               "findings": re.compile(r"; (?=\w+: )")}     # jobs/checks/preflight.py PreflightReport.error
+               "findings": re.compile(r"; (?=\w+: )"),     # jobs/checks/preflight.py PreflightReport.error
+               "gpu_reasons": re.compile(r"; (?=GPU \d)")}  # jobs/io/gpus.py place: one reason per GPU
+# `field` is a config key (a SpecError's in a job's error event): only JobSpec's own, longest first, so
+# "{field}: {message}" never reads a file name or a row's place as a field
+FIELD = "|".join(sorted(map(re.escape, JobSpec.field_names()), key=len, reverse=True))
 LIST_JOIN = "；"
 FRAMES = {"problems", "findings", "problem", "message"}   # placeholders that hold another message
 MAX_DEPTH = 4   # a message inside a message inside ...: real ones nest two or three deep
@@ -92,6 +97,8 @@ MAX_DEPTH = 4   # a message inside a message inside ...: real ones nest two or t
 def _group(name: str, spec: str) -> str:
     if name == "where":
         return WHERE
+    if name == "field":
+        return f"(?:{FIELD})"
     if name in NUMBER_NAMES or spec.endswith((",", "d")):
         return NUMBER
     return ".+?"

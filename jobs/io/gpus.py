@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from jobs.messages import say
 from jobs.spec import SpecError
 
 # For a job without a predicted peak: memory another process may hold on a GPU that still counts
@@ -101,21 +102,18 @@ def check_request(key: str, processes: int, machine: list[GpuInfo]) -> None:
     listed = parse_gpus(key)
     if not machine:
         if listed is not None:
-            raise SpecError("gpus", f"{key} names GPUs, but this machine has no NVIDIA GPU (NVML found "
-                            "none); use gpus: auto to train on the CPU")
+            raise SpecError("gpus", say("gpus_without_gpu", key=key))
         return
     have = ", ".join(str(i) for i in present)
     if listed is not None:
         missing = [i for i in listed if i not in present]
         if missing:
-            raise SpecError("gpus", f"GPU {missing[0]} does not exist; this machine has GPU {have}")
+            raise SpecError("gpus", say("gpu_missing", index=missing[0], have=have))
     wanted = len(listed) if listed is not None else len(present) if key == "all" else processes or 1
     if processes and processes != wanted:
-        raise SpecError("processes", f"is {processes}, but the job gets {wanted} GPU(s) (gpus: {key}); "
-                        "use one process per GPU, or 0 for one per chosen GPU")
+        raise SpecError("processes", say("processes_vs_gpus", processes=processes, wanted=wanted, key=key))
     if wanted > len(present):
-        raise SpecError("processes", f"asks for {wanted} processes, one per GPU, but this machine has "
-                        f"{len(present)} GPU(s) ({have})")
+        raise SpecError("processes", say("processes_over_gpus", wanted=wanted, count=len(present), have=have))
 
 
 def need_with_margin(need_gb: float) -> float:
@@ -158,25 +156,22 @@ def _memory_verdict(gpu: GpuInfo, demand: Demand, idle_gb: float) -> tuple[str |
     if gpu.free_gb + ours >= wanted:
         if demand.releasable:
             return None, True
-        return (f"GPU {gpu.index}: the Chat tab holds {ours:.1f} GB (a reply is being generated); "
-                "unload it or wait for the reply"), False
+        return say("gpu_chat_generating", index=gpu.index, held=ours), False
     if demand.need_gb is None:
-        return f"GPU {gpu.index} has {strangers:.1f} of {gpu.total_gb:.1f} GB in use by other processes", False
+        return say("gpu_used_by_others", index=gpu.index, used=strangers, total=gpu.total_gb), False
     if wanted > gpu.total_gb:
-        return (f"GPU {gpu.index}: needs {demand.need_gb:.1f} GB, more than its {gpu.total_gb:.1f} GB; "
-                "lower the settings (see the fit check) or Start anyway"), False
-    held = f", the Chat tab {ours:.1f} GB" if ours else ""
-    return (f"GPU {gpu.index}: needs {demand.need_gb:.1f} GB, {gpu.free_gb:.1f} GB free "
-            f"({strangers:.1f} GB held by other processes{held})"), False
+        return say("gpu_too_small", index=gpu.index, need=demand.need_gb, total=gpu.total_gb), False
+    return say("gpu_short_chat" if ours else "gpu_short", index=gpu.index, need=demand.need_gb, free=gpu.free_gb,
+               used=strangers, held=ours), False
 
 
 def _why_busy(gpu: GpuInfo, held: dict[int, str], claimed: set[int], idle_gb: float,
               demand: Demand) -> tuple[str | None, bool]:
     """(why `gpu` cannot be given to a job now, or None; whether the chat models must unload)."""
     if gpu.index in held:
-        return f"GPU {gpu.index} is in use by job '{held[gpu.index]}'", False
+        return say("gpu_held_by_job", index=gpu.index, job=held[gpu.index]), False
     if gpu.index in claimed:
-        return f"GPU {gpu.index} is kept for a job queued earlier", False
+        return say("gpu_kept_for_queue", index=gpu.index), False
     return _memory_verdict(gpu, demand, idle_gb)
 
 
@@ -196,7 +191,7 @@ def place(key: str, processes: int, machine: list[GpuInfo], held: dict[int, str]
         wanted = listed if listed is not None else [g.index for g in machine]
         reasons = [busy[i] for i in wanted if busy[i]]
         if reasons:
-            return Wait("waiting: " + "; ".join(reasons), frozenset(wanted))
+            return Wait(say("gpu_wait", gpu_reasons="; ".join(reasons)), frozenset(wanted))
         return Placement(tuple(wanted), len(wanted), any(verdicts[i][1] for i in wanted))
     count = processes or 1
     # GPUs that need no unloading first: a chat model stays loaded when another GPU has room
@@ -205,8 +200,8 @@ def place(key: str, processes: int, machine: list[GpuInfo], held: dict[int, str]
         chosen = tuple(sorted(free[:count]))
         return Placement(chosen, count, any(verdicts[i][1] for i in chosen))
     reasons = [r for r in busy.values() if r]
-    need = "a free GPU" if count == 1 else f"{count} free GPUs ({len(free)} free now)"
-    return Wait(f"waiting for {need}: " + "; ".join(reasons), frozenset(free))
+    need = say("a_free_gpu") if count == 1 else say("free_gpus", count=count, free=len(free))
+    return Wait(say("gpu_wait_for", need=need, gpu_reasons="; ".join(reasons)), frozenset(free))
 
 
 def place_now(key: str, processes: int, machine: list[GpuInfo],

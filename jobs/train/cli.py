@@ -29,6 +29,7 @@ from jobs.io import paths
 from jobs.launch import EXIT_PEER_LOST
 from jobs.io.layout import JobLayout
 from jobs.io.logtee import tee_to_log
+from jobs.messages import say
 from jobs.spec import JobSpec, SpecError, short_name
 from jobs.io.storage import (PRIVATE_UMASK, StorageError, as_storage_error, is_disk_error, make_private_dir,
                           write_private_text)
@@ -72,20 +73,19 @@ def read_config(path: Path) -> dict:
     import yaml
     from jobs.yaml_bounded import load_config_yaml
     if not path.is_file():
-        raise SpecError(None, f"config file {path} does not exist")
+        raise SpecError(None, say("config_missing", path=path))
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError(None, f"{path} is not UTF-8 text (byte {exc.start} is 0x{exc.object[exc.start]:02x}): "
-                              "save it as UTF-8") from None
+        raise SpecError(None, say("config_not_utf8", path=path, offset=exc.start, byte=exc.object[exc.start])) from None
     except OSError as exc:
-        raise SpecError(None, f"cannot read {path}: {exc.strerror}; check its permissions") from None
+        raise SpecError(None, say("config_unreadable", path=path, detail=exc.strerror)) from None
     try:
         data = load_config_yaml(text, str(path)) or {}
     except yaml.YAMLError as exc:
-        raise SpecError(None, f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
+        raise SpecError(None, say("config_not_yaml", path=path, detail=" ".join(str(exc).split()))) from None
     if not isinstance(data, dict):
-        raise SpecError(None, f"{path} must be one flat mapping of key: value pairs")
+        raise SpecError(None, say("config_not_mapping", path=path))
     return data
 
 
@@ -118,8 +118,7 @@ def _message(kind: str, exc: BaseException, step: int, job_dir: Path) -> str:
     if kind == "oom" and getattr(exc, "for_people", False):
         return str(exc)   # the trainer's message: estimate, peak seen, what to change
     if kind == "oom":
-        return (f"out of GPU memory at step {step}: lower batch_size or max_seq_length, turn on "
-                "gradient_checkpointing, or use load_in_4bit")
+        return say("out_of_gpu_memory", step=step)
     if kind == "io":
         return str(as_storage_error(exc, job_dir, action="write" if isinstance(exc, StorageError) else "use"))
     if kind == "internal":
@@ -134,8 +133,7 @@ def _processes(spec: JobSpec) -> int:
     from jobs.launch import launched_by_torchrun
     if launched_by_torchrun():
         if int(os.environ["WORLD_SIZE"]) > 1 and not spec.output_dir:
-            raise SpecError("output_dir", "must be set when torchrun starts the job: every rank "
-                            "writes to the same folder")
+            raise SpecError("output_dir", say("torchrun_needs_output_dir"))
         return 1
     if os.environ.get(gpus.PLACED_ENV):
         return spec.processes or 1
@@ -246,7 +244,7 @@ def _run(spec: JobSpec, layout: JobLayout, data_dir: Path) -> int:
     try:
         dist = distributed.init()
     except Exception as exc:  # the rendezvous or the GPU: this rank never joined the others
-        message = f"rank {os.environ.get('RANK', 0)} could not join the other ranks: {type(exc).__name__}: {exc}"
+        message = say("rank_not_joined", rank=os.environ.get("RANK", 0), detail=f"{type(exc).__name__}: {exc}")
         events.emit("error", kind="internal", message=message, step=0, rank=int(os.environ.get("RANK", 0)))
         print(f"fusetune: {message}", file=sys.stderr, flush=True)
         return EXIT_FAILED
@@ -293,7 +291,7 @@ def _report_failure(exc: Exception, trainer, events, job_dir: Path, dist) -> int
     message = _message(kind, exc, trainer.step, job_dir)
     if dist.enabled and lost_peer(exc):  # another rank failed first; jobs.launch names it
         code, detail = EXIT_PEER_LOST, (str(exc).splitlines() or [""])[0][:300]
-        message = f"lost contact with the other ranks at step {trainer.step} ({type(exc).__name__}: {detail})"
+        message = say("ranks_lost", step=trainer.step, detail=f"{type(exc).__name__}: {detail}")
     elif kind == "internal":
         traceback.print_exc(file=sys.stdout)
     rank = {}
@@ -303,12 +301,12 @@ def _report_failure(exc: Exception, trainer, events, job_dir: Path, dist) -> int
             print(f"rank {dist.rank}: stopped at step {trainer.step}", flush=True)
             dist.cleanup()
         else:
-            message = f"rank {dist.rank}: {message}"
+            message = say("on_rank", rank=dist.rank, message=message)
     if dist.is_main or kind not in SHARED_ERROR_KINDS + ("killed",):
         try:
             events.emit("error", kind=kind, message=message, step=trainer.step, **rank)
         except OSError as write_error:  # the disk that failed the job may refuse the event too
-            message += f" (and the error event could not be recorded: {as_storage_error(write_error, events.path)})"
+            message = say("error_event_lost", message=message, problem=as_storage_error(write_error, events.path))
     if not dist.is_main and kind == "killed":
         return code
     with contextlib.suppress(OSError):  # stderr may be a log file on that full disk

@@ -15,6 +15,7 @@ import torch
 from jobs.data import encode
 from jobs.data.dataset import DataError, load_rows, to_conversations
 from jobs.data.packing import BatchPlan
+from jobs.messages import say
 from jobs.spec import JobSpec
 
 
@@ -23,8 +24,7 @@ def split_holdout(examples: list, fraction: float, seed: int) -> tuple[list, lis
     if fraction <= 0:
         return examples, []
     if len(examples) < 2:
-        raise DataError(f"eval_fraction={fraction} needs at least 2 usable rows; the dataset has "
-                        f"{len(examples)}. Use eval_dataset or a larger dataset")
+        raise DataError(say("eval_fraction_too_few", fraction=fraction, count=len(examples)))
     order = list(range(len(examples)))
     random.Random(seed).shuffle(order)
     n_eval = min(len(examples) - 1, max(1, round(fraction * len(examples))))
@@ -43,7 +43,7 @@ def load_eval_examples(spec: JobSpec, tokenizer, log=print) -> list:
     try:
         return encode.encode_all(tokenizer, conversations, spec.max_seq_length, log=log)
     except DataError as exc:
-        raise DataError(f"eval_dataset: {exc}") from None
+        raise DataError(say("in_eval_dataset", problem=exc)) from None
 
 
 def eval_loss(model, plan: BatchPlan, device: torch.device) -> tuple[float, int]:

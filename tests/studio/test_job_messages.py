@@ -47,12 +47,18 @@ def _sample(template):
             continue
         if name in NUMBER_NAMES or (spec or "").endswith(","):
             values[name] = 1234
+        elif (spec or "").endswith(("f", "x")):   # GB to one decimal, a byte in hex
+            values[name] = 255 if spec.endswith("x") else 1.5
         elif name == "where":
             values[name] = "row 3 (line 4)"
         elif name == "problems":
             values[name] = "row 1 (line 1) is a list, not an object with fields; row 2: boom"
         elif name == "findings":
             values[name] = "model: it is gone; rewards: unknown"
+        elif name == "field":
+            values[name] = "rewards"
+        elif name == "gpu_reasons":
+            values[name] = "GPU 0 is kept for a job queued earlier; GPU 1 is in use by job 'a'"
         else:
             values[name] = f"Q{name}Q"
     return values

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import traceback
 
+from jobs.messages import say
 from jobs.spec import SpecError, reward_entries
 from jobs.train.rewards.builtin import BUILTIN
 from jobs.train.rewards.user_file import load_reward_file
@@ -32,7 +33,7 @@ class RewardSet:
         for entry in names:
             name, _, weight = entry.partition(":")
             if name not in known:
-                raise SpecError("rewards", f"unknown reward {name!r}; known: {', '.join(sorted(known))}")
+                raise SpecError("rewards", say("reward_unknown", name=name, known=", ".join(sorted(known))))
             self.functions[name], self.weights[name] = known[name], float(weight or 1)
 
     @classmethod
@@ -64,9 +65,8 @@ class RewardSet:
             values = [float(v) for v in values]
         except Exception as exc:
             self.log(f"reward {name} raised:\n{traceback.format_exc()}")
-            raise RewardError("rewards", f"reward {name} raised {type(exc).__name__}: {exc} "
-                              "(the traceback is in train.log)") from exc
+            detail = f"{type(exc).__name__}: {exc}"
+            raise RewardError("rewards", say("reward_raised", name=name, detail=detail)) from exc
         if len(values) != len(completions) or not all(math.isfinite(v) for v in values):
-            raise RewardError("rewards", f"reward {name} must return one finite number per completion "
-                              f"({len(completions)}), got {len(values)} values")
+            raise RewardError("rewards", say("reward_bad_values", name=name, count=len(completions), got=len(values)))
         return values

@@ -8,6 +8,7 @@ import inspect
 import sys
 from pathlib import Path
 
+from jobs.messages import say
 from jobs.spec import SpecError
 
 
@@ -18,16 +19,16 @@ def load_reward_file(path: str | Path) -> dict:
     name = f"fusetune_rewards_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise SpecError("reward_file", f"{path} cannot be loaded as a Python file")
+        raise SpecError("reward_file", say("reward_file_not_python", path=path))
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the user's code: say where, never a bare traceback
-        raise SpecError("reward_file", f"{path.name} failed to import: {type(exc).__name__}: {exc}") from exc
+        raise SpecError("reward_file", say("reward_file_import_failed", name=path.name,
+                                           detail=f"{type(exc).__name__}: {exc}")) from exc
     sys.modules.setdefault(name, module)
     functions = {n: f for n, f in vars(module).items()
                  if inspect.isfunction(f) and not n.startswith("_") and f.__module__ == name}
     if not functions:
-        raise SpecError("reward_file", f"{path.name} defines no reward: add a top-level function "
-                        "def my_reward(prompts, completions, **columns) -> list[float]")
+        raise SpecError("reward_file", say("reward_file_empty", name=path.name))
     return functions
