@@ -275,6 +275,26 @@ MESSAGES: dict[str, str] = {
     "report_to_none_and_more": "none cannot be combined with a tracker; list the trackers alone",
     "gpus_invalid": "{value!r} is not auto, all or a list of GPU numbers such as 0,1",
     "gpus_twice": "{value!r} names a GPU twice",
+    # image-text data (jobs/data/vision_dataset.py, vision_preview.py, jobs/checks/vision.py)
+    "vision_text_builtin": "{reference} is text data: a vision-language model trains on {shapes} or a data file "
+                           "with image rows",
+    "vision_not_data_file": "{reference} is not a data file: image-text data is a local file next to its images",
+    "no_image_rows": "{name} has no rows: add at least one image-text example",
+    "vision_targets_missing": "{names} match no linear layer of this model; its linear layers are: {leaves} (and "
+                              "the aliases vit, aligner)",
+    "vision_targets_all_vision": "these names are all in the vision tower or projector: set vision_lora: true to "
+                                 "train them",
+    # preference data (jobs/data/pair_preview.py, dataset.py's builtin:concise), chat templates, Parquet
+    "no_pair_rows": "{name} has no rows: add at least one preference pair",
+    "concise_not_generated": "{concise} is made from this base model's own answers, which are generated when the "
+                             "first job on it starts (once per model, a few minutes on a CPU); start the job, or "
+                             "preview again after it has begun",
+    "template_not_prefix_stable_pair": "this model's chat template renders the prompt differently once an answer "
+                                       "follows, so the answer part cannot be located; use a prefix-stable template",
+    "template_rewrites_turns": "this model's chat template rewrites earlier turns, so the answer part cannot be "
+                               "located; use a model with a prefix-stable template",
+    "not_parquet": "{name} is not a Parquet file ({detail}); export it again as Parquet, or give the file the "
+                   "suffix of its real type",
     # a config error as the job's error event writes it: the field's name, then why (SpecError)
     "field_error": "{field}: {message}",
 }

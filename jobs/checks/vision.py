@@ -75,12 +75,11 @@ def _check_targets(spec: JobSpec, config, report) -> None:
     missing = vision.missing_targets(linear, spec.target_modules)
     if missing:
         leaves = sorted({name.rsplit(".", 1)[-1] for name in linear})
-        return report.fail("target_modules", f"{', '.join(missing)} match no linear layer of this model; its linear "
-                           f"layers are: {', '.join(leaves)} (and the aliases vit, aligner)")
+        return report.fail("target_modules", say("vision_targets_missing", names=", ".join(missing),
+                                                 leaves=", ".join(leaves)))
     chosen = vision.lora_targets(linear, spec.target_modules, spec.vision_lora)
     if not chosen:
-        return report.fail("target_modules", "these names are all in the vision tower or projector: "
-                           "set vision_lora: true to train them")
+        return report.fail("target_modules", say("vision_targets_all_vision"))
     report.notes.append(vision.lora_line(chosen, linear))
 
 
@@ -94,7 +93,7 @@ def _check_rows(spec: JobSpec, key: str, tokenizer, processor, image_id: int, da
     encoded = encode_rows(rows, good, tokenizer, processor, image_id, spec.max_seq_length, problems)
     error = problems.error(rows.name)
     if error is not None or not encoded.examples:
-        return report.fail(key, str(error) if error else f"{rows.name} has no rows: add at least one example")
+        return report.fail(key, str(error) if error else say("no_rows", name=rows.name))
     summary = summary_class(key, rows.name, len(rows), "messages with images")
     lengths = sorted(len(e.input_ids) for e in encoded.examples)
     summary.tokens = {"min": lengths[0], "mean": round(sum(lengths) / len(lengths), 1),

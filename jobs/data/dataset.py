@@ -161,9 +161,7 @@ def _concise_rows(spec: JobSpec, data_dir, generate: bool, log) -> list[dict[str
     rows = concise_dataset(paths.model_cache_dir(paths.data_dir(data_dir)), source, log=log,
                            load_in_4bit=spec.load_in_4bit, generate=generate)
     if rows is None:
-        raise DataError(f"{BUILTIN_CONCISE} is made from this base model's own answers, which are generated "
-                        "when the first job on it starts (once per model, a few minutes on a CPU); "
-                        "start the job, or preview again after it has begun")
+        raise DataError(say("concise_not_generated", concise=BUILTIN_CONCISE))
     return rows
 
 

@@ -111,8 +111,7 @@ def segments(tokenizer, messages: list[Message]) -> list[tuple[str, bool]]:
         prompt = _render(tokenizer, messages[:i], generation_prompt=True)
         full = _render(tokenizer, messages[: i + 1], generation_prompt=False)
         if not prompt.startswith(done) or not full.startswith(prompt):
-            raise DataError("this model's chat template rewrites earlier turns, so the answer part "
-                            "cannot be located; use a model with a prefix-stable template")
+            raise DataError(say("template_rewrites_turns"))
         pieces.append((prompt[len(done):], False))
         pieces.append((full[len(prompt):], True))
         done = full

@@ -6,6 +6,7 @@ the model's chat template."""
 from __future__ import annotations
 
 from jobs.data.conversation import DataError
+from jobs.messages import say
 from jobs.spec import BUILTIN_CONCISE, JobSpec
 
 
@@ -30,5 +31,5 @@ def preview_preference(spec: JobSpec, n: int = 3, data_dir=None, access=None) ->
         if error:
             raise error
     if not rows:
-        raise DataError(f"{rows.name} has no rows: add at least one preference pair")
+        raise DataError(say("no_pair_rows", name=rows.name))
     return preview_pairs(list(rows[:n]), tokenizer, spec.max_seq_length, n)

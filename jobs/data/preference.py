@@ -141,8 +141,7 @@ def render_parts(tokenizer, prompt: list[Message], answer: list[Message]) -> tup
     head = _render(tokenizer, prompt, generation_prompt=True)
     full = _render(tokenizer, prompt + answer, generation_prompt=False)
     if not full.startswith(head):
-        raise DataError("this model's chat template renders the prompt differently once an answer "
-                        "follows, so the answer part cannot be located; use a prefix-stable template")
+        raise DataError(say("template_not_prefix_stable_pair"))
     return head, full[len(head):]
 
 

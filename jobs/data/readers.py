@@ -199,8 +199,7 @@ def _parquet_rows(path: Path, limit: int, batch_rows: int = 64) -> Iterator[tupl
     try:
         parquet = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"{path.name} is not a Parquet file ({exc}); export it again as Parquet, or "
-                        "give the file the suffix of its real type") from None
+        raise DataError(say("not_parquet", name=path.name, detail=exc)) from None
     number = 0
     with parquet:
         for batch in parquet.iter_batches(batch_size=batch_rows):

@@ -15,6 +15,7 @@ from jobs.data.dataset import Problems, Rows, scan_rows
 from jobs.data.vision import RowProblem, VisionConversation, read_vision_rows
 from jobs.data.vision_encode import VisionExample, encode_vision
 from jobs.io import paths
+from jobs.messages import say
 from jobs.spec import BUILTIN_SHAPES, JobSpec
 
 ALLOW_DIRS_ENV = "FUSETUNE_ALLOW_DIRS"   # the same variable jobs/checks/access.py sets
@@ -31,11 +32,10 @@ def dataset_file(reference: str, data_dir=None) -> Path:
         from jobs.data.builtin.shapes import shapes_dataset
         return shapes_dataset(paths.data_dir(data_dir))
     if reference.startswith("builtin:"):
-        raise DataError(f"{reference} is text data: a vision-language model trains on {BUILTIN_SHAPES} "
-                        "or a data file with image rows")
+        raise DataError(say("vision_text_builtin", reference=reference, shapes=BUILTIN_SHAPES))
     path = Path(reference).expanduser()
     if not path.is_file():
-        raise DataError(f"{reference} is not a data file: image-text data is a local file next to its images")
+        raise DataError(say("vision_not_data_file", reference=reference))
     return path
 
 
@@ -63,7 +63,7 @@ def encode_rows(rows: Rows, good, tokenizer, image_processor, image_token_id: in
         try:
             example = encode_vision(conversation, tokenizer, image_processor, image_token_id, max_length)
         except RowProblem as exc:
-            problems.add(f"{rows.wheres[index]}: {exc}", rows.numbers[index])
+            problems.add(say("row_problem", where=rows.wheres[index], problem=exc), rows.numbers[index])
             continue
         out.examples.append(example)
         out.image_tokens.append(sum(1 for t in example.input_ids if t == image_token_id))
@@ -80,7 +80,7 @@ def vision_examples(spec: JobSpec, key: str, tokenizer, image_processor, image_t
     if error is not None:
         raise error
     if not encoded.examples:
-        raise DataError(f"{rows.name} has no rows: add at least one image-text example")
+        raise DataError(say("no_image_rows", name=rows.name))
     log(f"{key}: {len(encoded.examples)} image-text examples, {encoded.images} images, "
         f"{sum(encoded.image_tokens):,} image tokens (never trained; only the answers are)")
     return encoded.examples

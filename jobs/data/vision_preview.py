@@ -11,6 +11,7 @@ from jobs.data.vision import read_vision_rows
 from jobs.data.vision_dataset import allowed_roots, dataset_file
 from jobs.data.vision_encode import encode_vision, template_segments
 from jobs.data.conversation import DataError
+from jobs.messages import say
 from jobs.spec import JobSpec
 
 THUMB = 96
@@ -54,7 +55,7 @@ def preview_vision_rows(spec: JobSpec, source: str, n: int = 3, data_dir=None) -
     if error:
         raise error
     if not good:
-        raise DataError(f"{rows.name} has no rows: add at least one image-text example")
+        raise DataError(say("no_image_rows", name=rows.name))
     out = []
     for _, conversation in good:
         example = encode_vision(conversation, tokenizer, processor, token_id, 10 ** 9)
