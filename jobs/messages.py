@@ -295,6 +295,33 @@ MESSAGES: dict[str, str] = {
                                "located; use a model with a prefix-stable template",
     "not_parquet": "{name} is not a Parquet file ({detail}); export it again as Parquet, or give the file the "
                    "suffix of its real type",
+    # the rarer export refusals (jobs/export/: __init__.py, source.py, families.py, vocab.py, lora_gguf.py)
+    "export_format_unknown": "--format {value!r} is not one of {choices}",
+    "export_quant_unknown": "--quant {value!r} is not one of {choices}",
+    "export_config_refused": "{config_file}: {problem}",
+    "export_tensor_not_in_base": "the adapter changes {tensor}, which the base model {base} does not have; was it "
+                                 "trained on a different model?",
+    "export_base_missing": "cannot find the base model: {problem}",
+    "export_adapter_option": "the adapter uses {option}, which export does not support",
+    "export_adapter_odd_tensor": "the adapter has a tensor export cannot merge: {tensor}",
+    "export_lora_half": "the adapter's LoRA for {tensor} is incomplete (only {halves})",
+    "export_tensor_unplaced": "do not know where {tensor} goes in a GGUF file; is this a plain {supported} "
+                              "checkpoint?",
+    "export_rope_scaling": "GGUF export does not know RoPE scaling {kind!r} of this model",
+    "export_no_fast_tokenizer": "GGUF export needs the fast tokenizer file {name}, which {folder} lacks",
+    "export_vocab_too_big": "the tokenizer has {count} tokens but the model only {size} embeddings",
+    "export_lora_scales_differ": "the adapter's LoRA pairs have different scales; llama.cpp takes one alpha per "
+                                 "file",
+    # an uploaded .zip of a dataset and its images (jobs/io/dataset_zip.py)
+    "zip_symlink": "{member} is a symbolic link: links are not unpacked",
+    "zip_outside": "{member} points outside the archive's folder",
+    "zip_too_big": "the archive unpacks to more than {megabytes:,.0f} MB",
+    "zip_too_many_files": "the archive holds more than {limit:,} files",
+    "zip_data_files": "the archive must hold exactly one data file ({suffixes}) beside its images; found {count}: "
+                      "{found}",
+    "zip_none_found": "none",
+    "zip_member_grows": "{member} unpacks to more than its declared size",
+    "zip_unreadable": "{name} is not a readable .zip file ({detail})",
     # a config error as the job's error event writes it: the field's name, then why (SpecError)
     "field_error": "{field}: {message}",
 }

@@ -248,8 +248,9 @@ def number_text(value: int | float) -> str:
 
 def error_text(exc: SpecError, lang: str) -> str:
     """A refused config in the page's language: "<label> (<key>): <why>"."""
-    if isinstance(exc, FieldError):
-        why = t(f"error.{exc.code}", lang, **exc.params)
+    if isinstance(exc, FieldError):   # a `reason` param is a jobs/ sentence (e.g. a refused .zip): translated too
+        params = {k: translated(v, lang) if k == "reason" else v for k, v in exc.params.items()}
+        why = t(f"error.{exc.code}", lang, **params)
     else:
         why = translated(str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc), lang)
     if not exc.key:

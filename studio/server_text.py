@@ -99,6 +99,8 @@ def _group(name: str, spec: str) -> str:
         return WHERE
     if name == "field":
         return f"(?:{FIELD})"
+    if name == "config_file":   # a job's config.yaml (jobs/io/layout.py CONFIG_FILE): not any "x: y"
+        return r".+?config\.yaml"
     if name in NUMBER_NAMES or spec.endswith((",", "d")):
         return NUMBER
     return ".+?"

@@ -12,6 +12,7 @@ from jobs.export.busy import exporting
 from jobs.export.card import model_card
 from jobs.export.files import ExportError, ExportResult, Progress, no_progress
 from jobs.io.layout import JobLayout
+from jobs.messages import say
 from jobs.spec import JobSpec, short_name
 
 FORMATS = ("adapter", "merged", "gguf")
@@ -44,9 +45,9 @@ def export(job_dir: str | Path, fmt: str, quant: str = "f16", out: str | Path | 
     """Run one export; raises ExportError with a message for people. `device` is where the merge
     runs (auto: the GPU if there is one, which also makes the merged weights bf16)."""
     if fmt not in FORMATS:
-        raise ExportError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+        raise ExportError(say("export_format_unknown", value=fmt, choices=", ".join(FORMATS)))
     if quant not in QUANTS:
-        raise ExportError(f"--quant {quant!r} is not one of {', '.join(QUANTS)}")
+        raise ExportError(say("export_quant_unknown", value=quant, choices=", ".join(QUANTS)))
     job_dir = Path(job_dir)
     target = Path(out).expanduser() if out else default_output(job_dir, fmt, quant)
     with exporting(job_dir):  # the job cannot be deleted meanwhile (jobs/export/busy.py)

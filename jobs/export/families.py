@@ -96,8 +96,7 @@ class TensorNames:
             return None
         name = self.mapping.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
-            raise ExportError(f"do not know where {hf_name} goes in a GGUF file; is this a plain "
-                              f"{supported_list()} checkpoint?")
+            raise ExportError(say("export_tensor_unplaced", tensor=hf_name, supported=supported_list()))
         return name
 
 
@@ -136,7 +135,7 @@ def add_hparams(writer: gguf.GGUFWriter, family: Family, config: dict, file_type
         writer.add_rope_scaling_factor(factor)
         writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
     elif kind not in ("default", "llama3"):
-        raise ExportError(f"GGUF export does not know RoPE scaling {kind!r} of this model")
+        raise ExportError(say("export_rope_scaling", kind=kind))
     writer.add_file_type(file_type)
 
 

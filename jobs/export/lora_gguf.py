@@ -30,7 +30,7 @@ def effective_alpha(pairs: dict[str, LoraPair]) -> float:
     """The alpha for which llama.cpp's alpha / r equals the adapter's scale."""
     alphas = {round(p.scale * p.a.shape[0], 6) for p in pairs.values()}
     if len(alphas) != 1:
-        raise ExportError("the adapter's LoRA pairs have different scales; llama.cpp takes one alpha per file")
+        raise ExportError(say("export_lora_scales_differ"))
     return alphas.pop()
 
 

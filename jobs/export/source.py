@@ -76,7 +76,7 @@ def load_job(job_dir: str | Path, data_dir: str | Path | None = None, log=print)
     try:
         spec = JobSpec.from_yaml(layout.config)
     except SpecError as exc:
-        raise ExportError(f"{layout.config}: {exc}") from None
+        raise ExportError(say("export_config_refused", config_file=layout.config, problem=exc)) from None
     if not layout.has_adapter():
         raise ExportError(say("export_no_adapter", job=layout.root.name, missing=ADAPTER_WEIGHTS))
     start = summarize(layout.root).start or {}
@@ -89,8 +89,7 @@ def load_job(job_dir: str | Path, data_dir: str | Path | None = None, log=print)
     source.lora = on_disk_names(source.lora, {t.name for t in source.tensors})
     missing = sorted(set(source.lora) - {t.name for t in source.tensors})
     if missing:
-        raise ExportError(f"the adapter changes {missing[0]}, which the base model {base_dir} does not have; "
-                          "was it trained on a different model?")
+        raise ExportError(say("export_tensor_not_in_base", tensor=missing[0], base=base_dir))
     return source
 
 
@@ -103,7 +102,7 @@ def locate_base(spec: JobSpec, started_from: str | None, data_dir, log) -> Path:
     try:
         resolved = resolve_model(spec.model, data_dir, log=log)
     except ModelError as exc:
-        raise ExportError(f"cannot find the base model: {exc}") from None
+        raise ExportError(say("export_base_missing", problem=exc)) from None
     if (Path(resolved) / "config.json").is_file():
         return Path(resolved)
     try:
@@ -166,7 +165,7 @@ def read_lora(adapter_dir: Path) -> tuple[dict[str, LoraPair], float]:
     config = json.loads((adapter_dir / ADAPTER_CONFIG).read_text(encoding="utf-8"))
     refuse = [key for key in ("use_dora", "alpha_pattern", "rank_pattern", "modules_to_save") if config.get(key)]
     if refuse:
-        raise ExportError(f"the adapter uses {refuse[0]}, which export does not support")
+        raise ExportError(say("export_adapter_option", option=refuse[0]))
     alpha = float(config["lora_alpha"])
     weights = load_file(str(adapter_dir / ADAPTER_WEIGHTS))
     halves: dict[str, dict[str, torch.Tensor]] = {}
@@ -178,11 +177,11 @@ def read_lora(adapter_dir: Path) -> tuple[dict[str, LoraPair], float]:
                 halves.setdefault(name[: -len(marker)] + ".weight", {})[part] = tensor
                 break
         else:
-            raise ExportError(f"the adapter has a tensor export cannot merge: {key}")
+            raise ExportError(say("export_adapter_odd_tensor", tensor=key))
     pairs = {}
     for name, half in halves.items():
         if set(half) != {"lora_A", "lora_B"}:
-            raise ExportError(f"the adapter's LoRA for {name} is incomplete (only {', '.join(half)})")
+            raise ExportError(say("export_lora_half", tensor=name, halves=", ".join(half)))
         rank = half["lora_A"].shape[0]
         scale = alpha / (math.sqrt(rank) if config.get("use_rslora") else rank)
         pairs[name] = LoraPair(half["lora_A"], half["lora_B"], scale)

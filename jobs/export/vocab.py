@@ -110,12 +110,12 @@ def add_tokenizer(writer: gguf.GGUFWriter, tokenizer_dir: Path, vocab_size: int,
         return [f"tokenizer copied from {source_gguf.name}"]
     path = tokenizer_dir / "tokenizer.json"
     if not path.is_file():
-        raise ExportError(f"GGUF export needs the fast tokenizer file {path.name}, which {tokenizer_dir} lacks")
+        raise ExportError(say("export_no_fast_tokenizer", name=path.name, folder=tokenizer_dir))
     tokenizer_json = json.loads(path.read_text(encoding="utf-8"))
     kind = tokenizer_kind(tokenizer_json)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     if len(tokenizer) > vocab_size:
-        raise ExportError(f"the tokenizer has {len(tokenizer)} tokens but the model only {vocab_size} embeddings")
+        raise ExportError(say("export_vocab_too_big", count=len(tokenizer), size=vocab_size))
     table = _token_table(tokenizer, vocab_size)
     writer.add_tokenizer_model(kind)
     writer.add_token_list([text for text, _ in table])

@@ -19,6 +19,8 @@ import stat
 import zipfile
 from pathlib import Path, PurePosixPath
 
+from jobs.messages import say
+
 DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 MAX_MEMBERS = 200_000
 UNZIPPED = ".unzipped"
@@ -33,10 +35,10 @@ def _member_path(info: zipfile.ZipInfo) -> PurePosixPath | None:
     name = info.filename.replace("\\", "/")
     mode = info.external_attr >> 16
     if stat.S_ISLNK(mode):
-        raise ZipRefused(f"{info.filename} is a symbolic link: links are not unpacked")
+        raise ZipRefused(say("zip_symlink", member=info.filename))
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or re.match(r"^[A-Za-z]:", name):
-        raise ZipRefused(f"{info.filename} points outside the archive's folder")
+        raise ZipRefused(say("zip_outside", member=info.filename))
     if info.is_dir():
         return None
     if path.parts and path.parts[0] == "__MACOSX":
@@ -53,19 +55,18 @@ def plan_members(archive: zipfile.ZipFile, max_bytes: int) -> list[tuple[zipfile
             continue
         total += info.file_size
         if total > max_bytes:
-            raise ZipRefused(f"the archive unpacks to more than {max_bytes / 2 ** 20:,.0f} MB")
+            raise ZipRefused(say("zip_too_big", megabytes=max_bytes / 2 ** 20))
         members.append((info, path))
         if len(members) > MAX_MEMBERS:
-            raise ZipRefused(f"the archive holds more than {MAX_MEMBERS:,} files")
+            raise ZipRefused(say("zip_too_many_files", limit=MAX_MEMBERS))
     return members
 
 
 def _data_file(members) -> PurePosixPath:
     data = [path for _, path in members if path.suffix.lower() in DATA_SUFFIXES]
     if len(data) != 1:
-        found = ", ".join(str(p) for p in data[:5]) or "none"
-        raise ZipRefused(f"the archive must hold exactly one data file ({', '.join(DATA_SUFFIXES)}) "
-                         f"beside its images; found {len(data)}: {found}")
+        found = ", ".join(str(p) for p in data[:5]) or say("zip_none_found")
+        raise ZipRefused(say("zip_data_files", suffixes=", ".join(DATA_SUFFIXES), count=len(data), found=found))
     return data[0]
 
 
@@ -79,7 +80,7 @@ def _copy_bounded(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path)
                 break
             left -= len(chunk)
             if left < 0:
-                raise ZipRefused(f"{info.filename} unpacks to more than its declared size")
+                raise ZipRefused(say("zip_member_grows", member=info.filename))
             out.write(chunk)
 
 
@@ -88,7 +89,7 @@ def unpack_dataset_zip(zip_path: Path, datasets_dir: Path, max_bytes: int, name:
     try:
         archive = zipfile.ZipFile(zip_path)
     except (zipfile.BadZipFile, OSError) as exc:
-        raise ZipRefused(f"{Path(zip_path).name} is not a readable .zip file ({exc})") from None
+        raise ZipRefused(say("zip_unreadable", name=Path(zip_path).name, detail=exc)) from None
     with archive:
         members = plan_members(archive, max_bytes)
         data = _data_file(members)

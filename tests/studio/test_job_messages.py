@@ -57,6 +57,8 @@ def _sample(template):
             values[name] = "model: it is gone; rewards: unknown"
         elif name == "field":
             values[name] = "rewards"
+        elif name == "config_file":
+            values[name] = "/jobs/a/config.yaml"
         elif name == "gpu_reasons":
             values[name] = "GPU 0 is kept for a job queued earlier; GPU 1 is in use by job 'a'"
         else:
@@ -136,3 +138,61 @@ def test_unknown_text_is_shown_as_written(text):
 
 def test_a_known_frame_keeps_an_unknown_inner_reason_as_written():
     assert translated("row 3 (line 9): a reason from elsewhere", ZH) == "第 3 条（第 9 行）：a reason from elsewhere"
+
+
+def test_reward_file_and_reward_refusals_come_out_chinese(tmp_path):
+    from jobs.errors import SpecError
+    from jobs.train.rewards.score import RewardError, RewardSet
+    from jobs.train.rewards.user_file import load_reward_file
+    broken = tmp_path / "broken.py"
+    broken.write_text("import no_such_module_here\n")
+    with pytest.raises(SpecError) as refused:
+        load_reward_file(broken)
+    assert form.error_text(refused.value, ZH).endswith("broken.py 导入失败：ModuleNotFoundError: No module named "
+                                                       "'no_such_module_here'")
+    raising = tmp_path / "raising.py"
+    raising.write_text("def boom(prompts, completions, **kw):\n    raise KeyError('x')\n")
+    with pytest.raises(RewardError) as failed:
+        RewardSet(["boom:1"], str(raising), log=lambda _: None).score(["p"], ["c"], {}, [1], 4)
+    # the job's error event holds "rewards: ..." (str of the SpecError): the field stays, the rest translates
+    assert translated(str(failed.value), ZH) == "rewards：奖励 boom 抛出了 KeyError: 'x'（调用栈在 train.log 中）"
+
+
+def test_gpu_choice_refusals_and_wait_reasons_come_out_chinese():
+    from jobs.io import gpus
+    machine = [gpus.GpuInfo(i, "NVIDIA H200", free_gb=80.0 - used, total_gb=80.0) for i, used in enumerate((70, 0))]
+    with pytest.raises(ValueError) as refused:
+        gpus.check_request("3", 0, machine)
+    assert form.error_text(refused.value, ZH).endswith("GPU 3 不存在；这台机器有 GPU 0, 1")
+    wait = gpus.place("0,1", 0, machine, held={1: "job-a"})
+    assert wait.reason == "waiting: GPU 0 has 70.0 of 80.0 GB in use by other processes; GPU 1 is in use by job 'job-a'"
+    assert translated(wait.reason, ZH) == "等待中：GPU 0 的 80.0 GB 中有 70.0 GB 被其他进程占用；GPU 1 正被任务 'job-a' 使用"
+    _placed, warning = gpus.place_now("auto", 2, machine)
+    assert translated(warning, ZH).startswith("仍在 GPU 0,1 上开始（本需 2 个空闲 GPU（当前空闲 1 个））：GPU 0 的")
+
+
+def test_config_refusals_come_out_chinese(tmp_path):
+    from jobs.errors import SpecError
+    from jobs.train.cli import read_config
+    with pytest.raises(SpecError) as bad_modules:
+        JobSpec.from_dict({"target_modules": "q_proj,v-proj!"})
+    assert form.error_text(bad_modules.value, ZH).endswith("'v-proj!' 不是模块名（只能用字母、数字、_ 和 .）")
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- 1\n- 2\n")
+    with pytest.raises(SpecError) as not_mapping:
+        read_config(listed)
+    assert form.error_text(not_mapping.value, ZH) == f"{listed} 必须是一个扁平的 key: value 映射"
+
+
+def test_export_and_zip_upload_refusals_come_out_chinese(tmp_path):
+    from jobs.export import export
+    from studio.uploads import store_zip_upload
+    with pytest.raises(ExportError) as refused:
+        export(tmp_path, "onnx")
+    assert translated(str(refused.value), ZH).startswith("--format 'onnx' 不是 ")
+    fake = tmp_path / "pics.zip"
+    fake.write_text("not a zip")
+    with pytest.raises(form.FieldError) as unzipped:
+        store_zip_upload(tmp_path / "data", fake)
+    chinese = form.error_text(unzipped.value, ZH)
+    assert "pics.zip 未解压：pics.zip 不是可读取的 .zip 文件（File is not a zip file）" in chinese, chinese
