@@ -35,7 +35,8 @@ DYNAMIC = {
     "export.hint_": {f"export.hint_{f}" for f in export_tab.FORMATS},
 }
 # Texts that are the same in Chinese (units, and a format of placeholders only).
-SAME_IN_CHINESE = {"plot.gb", "plot.percent", "error.field", "phase.counted", "msg.row_problem"}
+SAME_IN_CHINESE = {"plot.gb", "plot.percent", "error.field", "phase.counted", "msg.row_problem",
+                   "msg.field_error", "msg.in_eval_dataset", "msg.export_config_refused"}  # "<name>: <why>" frames
 
 
 def _key_strings(node, out, problems, where):
