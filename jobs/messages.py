@@ -322,6 +322,10 @@ MESSAGES: dict[str, str] = {
     "zip_none_found": "none",
     "zip_member_grows": "{member} unpacks to more than its declared size",
     "zip_unreadable": "{name} is not a readable .zip file ({detail})",
+    # the queue's reasons (jobs/queue/runner.py)
+    "wait_running_job": "waiting for the running job to finish",
+    "owner_stopped_before_start": "the studio instance {owner} that took this job stopped before starting its "
+                                  "trainer; start the job again",
     # a config error as the job's error event writes it: the field's name, then why (SpecError)
     "field_error": "{field}: {message}",
 }

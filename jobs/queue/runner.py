@@ -33,6 +33,7 @@ from jobs.io import gpus, paths
 from jobs.io.layout import JobLayout, new_job_folder
 from jobs.io.storage import PRIVATE_UMASK, as_storage_error, open_private, write_private_text
 from jobs.launch import launch_argv
+from jobs.messages import say
 from jobs.queue import placement, procs, resume
 from jobs.queue.outcome import outcome as _outcome, spawn_failure as _spawn_failure
 from jobs.queue.runner_log import _guarded, _log, default_name
@@ -262,7 +263,7 @@ class Runner:
             decision = gpus.place(spec.get("gpus", "auto"), spec.get("processes", 0), machine, held, claimed,
                                   demand=demand)
             if not machine and len(running) >= self.max_running:
-                decision = gpus.Wait("waiting for the running job to finish")
+                decision = gpus.Wait(say("wait_running_job"))
             if isinstance(decision, gpus.Placement):
                 self._placements[record.id] = decision
                 self._waiting.pop(record.id, None)
@@ -308,8 +309,7 @@ class Runner:
             self.store.transition(record.id, (JobState.RUNNING,), pid=orphan)
             return
         self.store.transition(record.id, (JobState.RUNNING,), state=JobState.FAILED, finished_at=time.time(),
-                              reason=f"the studio instance {record.owner} that took this job stopped "
-                                     "before starting its trainer; start the job again")
+                              reason=say("owner_stopped_before_start", owner=record.owner))
 
     def _spawn(self, record: JobRecord) -> None:
         """Start the trainer of a job this instance has just claimed."""
