@@ -8,10 +8,12 @@ studio/locales/zh-CN.json. jobs/ knows no language but English: add a template h
 Chinese there, in the same commit (tests/studio/test_job_messages.py checks both).
 
 Placeholder names carry meaning for that pattern: ``where`` is a row's place ("row 3 (line 5)"),
-row/line/count-like names and ``{x:,}`` are numbers, ``problems`` is a "; "-joined list of row
-problems and ``findings`` one of "key: message" pieces, ``problem``/``message`` hold another
-message; a placeholder's value that is itself one of these messages is translated too. On the
-lowest floor of jobs/ (tests/test_layout.py): every package may import it."""
+row/line/count-like names (also rank, step, index) and ``{x:,}`` are numbers, ``problems`` is a
+"; "-joined list of row problems, ``findings`` one of "key: message" pieces and ``gpu_reasons`` one of
+per-GPU reasons, ``field`` is a JobSpec key and ``config_file`` a job's config.yaml path,
+``problem``/``message`` hold another message; a placeholder's value that is itself one of these
+messages is translated too. On the lowest floor of jobs/ (tests/test_layout.py): every package may
+import it."""
 from __future__ import annotations
 
 from typing import Any
