@@ -88,6 +88,14 @@ MESSAGES: dict[str, str] = {
     "vision_too_many_placeholders": "message {turn} has more {placeholder} placeholders than `images`",
     "vision_bad_content": "message {turn}'s content is neither text nor a list of parts",
     "vision_bad_part": "message {turn} has a part that is neither text nor image: {part}",
+    # an image-text row that does not encode (jobs/data/vision_encode.py)
+    "vision_template_turns": "the chat template does not render this conversation turn by turn",
+    "vision_extra_image_tokens": "the text holds more image tokens than the row has images",
+    "vision_image_tokens_written": "the chat template wrote {count} image tokens for {images} images",
+    "vision_row_too_long": "is {length:,} tokens, more than max_seq_length={limit:,}: raise max_seq_length or use "
+                           "smaller images",
+    "vision_row_too_long_images": "is {length:,} tokens ({shown:,} of them image tokens), more than "
+                                  "max_seq_length={limit:,}: raise max_seq_length or use smaller images",
     # a dataset as a whole (jobs/data/)
     "bad_row": "{name} has 1 bad row: {problems}",
     "bad_rows": "{name} has {count:,} bad rows: {problems}",

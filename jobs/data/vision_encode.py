@@ -22,6 +22,7 @@ import torch
 from jobs.data.encode import IGNORE_INDEX, Example, collate
 from jobs.data.packing import Batch, BatchPlan, _label_tokens
 from jobs.data.vision import RowProblem, VisionConversation
+from jobs.messages import say
 
 
 @dataclass
@@ -48,7 +49,7 @@ def template_segments(tokenizer, messages: list[dict]) -> list[tuple[str, bool]]
             pieces = [(_render(tokenizer, messages[:i + 1], generation=False), False)]
         for text, trained in pieces:
             if not text.startswith(cursor):
-                raise RowProblem("the chat template does not render this conversation turn by turn")
+                raise RowProblem(say("vision_template_turns"))
             if len(text) > len(cursor):
                 segments.append((text[len(cursor):], trained))
             cursor = text
@@ -80,16 +81,16 @@ def encode_vision(conversation: VisionConversation, tokenizer, image_processor, 
             repeat = 1
             if token == image_token_id:
                 if seen >= len(counts):
-                    raise RowProblem("the text holds more image tokens than the row has images")
+                    raise RowProblem(say("vision_extra_image_tokens"))
                 repeat, seen = counts[seen], seen + 1
             ids.extend([token] * repeat)
             labels.extend([token if trained and token != image_token_id else IGNORE_INDEX] * repeat)
     if seen != len(counts):
-        raise RowProblem(f"the chat template wrote {seen} image tokens for {len(counts)} images")
+        raise RowProblem(say("vision_image_tokens_written", count=seen, images=len(counts)))
     if len(ids) > max_length:
-        image_part = f" ({sum(counts):,} of them image tokens)" if counts else ""
-        raise RowProblem(f"is {len(ids):,} tokens{image_part}, more than max_seq_length={max_length:,}: "
-                         "raise max_seq_length or use smaller images")
+        if counts:
+            raise RowProblem(say("vision_row_too_long_images", length=len(ids), shown=sum(counts), limit=max_length))
+        raise RowProblem(say("vision_row_too_long", length=len(ids), limit=max_length))
     return VisionExample(ids, labels, pixel_values, grid)
 
 

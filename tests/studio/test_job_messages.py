@@ -196,3 +196,14 @@ def test_export_and_zip_upload_refusals_come_out_chinese(tmp_path):
         store_zip_upload(tmp_path / "data", fake)
     chinese = form.error_text(unzipped.value, ZH)
     assert "pics.zip 未解压：pics.zip 不是可读取的 .zip 文件（File is not a zip file）" in chinese, chinese
+
+
+def test_an_image_text_row_too_long_comes_out_chinese_inside_its_row_frame():
+    """jobs/data/vision_encode.py's refusal, as the preview shows it: "row N (line L): is ... tokens"."""
+    english = say("row_problem", where="row 3 (line 3)",
+                  problem=say("vision_row_too_long_images", length=5000, shown=1234, limit=4096))
+    assert english == ("row 3 (line 3): is 5,000 tokens (1,234 of them image tokens), more than "
+                       "max_seq_length=4,096: raise max_seq_length or use smaller images")
+    chinese = translated(english, ZH)
+    assert "5,000" in chinese and "1,234" in chinese and "max_seq_length=4,096" in chinese
+    assert "调大 max_seq_length" in chinese and "raise" not in chinese
