@@ -96,6 +96,25 @@ MESSAGES: dict[str, str] = {
                            "smaller images",
     "vision_row_too_long_images": "is {length:,} tokens ({shown:,} of them image tokens), more than "
                                   "max_seq_length={limit:,}: raise max_seq_length or use smaller images",
+    # export notes (jobs/export/) and why a chat template has no Ollama TEMPLATE (jobs/export/ollama.py)
+    "export_note_no_lora_gguf": "no llama.cpp LoRA GGUF: {message}",
+    "export_note_qlora": "QLoRA job: merged into the dequantized base (its linear weights sent "
+                         "through the same NF4 4-bit round trip training used), so it computes what "
+                         "the trained model computed",
+    "export_note_f16_tensors": "{count} tensors stored as f16: their rows are not a multiple of the "
+                               "{quant} block size (e.g. {tensor})",
+    "export_note_pre_tokenizer": "llama.cpp does not know this tokenizer's pre-tokenizer; it will "
+                                 "split text with its default rules, which can tokenize some text "
+                                 "differently",
+    "export_note_no_template": "Modelfile without TEMPLATE ({message}); Ollama falls back to the GGUF's chat template",
+    "template_part_not_fixed": "the {what} is not a fixed text",
+    "template_fails": "the template fails on a plain conversation: {detail}",
+    "template_first_user_turn": "the first user turn is wrapped differently from the others",
+    "template_unexplained_head": "the template adds text before the first turn it does not explain",
+    "template_system_then_user": "the system turn is not followed by an ordinary user turn",
+    "template_first_not_system": "the template adds a first turn that is not a system turn",
+    "template_not_reproduced": "the measured format does not reproduce {count}-turn chats",
+    "template_triple_quotes": "the text contains \"\"\", which a Modelfile cannot quote",
     # a dataset as a whole (jobs/data/)
     "bad_row": "{name} has 1 bad row: {problems}",
     "bad_rows": "{name} has {count:,} bad rows: {problems}",

@@ -166,7 +166,7 @@ def outcome_html(fmt: str, outcome: ExportOutcome, lang: str = "en") -> str:
         return render.notice_html(t("export.failed", lang, error=translated(outcome.error, lang)), "error")
     rows = "".join(f"<li><code>{html.escape(path)}</code> — <b>{html.escape(size)}</b></li>"
                    for path, size in outcome.files)
-    notes = "".join(f"<li>{html.escape(note)}</li>" for note in outcome.notes)
+    notes = "".join(f"<li>{html.escape(translated(note, lang))}</li>" for note in outcome.notes)
     hint = _usage_hint(fmt, outcome.files[0][0], lang) if outcome.files else ""
     return (f'<div class="ft-export-result"><b>{t("export.exported", lang)}</b><ul>{rows}</ul>'
             + (f"<b>{t('export.notes', lang)}</b><ul>{notes}</ul>" if notes else "") + f"<p>{hint}</p></div>")

@@ -87,7 +87,7 @@ def export_adapter(job_dir: Path, zip_path: Path, data_dir=None, progress: Progr
         progress(0.5, "writing the LoRA as a llama.cpp GGUF adapter")
         result.files.append(write_lora_gguf(lora_gguf_path(archive), spec, config, pairs))
     except (ExportError, SpecError, OSError) as exc:
-        result.notes.append(f"no llama.cpp LoRA GGUF: {exc}")
+        result.notes.append(say("export_note_no_lora_gguf", message=exc))
     progress(1.0, f"adapter in {archive}")
     return result
 

@@ -23,8 +23,7 @@ from jobs.export.files import ExportError, Progress, atomic_output, check_free_s
 from jobs.export.source import JobSource, TensorSpec
 
 MAX_SHARD_BYTES = 2 * 1000 ** 3
-QLORA_NOTE = ("QLoRA job: merged into the dequantized base (its linear weights sent through the "
-              "same NF4 4-bit round trip training used), so it computes what the trained model computed")
+QLORA_NOTE = say("export_note_qlora")
 
 
 def merge_device(choice: str = "auto") -> torch.device:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from jobs.export.files import atomic_output
+from jobs.messages import say
 
 Render = Callable[[list[dict], bool], str]
 MARK = {"system": "FTsysMARK0", "user1": "FTusrMARK1", "assistant": "FTastMARK2", "user2": "FTusrMARK3"}
@@ -70,7 +71,7 @@ def _between(text: str, start: str | None, end: str | None) -> str:
 
 def _strip_prefix(text: str, prefix: str, what: str) -> str:
     if not text.startswith(prefix):
-        raise TemplateNotTranslatable(f"the {what} is not a fixed text")
+        raise TemplateNotTranslatable(say("template_part_not_fixed", what=what))
     return text[len(prefix):]
 
 
@@ -81,7 +82,7 @@ def measure(render: Render, bos: str = "") -> ChatFormat:
     try:
         three, three_gen, two = render([u1, a2, u3], False), render([u1, a2, u3], True), render([u1, a2], False)
     except Exception as exc:  # a template can raise anything (raise_exception, missing keys)
-        raise TemplateNotTranslatable(f"the template fails on a plain conversation: {exc}") from None
+        raise TemplateNotTranslatable(say("template_fails", detail=exc)) from None
     generation = _strip_prefix(three_gen, three, "generation prompt")
     user_suffix = _between(three, MARK["user2"], None)
     assistant_prefix = _strip_prefix(_between(three, MARK["user1"], MARK["assistant"]), user_suffix, "reply prefix")
@@ -89,7 +90,7 @@ def measure(render: Render, bos: str = "") -> ChatFormat:
     user_prefix = _strip_prefix(_between(three, MARK["assistant"], MARK["user2"]), assistant_suffix, "user prefix")
     head = _strip_prefix(_between(three, None, MARK["user1"]), bos, "start")
     if not head.endswith(user_prefix):
-        raise TemplateNotTranslatable("the first user turn is wrapped differently from the others")
+        raise TemplateNotTranslatable(say("template_first_user_turn"))
     head = head[: len(head) - len(user_prefix)]
     fmt = ChatFormat((user_prefix, user_suffix), (assistant_prefix, assistant_suffix), generation, None)
     _measure_system(render, fmt, bos, head, s0, u1)
@@ -107,15 +108,15 @@ def _measure_system(render: Render, fmt: ChatFormat, bos: str, head: str, s0: di
     between = _between(with_system, MARK["system"], MARK["user1"]) if before is not None else None
     if before is None or (before == bos + fmt.user[0] and between == "\n\n"):
         if head:
-            raise TemplateNotTranslatable("the template adds text before the first turn it does not explain")
+            raise TemplateNotTranslatable(say("template_unexplained_head"))
         return
     prefix = _strip_prefix(before, bos, "system prefix")
     if not between.endswith(fmt.user[0]):
-        raise TemplateNotTranslatable("the system turn is not followed by an ordinary user turn")
+        raise TemplateNotTranslatable(say("template_system_then_user"))
     fmt.system = (prefix, between[: len(between) - len(fmt.user[0])])
     if head:
         if not (head.startswith(prefix) and head.endswith(fmt.system[1])):
-            raise TemplateNotTranslatable("the template adds a first turn that is not a system turn")
+            raise TemplateNotTranslatable(say("template_first_not_system"))
         fmt.default_system = head[len(prefix): len(head) - len(fmt.system[1])]
 
 
@@ -135,7 +136,7 @@ def check(fmt: ChatFormat, render: Render, bos: str) -> None:
                 raise
             expected = expected[len(bos):] if bos and expected.startswith(bos) else expected
             if fmt.render(conversation, gen) != expected:
-                raise TemplateNotTranslatable(f"the measured format does not reproduce {len(conversation)}-turn chats")
+                raise TemplateNotTranslatable(say("template_not_reproduced", count=len(conversation)))
 
 
 def _go_text(text: str) -> str:
@@ -177,7 +178,7 @@ def stop_words(fmt: ChatFormat, eos: str | None) -> list[str]:
 
 def _quoted(text: str) -> str:
     if '"""' in text:
-        raise TemplateNotTranslatable('the text contains """, which a Modelfile cannot quote')
+        raise TemplateNotTranslatable(say("template_triple_quotes"))
     return f'"""{text}"""'
 
 
@@ -244,7 +245,7 @@ def write_modelfile(gguf_path: Path, tokenizer_dir: Path, config: dict, generati
         fmt, reason = chat_format_of(tokenizer, gguf_adds_bos(tokenizer_dir, tokenizer)), ""
     except TemplateNotTranslatable as exc:
         fmt, reason = None, str(exc)
-        notes.append(f"Modelfile without TEMPLATE ({reason}); Ollama falls back to the GGUF's chat template")
+        notes.append(say("export_note_no_template", message=reason))
     text = modelfile_text(gguf_path.name, fmt, tokenizer.eos_token, config, generation, reason)
     path = gguf_path.parent / "Modelfile"
     with atomic_output(path, folder=False) as tmp:

@@ -23,6 +23,7 @@ from jobs.export import card, families, ollama, vocab
 from jobs.export.files import ExportResult, Progress, atomic_output, check_free_space, no_progress
 from jobs.export.merge import merge_device, merged_tensors
 from jobs.export.source import JobSource
+from jobs.messages import say
 from jobs.spec import BUILTIN_MODEL, short_name
 
 QTYPES = {"f16": gguf.GGMLQuantizationType.F16, "bf16": gguf.GGMLQuantizationType.BF16,
@@ -163,8 +164,7 @@ def export_gguf(source: JobSource, target: Path, quant: str, progress: Progress 
         notes.append(QLORA_NOTE)
     fallback = [e.gguf_name for e in entries if e.qtype == gguf.GGMLQuantizationType.F16 and quant != "f16"]
     if fallback:
-        notes.append(f"{len(fallback)} tensors stored as f16: their rows are not a multiple of the "
-                     f"{quant} block size (e.g. {fallback[0]})")
+        notes.append(say("export_note_f16_tensors", count=len(fallback), quant=quant, tensor=fallback[0]))
     generation_file = source.base_dir / "generation_config.json"
     generation = json.loads(generation_file.read_text(encoding="utf-8")) if generation_file.is_file() else {}
     modelfile, template_notes = ollama.write_modelfile(target, source.adapter_dir, source.config, generation)

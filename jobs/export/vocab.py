@@ -124,8 +124,7 @@ def add_tokenizer(writer: gguf.GGUFWriter, tokenizer_dir: Path, vocab_size: int,
     if kind == "gpt2":
         pre = pre_tokenizer_name(tokenizer_json)
         if pre == DEFAULT_PRE:
-            notes.append("llama.cpp does not know this tokenizer's pre-tokenizer; it will split text with "
-                         "its default rules, which can tokenize some text differently")
+            notes.append(say("export_note_pre_tokenizer"))
         writer.add_tokenizer_pre(pre)
     else:
         writer.add_tokenizer_pre(DEFAULT_PRE)

@@ -207,3 +207,16 @@ def test_an_image_text_row_too_long_comes_out_chinese_inside_its_row_frame():
     chinese = translated(english, ZH)
     assert "5,000" in chinese and "1,234" in chinese and "max_seq_length=4,096" in chinese
     assert "调大 max_seq_length" in chinese and "raise" not in chinese
+
+
+def test_export_notes_come_out_chinese_in_the_export_result():
+    """An export's notes (jobs/export/: the Modelfile without TEMPLATE and why, f16 fallbacks) in the Export tab."""
+    from studio.export_tab import ExportOutcome, outcome_html
+    notes = [say("export_note_no_template", message=say("template_triple_quotes")),
+             say("export_note_f16_tensors", count=3, quant="q4_k_m", tensor="blk.0.attn_q.weight")]
+    assert notes[0] == ('Modelfile without TEMPLATE (the text contains """, which a Modelfile cannot quote); '
+                        "Ollama falls back to the GGUF's chat template")
+    page = outcome_html("gguf", ExportOutcome(files=[("/tmp/m.gguf", "1 MB")], notes=notes), ZH)
+    assert "Modelfile 未写 TEMPLATE" in page and "无法为其加引号" in page
+    assert "3 个张量以 f16 存储" in page and "blk.0.attn_q.weight" in page
+    assert "falls back" not in page and "tensors stored" not in page
