@@ -150,13 +150,17 @@ def use_packed_attention(model) -> str:
     _registered()
     config = base_model(model).config
     vision = _vision_attention(config)
-    configs = [config] + [getattr(config, name) for name in ("text_config",) if hasattr(config, name)]
-    for item in configs:
+    for item in _attention_configs(config):
         if getattr(item, "_attn_implementation", None) != NAME:
             setattr(item, PREVIOUS_ATTR, getattr(item, "_attn_implementation", None))
             item._attn_implementation = NAME
     _keep_vision_attention(config, vision)
     return packing_kernel_note(model)
+
+
+def _attention_configs(config) -> list:
+    """The config and its language model's, whose attention packing switches."""
+    return [config] + [getattr(config, name) for name in ("text_config",) if hasattr(config, name)]
 
 
 def _vision_attention(config) -> str | None:
@@ -176,7 +180,7 @@ def restore_attention(model) -> None:
     """Undo `use_packed_attention` (back to the implementation the config had before)."""
     config = base_model(model).config
     vision = _vision_attention(config)
-    for item in [config] + [getattr(config, name) for name in ("text_config",) if hasattr(config, name)]:
+    for item in _attention_configs(config):
         previous = getattr(item, PREVIOUS_ATTR, None)
         if previous is not None:
             item._attn_implementation = previous

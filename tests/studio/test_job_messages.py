@@ -39,6 +39,17 @@ def test_every_template_has_chinese_with_the_same_placeholders():
         assert _fields(chinese[f"msg.{key}"]) == _fields(template), key
 
 
+# placeholders whose pattern is shaped (studio/server_text.py _group, LIST_SPLITS): a value of that shape
+SAMPLE_VALUES = {
+    "where": "row 3 (line 4)",
+    "problems": "row 1 (line 1) is a list, not an object with fields; row 2: boom",
+    "findings": "model: it is gone; rewards: unknown",
+    "field": "rewards",
+    "config_file": "/jobs/a/config.yaml",
+    "gpu_reasons": "GPU 0 is kept for a job queued earlier; GPU 1 is in use by job 'a'",
+}
+
+
 def _sample(template):
     """Values a real caller could pass: numbers, a row's place, a joined list, a word."""
     values = {}
@@ -49,20 +60,8 @@ def _sample(template):
             values[name] = 1234
         elif (spec or "").endswith(("f", "x")):   # GB to one decimal, a byte in hex
             values[name] = 255 if spec.endswith("x") else 1.5
-        elif name == "where":
-            values[name] = "row 3 (line 4)"
-        elif name == "problems":
-            values[name] = "row 1 (line 1) is a list, not an object with fields; row 2: boom"
-        elif name == "findings":
-            values[name] = "model: it is gone; rewards: unknown"
-        elif name == "field":
-            values[name] = "rewards"
-        elif name == "config_file":
-            values[name] = "/jobs/a/config.yaml"
-        elif name == "gpu_reasons":
-            values[name] = "GPU 0 is kept for a job queued earlier; GPU 1 is in use by job 'a'"
         else:
-            values[name] = f"Q{name}Q"
+            values[name] = SAMPLE_VALUES.get(name, f"Q{name}Q")
     return values
 
 
