@@ -31,7 +31,7 @@ def train(args) -> dict:
 
     rows = [json.loads(line) for line in (args.dir / "prompts.jsonl").read_text().splitlines() if line.strip()]
     data = Dataset.from_list(rows)
-    model, tokenizer = unsloth_lora(args.dir / args.shape, 1024, fast_inference=False)
+    model, tokenizer = unsloth_lora(args.dir / args.shape, max(1024, 512 + args.completion_len), fast_inference=False)
     config = GRPOConfig(output_dir=str(args.dir / f"unsloth-grpo-{args.shape}"), use_vllm=False, beta=0.0,
                         num_generations=args.generations, max_completion_length=args.completion_len,
                         per_device_train_batch_size=args.prompts * args.generations, gradient_accumulation_steps=1,

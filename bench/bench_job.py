@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -96,6 +97,17 @@ def window_stats(steps: list[dict], warmup: int) -> dict:
             "peak_gib": max((s.get("peak_gib") or 0) for s in steps) or None}
 
 
+def pair_rows(pairs: int, stats: dict, max_len: int) -> tuple[int, int]:
+    """(packed rows a step, max_seq_length) so that a step holds --pairs pairs on average, as the padded
+    peers' --pairs a step do. A packed row is 2 x max_seq_length (jobs/data/pairs.py) and ~97% full; with
+    rows of 2 x --max-len alone 8 pairs of these sets took one row of ~6.2 pairs. max_seq_length grows
+    only past --max-len (every side of bench/pref_data.py's pairs is under it, so nothing is cut
+    differently from the peers' max_length)."""
+    tokens = pairs * stats["mean_forward"] / 0.97
+    rows = max(1, int(tokens // (2 * max_len)))
+    return rows, max(max_len, math.ceil(tokens / (2 * rows)))
+
+
 def preference_config(stack: str, args, common: dict) -> dict:
     """--method dpo|orpo: about --pairs pairs a step for every stack. Packed (a): rows of
     2 x max_len that hold as many tokens as --pairs pairs do on average (as (b) of SFT matches
@@ -103,9 +115,9 @@ def preference_config(stack: str, args, common: dict) -> dict:
     common = {**common, "method": args.method, "dataset": str(args.dir / "pairs.jsonl"), "dataset_format": "auto"}
     if stack == "fusetune":
         stats = json.loads((args.dir / "pair_stats.json").read_text())
-        rows = max(1, round(args.pairs * stats["mean_forward"] / (2 * args.max_len * 0.97)))
+        rows, row_len = pair_rows(args.pairs, stats, args.max_len)
         return {**common, "fused_kernels": True, "packing": "auto" if args.device == "cuda" else "on",
-                "batch_size": rows, "gradient_checkpointing": args.checkpointing,
+                "batch_size": rows, "max_seq_length": row_len, "gradient_checkpointing": args.checkpointing,
                 "base_precision": args.base_precision, "max_gpu_memory_gb": args.max_gpu_memory_gb,
                 "load_in_4bit": args.load_in_4bit}
     micro = min(args.micro_batch, args.pairs)

@@ -13,8 +13,14 @@ tokens per step are counted in the data collator (non-pad tokens of each batch).
 off is the reference, as in Fusetune) or ORPOTrainer (trl.experimental.orpo in TRL 1.x), on
 bench/pref_data.py's pairs (pairs.jsonl, TRL's conversational prompt/chosen/rejected form) with
 --pairs pairs a step, beta 0.1, max_length --max-len. `--trl-option key=value` sets a further
-config field where the installed TRL has it (e.g. padding_free=true, use_liger_kernel=true for
-Liger's fused DPO loss); each one is written with the result."""
+config field where the installed TRL has it (e.g. padding_free=true); each one is written with the result.
+
+`--stack trl` (d): the same trainers without Unsloth, on transformers + PEFT with TRL's own
+gradient checkpointing; with `--trl-option use_liger_kernel=true` Liger-Kernel's layer kernels
+(RMSNorm, RoPE, SwiGLU) are applied too. TRL 1.15's DPOTrainer computes the loss's log-probs with its
+own chunked kernel (`trl/kernels/chunked_logprob.py`) and refuses Liger's fused linear cross-entropy
+(dpo_trainer.py: "it replaces the model's forward"), so "TRL + Liger" there means Liger's layer
+kernels beside TRL's fused LM head; Liger's chunked DPO loss is no longer wired into TRL."""
 from __future__ import annotations
 
 import argparse
@@ -23,8 +29,19 @@ import sys
 import time
 from pathlib import Path
 
-import unsloth  # noqa: F401  (first: it patches transformers, peft and trl on import)
-from unsloth import FastLanguageModel
+
+def _stack_from_argv(argv: list[str]) -> str:
+    """--stack's value, read before anything imports transformers (Unsloth must come first)."""
+    for i, arg in enumerate(argv):
+        if arg == "--stack" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--stack="):
+            return arg.split("=", 1)[1]
+    return "unsloth"
+
+
+if _stack_from_argv(sys.argv) == "unsloth":   # the script's (or its importer's) --stack
+    import unsloth  # noqa: F401  (first: it patches transformers, peft and trl on import)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -59,11 +76,25 @@ def unsloth_lora(folder: Path, max_len: int, **load):
     """The peer's model as every (c)/(b) run sets it up: bf16 weights, LoRA r16 on the same targets,
     Unsloth's own checkpointing. Extra keywords go to FastLanguageModel.from_pretrained."""
     import torch
+    from unsloth import FastLanguageModel
     model, tokenizer = FastLanguageModel.from_pretrained(model_name=str(folder), max_seq_length=max_len,
                                                          dtype=torch.bfloat16, load_in_4bit=False, **load)
     model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, lora_dropout=0, bias="none",
                                              target_modules=TARGETS, use_gradient_checkpointing="unsloth",
                                              random_state=0)
+    return model, tokenizer
+
+
+def trl_lora(folder: Path, max_len: int):
+    """(d): the same bf16 weights and LoRA r16 targets on plain transformers + PEFT (TRL checkpoints)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16, device_map={"": 0},
+                                                 attn_implementation="sdpa")
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, bias="none",
+                                             target_modules=TARGETS, task_type="CAUSAL_LM"))
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
     return model, tokenizer
 
 
@@ -89,7 +120,7 @@ def train(args) -> dict:
     import torch
     from trl import SFTConfig, SFTTrainer
 
-    model, tokenizer = unsloth_lora(args.dir / args.shape, args.max_len)
+    model, tokenizer = (unsloth_lora if args.stack == "unsloth" else trl_lora)(args.dir / args.shape, args.max_len)
     config = SFTConfig(output_dir=str(args.dir / f"unsloth-{args.shape}"), max_length=args.max_len, packing=True,
                        per_device_train_batch_size=args.rows, gradient_accumulation_steps=1,
                        max_steps=args.steps, learning_rate=1e-4, warmup_steps=0, lr_scheduler_type="cosine",
@@ -113,13 +144,15 @@ def train(args) -> dict:
     result = {"stack": "unsloth+trl (c)", "wall_s": round(time.time() - began, 1), **window_stats(steps, args.warmup),
               "config": {"packing": getattr(config, "packing", None),
                          "packing_strategy": getattr(config, "packing_strategy", None), "rows": args.rows,
-                         "max_length": args.max_len, "gradient_checkpointing": "unsloth", "optim": "adamw_torch"}}
+                         "max_length": args.max_len, "optim": "adamw_torch",
+                         "gradient_checkpointing": "unsloth" if args.stack == "unsloth" else "trl (non-reentrant)"}}
     if args.method != "sft":
         stats = json.loads((args.dir / "pair_stats.json").read_text())
         seconds = max(result["window_end"] - result["window_start"], 1e-9)
         # exactly --pairs pairs a step (TRL's preference collator does not pack): pairs x mean pair
         # tokens, whatever its collator's keys count (bench_job.pair_rates gives the same for Fusetune)
-        result.update(stack=f"unsloth+trl {args.method} (c)", method=args.method, pairs_per_step=args.pairs,
+        result.update(stack=f"{stack_name(args)} {args.method} ({'c' if args.stack == 'unsloth' else 'd'})",
+                      method=args.method, pairs_per_step=args.pairs,
                       pair_tokens_per_s=round(result["measured_steps"] * args.pairs * stats["mean"] / seconds, 1),
                       first_loss=losses[0] if losses else None, trl_options=args.trl_option)
         result["config"].update(trainer=type(trainer).__name__, beta=config.beta, pairs=args.pairs)
@@ -142,6 +175,20 @@ def _options(config_class, pairs: list[str]) -> dict:
     return out
 
 
+def _plain_trl(args) -> dict:
+    """(d) checkpoints through TRL/transformers (Unsloth's runs use its own, set on the model)."""
+    if args.stack == "unsloth":
+        return {}
+    return {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}}
+
+
+def stack_name(args) -> str:
+    if args.stack == "unsloth":
+        return "unsloth+trl"
+    return "trl+liger" if any(o.lower() in ("use_liger_kernel=true", "use_liger_kernel=1") for o in args.trl_option) \
+        else "trl"
+
+
 def preference_trainer(args, model, tokenizer):
     """(config, trainer): TRL's DPOTrainer or ORPOTrainer on pairs.jsonl, --pairs a step."""
     from datasets import Dataset
@@ -157,7 +204,7 @@ def preference_trainer(args, model, tokenizer):
                     per_device_train_batch_size=args.pairs, gradient_accumulation_steps=1, max_steps=args.steps,
                     learning_rate=1e-4, warmup_steps=0, lr_scheduler_type="cosine", logging_steps=1,
                     save_strategy="no", report_to="none", bf16=True, optim="adamw_torch", dataset_num_proc=4,
-                    seed=0, beta=0.1, **_options(Config, args.trl_option))
+                    seed=0, beta=0.1, **_plain_trl(args), **_options(Config, args.trl_option))
     extra = {"ref_model": None} if args.method == "dpo" else {}
     return config, Trainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
                            processing_class=tokenizer, **extra)
@@ -173,6 +220,9 @@ def main() -> None:
     parser.add_argument("--max-len", type=int, default=4096)
     parser.add_argument("--method", default="sft", choices=["sft", "dpo", "orpo"])
     parser.add_argument("--pairs", type=int, default=8, help="--method dpo|orpo: pairs a step")
+    parser.add_argument("--stack", choices=["unsloth", "trl"], default="unsloth",
+                        help="unsloth: Unsloth + TRL (c); trl: TRL on transformers + PEFT (d), with Liger where "
+                             "--trl-option use_liger_kernel=true")
     parser.add_argument("--trl-option", action="append", default=[], help="key=value of the TRL config")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "job.jsonl")
     args = parser.parse_args()
@@ -181,7 +231,7 @@ def main() -> None:
     try:
         result.update(train(args))
     except Exception as exc:  # recorded as a result line: the other rows of the run still count
-        result.update(stack="unsloth+trl (c)", error=f"{type(exc).__name__}: {exc}"[:1500])
+        result.update(stack=f"{stack_name(args)} (c)", error=f"{type(exc).__name__}: {exc}"[:1500])
     write(result, args.out)
 
 

@@ -13,6 +13,8 @@
 #   bash bench/device.sh fp8pair [SHAPE]     jobs.train bf16 vs FP8, offload and no recompute (studio/fp8_effect.py)
 #   bash bench/device.sh jobgraph            jobs.train with the captured step vs eager (jobs/train/graph_steps.py)
 #   bash bench/device.sh prefs [SHAPE]       DPO and ORPO jobs beside Unsloth + TRL's trainers, same pairs (issue 19)
+#   bash bench/device.sh prefs8b|prefs1b     each stack's peer first, ours within its peak, then GRPO at 512 tokens
+#   bash bench/device.sh grpo8b|grpo1b [LEN] GRPO with completions to LEN (2048), the peer first, ours within its peak
 #   bash bench/device.sh grpo                GRPO jobs beside Unsloth + TRL's GRPOTrainer, and generation alone (issue 20)
 #   bash bench/device.sh vision              image-text SFT (Qwen2.5-VL-7B shape) beside transformers + PEFT and Unsloth + TRL (issue 21)
 #   bash bench/device.sh logprobs            the fused log-probs op vs TRL's chunked kernel vs torch (logprobs_op.py)
@@ -31,7 +33,8 @@ LOG="$OUT/device.log"
 PY=${PY:-python3}
 BUDGET=${BUDGET:-540}        # seconds of this call the stages may use (the device stops a command at 600)
 START=$(date +%s)
-DIR=/tmp/bench_job; mkdir -p "$DIR"
+DIR=${BENCH_DIR:-/tmp/bench_job}; mkdir -p "$DIR"   # BENCH_DIR under the repo root outlives a call on a warm machine
+GDIR=${BENCH_GRPO_DIR:-/tmp/bench_grpo}
 what=${1:-check}
 
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
@@ -53,6 +56,33 @@ unsloth_job() { stage "unsloth+trl job" "$1" env PYTHONPATH="$SITE:${PYTHONPATH:
   --dir "$DIR" --out "$OUT/job.jsonl" "${@:2}"; }
 prepare() { stage "prepare $1" 150 $PY bench/bench_job.py prepare --shape "$1" --dir "$DIR" "${@:2}"; }
 rows_of() { [ "$1" = llama-3.1-8b ] && echo 2 || echo 4; }   # packed rows of 4,096 tokens a step
+
+peak_of() {  # peak_of FILE STACK_PREFIX: the newest row's peak_gib (2 decimals, down) of that stack, or 0
+  $PY - "$1" "$2" <<'PYEOF'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")] if __import__("os").path.exists(sys.argv[1]) else []
+peaks = [r["peak_gib"] for r in rows if str(r.get("stack", "")).startswith(sys.argv[2]) and r.get("peak_gib")]
+print(math.floor(peaks[-1] * 100) / 100 if peaks else 0)
+PYEOF
+}
+pref_pair() {  # pref_pair SHAPE METHOD: Unsloth + TRL first, then ours within its peak (max_gpu_memory_gb), same pairs
+  local P="--shape $1 --pairs 8 --max-len 2560 --steps 20 --warmup 4"
+  unsloth_job 170 --method "$2" $P
+  local peak; peak=$(peak_of "$OUT/job.jsonl" "unsloth+trl $2")
+  echo "   peer peak $peak GiB" | tee -a "$LOG"
+  [ "$peak" != 0 ] && job "${2}_budget" 130 --method "$2" --stack fusetune $P --checkpointing auto --max-gpu-memory-gb "$peak"
+}
+grpo_pair() {  # grpo_pair SHAPE COMPLETION_LEN STEPS: Unsloth + TRL GRPOTrainer first, then ours within its peak
+  local G="--shape $1 --dir $GDIR --prompts 8 --generations 8 --completion-len $2 --steps $3 --warmup 1"
+  mkdir -p "$GDIR"; [ -e "$GDIR/$1" ] || ln -s "$DIR/$1" "$GDIR/$1"   # the same random weights as the prefs rows
+  stage "prepare grpo $1" 120 $PY bench/bench_grpo.py prepare $G --out "$OUT/grpo.jsonl"
+  stage "grpo unsloth+trl $1 $2" "${4:-300}" env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_grpo.py run --stack unsloth $G \
+    --out "$OUT/grpo.jsonl"
+  local peak; peak=$(peak_of "$OUT/grpo.jsonl" "unsloth+trl")
+  echo "   peer peak $peak GiB" | tee -a "$LOG"
+  [ "$peak" != 0 ] && stage "grpo ours $1 $2" "${5:-150}" $PY bench/bench_grpo.py run $G --max-gpu-memory-gb "$peak" \
+    --out "$OUT/grpo.jsonl"
+}
 
 fp8_rows() {  # fp8_rows SHAPE BS VARIANTS: ours bf16/FP8 on saved weights, then Unsloth on the very same weights
   stage "ours $1 bf16+fp8" 330 $PY bench/bench_fp8.py --shape "$1" --bs "$2" --seq 2048 --save-model /tmp/m \
@@ -121,6 +151,30 @@ case "$what" in
     job orpo_offload 100 --method orpo --stack fusetune $P --checkpointing offload
     unsloth_job 130 --method orpo $P
     stage logprobs_op 120 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/logprobs_op.py --out "$OUT/logprobs_op.jsonl" ;;
+  prefs8b)   # issue 19 on the 8B shape: DPO within Unsloth DPO's peak; then GRPO 8B at 512 tokens (issue 20)
+    versions
+    stage "prepare pairs 8b" 200 $PY bench/bench_job.py prepare --method dpo --shape llama-3.1-8b --dir "$DIR" --examples 3000
+    pref_pair llama-3.1-8b dpo
+    grpo_pair llama-3.1-8b 512 3 200 120 ;;
+  grpo8b)   # issue 20, the 8B shape with completions to ${2:-2048} tokens (after prefs8b on a warm machine: same weights)
+    versions
+    [ -e "$DIR/llama-3.1-8b/config.json" ] || stage "prepare 8b" 200 $PY bench/bench_job.py prepare --method dpo \
+      --shape llama-3.1-8b --dir "$DIR" --examples 3000
+    grpo_pair llama-3.1-8b "${2:-2048}" 2 330 170 ;;
+  prefs1b)   # issue 19 on the 1B shape: ORPO and DPO within the peer's peak, TRL + Liger beside; then GRPO 1B at 512
+    versions
+    stage "prepare pairs 1b" 150 $PY bench/bench_job.py prepare --method dpo --shape llama-3.2-1b --dir "$DIR" --examples 3000
+    pref_pair llama-3.2-1b orpo
+    pref_pair llama-3.2-1b dpo
+    stage "trl+liger dpo" 120 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_job_unsloth.py --stack trl \
+      --trl-option use_liger_kernel=true --method dpo --dir "$DIR" --out "$OUT/job.jsonl" --shape llama-3.2-1b \
+      --pairs 8 --max-len 2560 --steps 20 --warmup 4
+    grpo_pair llama-3.2-1b 512 4 120 80 ;;
+  grpo1b)   # issue 20, the 1B shape with completions to ${2:-2048} tokens
+    versions
+    [ -e "$DIR/llama-3.2-1b/config.json" ] || stage "prepare 1b" 120 $PY bench/bench_job.py prepare --method dpo \
+      --shape llama-3.2-1b --dir "$DIR" --examples 3000
+    grpo_pair llama-3.2-1b "${2:-2048}" 2 300 150 ;;
   grpo)   # issue 20: GRPO jobs beside Unsloth + TRL GRPOTrainer (transformers generate: no vLLM there), same prompts
     versions
     G="--shape llama-3.2-1b --dir /tmp/bench_grpo --prompts 8 --generations 8 --completion-len 256 --steps 4 --warmup 1"
