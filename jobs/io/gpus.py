@@ -69,10 +69,13 @@ class Placement:
 
 @dataclass(frozen=True)
 class Wait:
-    """Why a queued job cannot start yet, and the GPUs it keeps from later jobs meanwhile."""
+    """Why a queued job cannot start yet, and the GPUs it keeps from later jobs meanwhile; `need`
+    and `gpu_reasons` are the parts `reason` was said from (`place_now` says its warning from them)."""
 
     reason: str
     claims: frozenset[int] = field(default_factory=frozenset)
+    need: str | None = None   # what it waits for when any GPU would do ("a free GPU"); None: named GPUs
+    gpu_reasons: str = ""
 
 
 def read_gpus() -> list[GpuInfo]:
@@ -191,7 +194,8 @@ def place(key: str, processes: int, machine: list[GpuInfo], held: dict[int, str]
         wanted = listed if listed is not None else [g.index for g in machine]
         reasons = [busy[i] for i in wanted if busy[i]]
         if reasons:
-            return Wait(say("gpu_wait", gpu_reasons="; ".join(reasons)), frozenset(wanted))
+            joined = "; ".join(reasons)
+            return Wait(say("gpu_wait", gpu_reasons=joined), frozenset(wanted), gpu_reasons=joined)
         return Placement(tuple(wanted), len(wanted), any(verdicts[i][1] for i in wanted))
     count = processes or 1
     # GPUs that need no unloading first: a chat model stays loaded when another GPU has room
@@ -201,7 +205,8 @@ def place(key: str, processes: int, machine: list[GpuInfo], held: dict[int, str]
         return Placement(chosen, count, any(verdicts[i][1] for i in chosen))
     reasons = [r for r in busy.values() if r]
     need = say("a_free_gpu") if count == 1 else say("free_gpus", count=count, free=len(free))
-    return Wait(say("gpu_wait_for", need=need, gpu_reasons="; ".join(reasons)), frozenset(free))
+    joined = "; ".join(reasons)
+    return Wait(say("gpu_wait_for", need=need, gpu_reasons=joined), frozenset(free), need=need, gpu_reasons=joined)
 
 
 def place_now(key: str, processes: int, machine: list[GpuInfo],
@@ -218,7 +223,15 @@ def place_now(key: str, processes: int, machine: list[GpuInfo],
         roomiest = sorted(machine, key=lambda g: (-g.free_gb, g.index))[: processes or 1]
         listed = sorted(g.index for g in roomiest)
     chosen = Placement(tuple(listed), len(listed))
-    return chosen, decision.reason.replace("waiting", f"starting on GPU {chosen.gpus_key} anyway", 1)
+    return chosen, _start_anyway_warning(decision, chosen)
+
+
+def _start_anyway_warning(decision: Wait, chosen: Placement) -> str:
+    """The wait reason turned into a warning: the same parts said by gpu_anyway(_for), so the
+    studio translates it by its own template rather than an edited English sentence."""
+    if decision.need is None:
+        return say("gpu_anyway", gpus=chosen.gpus_key, gpu_reasons=decision.gpu_reasons)
+    return say("gpu_anyway_for", gpus=chosen.gpus_key, need=decision.need, gpu_reasons=decision.gpu_reasons)
 
 
 def global_batch(batch_size: int, accumulation: int, processes: int) -> int:

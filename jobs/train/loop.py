@@ -1,7 +1,8 @@
 """The one training loop every job runs: LoRA (or QLoRA), AdamW with cosine warm-up, gradient
 clipping, evaluation, checkpoints, and an event for every step. The objective is a part beside it
 (jobs/train/methods/: SFT, and the methods JobSpec's `method` names): its data, its batches, its
-loss and the metrics it logs.
+loss and the metrics it logs. What it saves and when (checkpoints, adapters, a cancel, the end) is
+jobs/train/saving.py.
 
 The loss of one optimizer step is normalised over the label tokens of the whole accumulated
 batch (sum / count), as transformers' `num_items_in_batch` does, so gradient accumulation gives
@@ -23,12 +24,11 @@ import torch
 
 from jobs.data import encode
 from jobs.io import phases
-from jobs.export import model_card
 from jobs.io import telemetry
 from jobs.io.events import EventWriter
 from jobs.models import load as models
 from jobs.spec import JobSpec
-from jobs.train import checkpoints, rng_state
+from jobs.train import checkpoints, rng_state, saving
 from jobs.train.distributed import Distributed, resume_position
 from jobs.train.graph_steps import graphed_steps
 from jobs.train.loader import Prefetcher
@@ -257,7 +257,7 @@ class Trainer:
         finally:
             stream.close()
             self.sampler.close()
-        return self._finish()
+        return saving.finish(self)
 
     def _loop(self, stream) -> None:
         self.began, self.first_step, pending = time.time(), self.step, None
@@ -266,7 +266,7 @@ class Trainer:
             queued = self.train_step(stream)
             if queued is None:
                 self._flush(pending)
-                raise Cancelled(self._save_on_stop())
+                raise Cancelled(saving.save_on_stop(self))
             self.step += 1
             self._flush(pending, step=self.step - 1)   # the previous step, while this one runs
             pending = queued
@@ -290,7 +290,7 @@ class Trainer:
                                            or self.step == self.max_steps):
             self._evaluate()
         if spec.save_steps and self.step % spec.save_steps == 0 and self.step < self.max_steps:
-            self.save_checkpoint()
+            saving.save_checkpoint(self)
 
     def _flush(self, pending: PendingStep | None, step: int | None = None) -> None:
         """Read a finished step's numbers (waits for that step only) and report it."""
@@ -338,63 +338,10 @@ class Trainer:
         if best and math.isfinite(loss):
             self.best_eval = (loss, self.step)
             if self.spec.keep_best:
-                self._save_adapter(f"best eval loss {loss:.4f} at step {self.step}", best=True)
-
-    def _finish(self) -> Path:
-        if not self.spec.save_steps and not (self.spec.keep_best and self.best_eval is not None):
-            # "0: only at the end", resumable (the studio's "train more steps"); on every rank at once,
-            # since each rank's random state is gathered into it
-            self.save_checkpoint()
-        if not self.dist.is_main:
-            adapter = self.job_dir / "adapter"
-        elif self.spec.keep_best and self.best_eval is not None:
-            self.save_checkpoint(every_rank=False)   # the last step's weights stay available (and resumable)
-            adapter = checkpoints.promote_best_adapter(self.job_dir)
-            self.log(f"keep_best: adapter/ holds the best eval loss {self.best_eval[0]:.4f} from step "
-                     f"{self.best_eval[1]}; the last step's weights are in checkpoints/step-{self.step}")
-        else:
-            adapter = self._save_adapter("finished")
-        self.events.emit("done", step=self.step, final_loss=self.last_loss, adapter_dir=str(adapter),
-                         best_eval_loss=self.best_eval[0] if self.best_eval else None,
-                         best_step=self.best_eval[1] if self.best_eval else None,
-                         mean_gpu_util=self.sampler.mean_gpu_util(),
-                         elapsed_s=round(time.time() - self.began, 2))
-        self.log(f"done: {self.step} steps, final loss {self.last_loss:.4f}, adapter in {adapter}")
-        return adapter
+                saving.save_adapter(self, f"best eval loss {loss:.4f} at step {self.step}", best=True)
 
     def _oom(self, exc: torch.OutOfMemoryError) -> OutOfMemory:
         from jobs.models import fit
         peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
         return OutOfMemory(fit.oom_message(self.spec, self.fit_estimate, peak, self.step + 1,
                                            self.checkpointing_line, str(exc)))
-
-    def _state(self) -> dict:
-        best_loss, best_step = self.best_eval if self.best_eval else (None, None)
-        return {"micro_index": self.micro_index, "best_eval_loss": best_loss, "best_step": best_step,
-                "processes": self.dist.world_size, "data_order": self.data_order}
-
-    def save_checkpoint(self, every_rank: bool = True) -> Path | None:
-        """`every_rank`: called on all ranks at once, so each rank's random state is gathered (a
-        collective); False where only rank 0 saves (the final checkpoint of keep_best)."""
-        mine = rng_state.capture(self.device)
-        rng = self.dist.gather_objects(mine) if every_rank else None
-        if not self.dist.is_main:  # the LoRA weights and optimizer state are the same on every rank
-            return None
-        folder = checkpoints.save_checkpoint(self.job_dir, self.step, self.model, self.optimizer,
-                                             self.scheduler, self._state(),
-                                             rng if rng is not None or self.dist.enabled else [mine])
-        self.events.emit("checkpoint", step=self.step, path=str(folder))
-        return folder
-
-    def _save_adapter(self, status: str, best: bool = False) -> Path:
-        if not self.dist.is_main:
-            return self.job_dir / ("adapter-best" if best else "adapter")
-        card = model_card(self.spec, self.source, self.last_loss, self.step, status)
-        return checkpoints.save_adapter(self.job_dir, self.model, self.tokenizer, card, best=best,
-                                        base_model=self.spec.model)
-
-    def _save_on_stop(self) -> str:
-        self.save_checkpoint()
-        adapter = self._save_adapter(f"cancelled at step {self.step}")
-        self.dist.barrier()  # no rank exits (and makes torchrun stop the others) before rank 0 saved
-        return f"cancelled by the user at step {self.step}/{self.max_steps}; adapter saved to {adapter}"

@@ -104,6 +104,22 @@ def test_a_hand_started_job_takes_the_roomiest_gpus_with_a_warning_when_none_is_
     assert gpus.place_now("auto", 0, machine(0.0)) == (Placement((0,), 1), None)
 
 
+def test_the_start_anyway_warning_is_the_wait_reason_with_the_chosen_gpus_said_by_its_own_template():
+    """The same words the wait reason had, "waiting" turned into where the job starts anyway
+    (gpu_anyway / gpu_anyway_for), so the studio can translate it by its template."""
+    busy = machine(70.0, 10.0, 50.0)
+    reasons = ("GPU 0 has 70.0 of 80.0 GB in use by other processes; GPU 1 has 10.0 of 80.0 GB in use by other "
+               "processes; GPU 2 has 50.0 of 80.0 GB in use by other processes")
+    waiting = gpus.place("auto", 2, busy, held={})
+    assert waiting.reason == f"waiting for 2 free GPUs (0 free now): {reasons}"
+    assert (waiting.need, waiting.gpu_reasons) == ("2 free GPUs (0 free now)", reasons)
+    assert gpus.place_now("auto", 2, busy)[1] == f"starting on GPU 1,2 anyway for 2 free GPUs (0 free now): {reasons}"
+    assert gpus.place_now("auto", 0, busy)[1] == f"starting on GPU 1 anyway for a free GPU: {reasons}"
+    listed = "GPU 0 has 70.0 of 80.0 GB in use by other processes; GPU 2 has 50.0 of 80.0 GB in use by other processes"
+    assert gpus.place("0,2", 0, busy, held={}).reason == f"waiting: {listed}"
+    assert gpus.place_now("0,2", 0, busy)[1] == f"starting on GPU 0,2 anyway: {listed}"
+
+
 def test_inventory_names_our_jobs_on_each_gpu():
     listed = gpus.inventory({1: ["job A", "job B"]}, machine=machine(0.0, 20.0))
     assert [g.busy_by_jobs for g in listed] == [(), ("job A", "job B")]

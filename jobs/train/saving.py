@@ -1,0 +1,77 @@
+"""What the training loop (jobs/train/loop.py) saves, and when: resumable checkpoints, the adapter
+(the best one under keep_best), what a cancelled job keeps, and the job's end (its `done` event).
+
+Functions of the running `Trainer` (its model, optimizer, scheduler, step, best eval and process
+group); the files themselves are written by jobs/train/checkpoints.py. With several processes only
+rank 0 writes, but every rank calls in: a checkpoint gathers each rank's random state (a collective)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from jobs.export import model_card
+from jobs.train import checkpoints, rng_state
+
+
+def train_state(trainer) -> dict:
+    """The loop's own state a checkpoint keeps beside the weights (where the data stream stands,
+    the best eval so far, the process count and data order it was made with)."""
+    best_loss, best_step = trainer.best_eval if trainer.best_eval else (None, None)
+    return {"micro_index": trainer.micro_index, "best_eval_loss": best_loss, "best_step": best_step,
+            "processes": trainer.dist.world_size, "data_order": trainer.data_order}
+
+
+def save_checkpoint(trainer, every_rank: bool = True) -> Path | None:
+    """`every_rank`: called on all ranks at once, so each rank's random state is gathered (a
+    collective); False where only rank 0 saves (the final checkpoint of keep_best)."""
+    mine = rng_state.capture(trainer.device)
+    rng = trainer.dist.gather_objects(mine) if every_rank else None
+    if not trainer.dist.is_main:  # the LoRA weights and optimizer state are the same on every rank
+        return None
+    folder = checkpoints.save_checkpoint(trainer.job_dir, trainer.step, trainer.model, trainer.optimizer,
+                                         trainer.scheduler, train_state(trainer),
+                                         rng if rng is not None or trainer.dist.enabled else [mine])
+    trainer.events.emit("checkpoint", step=trainer.step, path=str(folder))
+    return folder
+
+
+def save_adapter(trainer, status: str, best: bool = False) -> Path:
+    """The adapter with its model card (`status` says how training ended); adapter-best/ for `best`."""
+    if not trainer.dist.is_main:
+        return trainer.job_dir / ("adapter-best" if best else "adapter")
+    card = model_card(trainer.spec, trainer.source, trainer.last_loss, trainer.step, status)
+    return checkpoints.save_adapter(trainer.job_dir, trainer.model, trainer.tokenizer, card, best=best,
+                                    base_model=trainer.spec.model)
+
+
+def save_on_stop(trainer) -> str:
+    """A cancelled job keeps a checkpoint (to resume) and its adapter; returns the message it stops with."""
+    save_checkpoint(trainer)
+    adapter = save_adapter(trainer, f"cancelled at step {trainer.step}")
+    trainer.dist.barrier()  # no rank exits (and makes torchrun stop the others) before rank 0 saved
+    return f"cancelled by the user at step {trainer.step}/{trainer.max_steps}; adapter saved to {adapter}"
+
+
+def finish(trainer) -> Path:
+    """The end of a job that ran all its steps: the last checkpoint and adapter, the `done` event."""
+    spec, best_eval = trainer.spec, trainer.best_eval
+    if not spec.save_steps and not (spec.keep_best and best_eval is not None):
+        # "0: only at the end", resumable (the studio's "train more steps"); on every rank at once,
+        # since each rank's random state is gathered into it
+        save_checkpoint(trainer)
+    if not trainer.dist.is_main:
+        adapter = trainer.job_dir / "adapter"
+    elif spec.keep_best and best_eval is not None:
+        save_checkpoint(trainer, every_rank=False)   # the last step's weights stay available (and resumable)
+        adapter = checkpoints.promote_best_adapter(trainer.job_dir)
+        trainer.log(f"keep_best: adapter/ holds the best eval loss {best_eval[0]:.4f} from step "
+                    f"{best_eval[1]}; the last step's weights are in checkpoints/step-{trainer.step}")
+    else:
+        adapter = save_adapter(trainer, "finished")
+    trainer.events.emit("done", step=trainer.step, final_loss=trainer.last_loss, adapter_dir=str(adapter),
+                        best_eval_loss=best_eval[0] if best_eval else None,
+                        best_step=best_eval[1] if best_eval else None,
+                        mean_gpu_util=trainer.sampler.mean_gpu_util(),
+                        elapsed_s=round(time.time() - trainer.began, 2))
+    trainer.log(f"done: {trainer.step} steps, final loss {trainer.last_loss:.4f}, adapter in {adapter}")
+    return adapter
