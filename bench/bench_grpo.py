@@ -56,8 +56,17 @@ def job_config(args, out: Path) -> dict:
                 gradient_checkpointing="auto", max_gpu_memory_gb=args.max_gpu_memory_gb)
 
 
-def step_stats(times: list[float], warmup: int) -> dict:
-    """Optimizer steps per second over the steps after `warmup` (time stamps of step ends)."""
+def step_stats(times: list[float], warmup: int, durations: list[float] | None = None) -> dict:
+    """Optimizer steps per second over the steps after `warmup`: from each step's own duration where
+    given (our step events' step_s), else from the time stamps of step ends (the peer's callback).
+    Our events' time stamps are NOT step ends: the loop writes a step's event after queueing the
+    next one (after that one's sampling), so their last interval is one policy step only. Rows of
+    2026-12-01/02 before 06:00 were measured from those stamps and understate our step time."""
+    if durations:
+        window = durations[warmup:] if len(durations) > warmup else durations
+        span = sum(window)
+        return {"measured_steps": len(window), "steps_per_s": round(len(window) / span, 4) if span > 0 else None,
+                "step_s_mean": round(span / len(window), 3), "step_s": [round(d, 3) for d in window]}
     if len(times) <= warmup + 1:
         warmup = 0
     window = times[warmup:]
@@ -85,9 +94,11 @@ def run_fusetune(args) -> dict:
     if proc.returncode or not steps:
         result["error"] = (proc.stderr or proc.stdout)[-1500:]
         return result
-    result.update(step_stats([e["time"] for e in steps], args.warmup),
+    durations = [e["step_s"] for e in steps] if all(e.get("step_s") for e in steps) else None
+    result.update(step_stats([e["time"] for e in steps], args.warmup, durations),
                   peak_gib=max((e.get("peak_gb") or 0) for e in steps) or None,
                   completion_length=[e.get("completion_length") for e in steps],
+                  rollout_s=[e.get("rollout_s") for e in steps],
                   sampler="jobs/train/decode.py (static KV cache, CUDA-graph decode step)")
     return result
 

@@ -84,13 +84,20 @@ class UtilSampler:
 
 
 def window_stats(steps: list[dict], warmup: int) -> dict:
-    """Throughput over the steps after `warmup` from step records {time, tokens, loss, peak_gib}."""
+    """Throughput over the steps after `warmup` from step records {time, tokens, loss, peak_gib} and,
+    where the job wrote it, step_s: our step events are written one step late (the loop reads a
+    step's numbers while the next one runs), so the last interval between their time stamps is only
+    the last step's tail, which overstated host-bound rows by up to one step in the window (rows
+    before 2026-12-02T06 were measured that way). The peers' stamps come from a step-end callback."""
     if len(steps) <= warmup + 1:
         warmup = 0
     window = steps[warmup + 1:]
     start, end = steps[warmup]["time"], steps[-1]["time"]
     tokens = sum(s["tokens"] for s in window)
     times = [b["time"] - a["time"] for a, b in zip(steps[warmup:], steps[warmup + 1:])]
+    if all(s.get("step_s") for s in window):
+        times = [s["step_s"] for s in window]
+        end = start + sum(times)
     return {"real_tokens_per_s": round(tokens / max(end - start, 1e-9), 1), "window_start": start,
             "window_end": end, "measured_steps": len(window), "tokens_per_step_mean": round(tokens / len(window)),
             "step_s_median": round(sorted(times)[len(times) // 2], 4), "final_loss": steps[-1]["loss"],
@@ -167,7 +174,8 @@ def run_job(stack: str, args) -> dict:
     sampler.stop()
     log = out / "events.jsonl"
     events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
-    steps = [{"time": e["time"], "tokens": e["tokens"], "loss": e["loss"], "peak_gib": e.get("peak_gb")}
+    steps = [{"time": e["time"], "tokens": e["tokens"], "loss": e["loss"], "peak_gib": e.get("peak_gb"),
+              "step_s": e.get("step_s")}
              for e in events if e["type"] == "step"]
     result = {"stack": "fusetune (a)" if stack == "fusetune" else "pytorch (b)", "returncode": proc.returncode,
               "wall_s": round(time.time() - began, 1), "config": config}

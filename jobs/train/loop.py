@@ -318,6 +318,7 @@ class Trainer:
         event = dict(step=step, max_steps=self.max_steps, epoch=round(pending.epoch, 4), loss=loss,
                      lr=pending.lr, grad_norm=grad_norm,
                      tokens_per_s=round(pending.tokens / max(step_s, 1e-9), 1), tokens=pending.tokens,
+                     step_s=round(step_s, 4),   # the device's clock: events are written a step late
                      elapsed_s=round(elapsed, 2), eta_s=round(per_step * (self.max_steps - step), 1),
                      **fields, **self.sampler.latest())
         event["gpus"] = telemetry.job_gpus(self.dist, event.get("gpus", []))

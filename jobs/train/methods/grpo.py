@@ -11,11 +11,13 @@ and the clipped GRPO loss of jobs/train/methods/grpo_loss.py. The reference of t
 same model with the adapter off (no second copy), run only when beta > 0.
 
 Step events carry reward_mean, reward_std, reward/<name>, completion_length, zero_std_groups
-(the share of groups whose rewards are all equal: they train nothing) and kl (beta > 0); a few
+(the share of groups whose rewards are all equal: they train nothing), rollout_s (the seconds of
+the step spent sampling and scoring) and kl (beta > 0); a few
 completions per step go to completions.jsonl in the job folder."""
 from __future__ import annotations
 
 import json
+import time
 from collections import deque
 
 import torch
@@ -75,6 +77,7 @@ class GroupRelativePolicyOptimization(Method):
     def prepare_step(self, group: list) -> list:
         spec, t = self.spec, self.trainer
         stats = {"rewards": [], "each": {n: [] for n in self.rewards.names}, "lengths": [], "flat": []}
+        began = time.perf_counter()   # sampling and scoring wait for the GPU: host time is their time
         for _, batch in group:
             prompts = [row.input_ids for row in batch.rows]
             completions = sample_completions(t.model, t.tokenizer, prompts, spec.num_generations,
@@ -95,7 +98,9 @@ class GroupRelativePolicyOptimization(Method):
                                  else int(batch.tensors["attention_mask"].sum()))
             stats["lengths"] += lengths
             stats["flat"] += flat.tolist()
-        self.pending_fields.append(self._fields(stats))
+        fields = self._fields(stats)
+        fields["rollout_s"] = round(time.perf_counter() - began, 3)
+        self.pending_fields.append(fields)
         return group
 
     def _score(self, batch, completions: list[list[int]], stats: dict) -> list[float]:

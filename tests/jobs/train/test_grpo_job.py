@@ -41,6 +41,8 @@ def test_a_reward_file_that_rewards_one_letter_raises_that_reward(tmp_path, tiny
     assert len(steps) == 20 and summary.final["type"] == "done"
     for key in ("reward_mean", "reward_std", "reward/letter_e", "completion_length", "zero_std_groups"):
         assert key in steps[0], key
+    # the step's own time, and the part of it spent sampling and scoring (inside it)
+    assert all(0 < s["rollout_s"] <= s["step_s"] for s in steps[1:]), [(s["rollout_s"], s["step_s"]) for s in steps]
     assert "kl" not in steps[0]   # beta 0: no reference pass
     rewards = [s["reward/letter_e"] for s in steps]
     assert sum(rewards[-4:]) / 4 > sum(rewards[:4]) / 4 + MARGIN, rewards

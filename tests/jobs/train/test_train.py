@@ -43,8 +43,9 @@ def test_training_run_learns_and_writes_a_loadable_adapter(tmp_path, tiny_model)
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5, losses
     step = summary.steps[-1]
     for key in ("step", "max_steps", "epoch", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s",
-                "eta_s", "rss_gb", "gpus"):
+                "eta_s", "rss_gb", "gpus", "step_s"):
         assert key in step, key
+    assert step["tokens_per_s"] == pytest.approx(step["tokens"] / step["step_s"], rel=1e-2)
     assert [c["step"] for c in summary.checkpoints] == [10, 20]
     assert (out / "checkpoints" / "step-20" / "optim.pt").is_file()
     assert "fused kernels: off" in "\n".join(summary.start["patch_report"])

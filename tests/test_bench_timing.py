@@ -1,0 +1,21 @@
+"""The benchmarks time our steps by the step events' own durations (step_s), not by the events'
+time stamps: the loop writes a step's event while the next step runs, so the stamps lag by up to
+a step and their last interval is only the last step's tail (bench/bench_job.py window_stats,
+bench/bench_grpo.py step_stats)."""
+from bench.bench_grpo import step_stats
+from bench.bench_job import window_stats
+
+
+def test_grpo_steps_are_timed_by_their_durations_not_the_late_stamps():
+    # a 4 s step (3.6 s sampling + 0.4 s policy): stamps after each NEXT step's sampling, the last at the end
+    stamps = [4.0, 8.0, 12.0, 12.4]
+    assert step_stats(stamps, 1)["step_s_mean"] == 2.2          # what the stamps alone say: wrong
+    timed = step_stats(stamps, 1, durations=[4.5, 4.0, 4.0, 4.0])
+    assert timed["step_s_mean"] == 4.0 and timed["measured_steps"] == 3
+
+
+def test_job_throughput_uses_step_s_where_the_events_have_it():
+    steps = [{"time": t, "tokens": 1000, "loss": 1.0, "peak_gib": 1.0, "step_s": 0.5} for t in (0.5, 1.0, 1.5, 1.6)]
+    assert window_stats(steps, 0)["real_tokens_per_s"] == 2000.0
+    stamped = [{k: v for k, v in s.items() if k != "step_s"} for s in steps]   # the peers' step-end stamps
+    assert window_stats(stamped, 0)["real_tokens_per_s"] == round(3000 / 1.1, 1)
