@@ -22,10 +22,11 @@ What `patch_lora_layers(model, report, use_triton)` does, per module INSTANCE:
   An attention forward that calls `_fusetune_qkv` when present gets the three-projection fusion
   (`lora_qkv`); one that calls q_proj/k_proj/v_proj still gets the per-projection fusion.
 
-Every fused forward re-checks cheap runtime conditions each call (adapters enabled, not merged, the
-same single active adapter, Triton can run on the input, dtypes agree, no extra PEFT kwargs such as
-`adapter_names`) and otherwise calls the module's original forward, so `with
-model.disable_adapter():`, merging and generation keep working. What cannot be fused is left alone
+Every fused forward re-checks cheap runtime conditions each call (not merged, the same single
+active adapter, Triton can run on the input, dtypes agree, no extra PEFT kwargs such as
+`adapter_names`) and otherwise calls the module's original forward, so merging and generation keep
+working; under `with model.disable_adapter():` the same fused kernels run over the base weights
+alone (a reference policy's forward). What cannot be fused is left alone
 and reported with the reason (dropout > 0, DoRA, bias on the LoRA B, fan_in_fan_out, several
 active adapters, 8-bit or fp4 base weights, fused qkv_proj / gate_up_proj as in Phi-3, ...).
 NF4 layers compute in their quant_state dtype (input cast to it, output cast back, as bitsandbytes).
@@ -131,22 +132,30 @@ def compute_dtype(modules, x: torch.Tensor) -> torch.dtype:
     return x.dtype
 
 
-def _runtime_ok(modules, adapters, x: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Cheap per-call check that the state the patch saw still holds."""
+def live_adapters(modules, adapters, x: torch.Tensor, dtype: torch.dtype) -> tuple | None:
+    """Cheap per-call check that the state the patch saw still holds: the adapter each projection
+    runs with now, or None when this call must take the modules' own forward. Under PEFT's
+    `disable_adapter()` a LoRA projection runs as its base layer alone (adapter None) through the
+    same fused kernels: DPO's, KTO's and GRPO's reference passes are whole forwards with the adapter
+    off, and PEFT's per-projection forwards there cost host time a step (bench/NOTES.md)."""
+    live = []
     for module, adapter in zip(modules, adapters):
-        if adapter is not None and (module.disable_adapters or module.merged
-                                    or module.active_adapters != [adapter]):
-            return False
+        if adapter is not None:
+            if module.merged or module.active_adapters != [adapter]:
+                return None
+            adapter = None if module.disable_adapters else adapter
         weight = _weight(module)
         quantized = getattr(weight, "quant_state", None) is not None or isinstance(_base(module), Fp8Linear)
         if not quantized and weight.dtype != dtype:
-            return False
-    return x.is_floating_point() and triton_runs_on(x)
+            return None
+        live.append(adapter)
+    return tuple(live) if x.is_floating_point() and triton_runs_on(x) else None
 
 
 def projection(module, adapter: str | None) -> LoraProjection:
-    if adapter is None:
-        return LoraProjection(_base_weight(module), None, None, 1.0, module.bias)
+    if adapter is None:   # a plain frozen Linear, or a LoRA layer's base alone (adapter disabled)
+        base = _base(module)
+        return LoraProjection(_base_weight(base), None, None, 1.0, base.bias)
     base = module.base_layer
     return LoraProjection(_base_weight(base), module.lora_A[adapter].weight, module.lora_B[adapter].weight,
                           float(module.scaling[adapter]), base.bias)
@@ -161,9 +170,10 @@ def _patch_linear(module) -> None:
 
     def fused_forward(x, *args, **kwargs):
         dtype = compute_dtype((module,), x)
-        if args or kwargs or not _runtime_ok((module,), (adapter,), x, dtype):
+        live = None if args or kwargs else live_adapters((module,), (adapter,), x, dtype)
+        if live is None:
             return original(x, *args, **kwargs)
-        p = projection(module, adapter)
+        p = projection(module, live[0])
         return lora_o(x.to(dtype), p.weight, p.lora_A, p.lora_B, p.scaling, p.bias).to(x.dtype)
 
     module.forward = fused_forward
@@ -177,9 +187,10 @@ def _patch_qkv(attn) -> None:
 
     def fusetune_qkv(hidden_states):
         dtype = compute_dtype(mods, hidden_states)
-        if not _runtime_ok(mods, adapters, hidden_states, dtype):
+        live = live_adapters(mods, adapters, hidden_states, dtype)
+        if live is None:
             return tuple(m(hidden_states) for m in mods)
-        qkv = lora_qkv(hidden_states.to(dtype), *(projection(m, a) for m, a in zip(mods, adapters)))
+        qkv = lora_qkv(hidden_states.to(dtype), *(projection(m, a) for m, a in zip(mods, live)))
         return tuple(t.to(hidden_states.dtype) for t in qkv)
 
     attn._fusetune_qkv = fusetune_qkv
@@ -202,9 +213,10 @@ def _patch_mlp(mlp, activation: str) -> None:
 
     def fused_forward(x, *args, **kwargs):
         dtype = compute_dtype(mods, x)
-        if args or kwargs or not _runtime_ok(mods, adapters, x, dtype):
+        live = None if args or kwargs else live_adapters(mods, adapters, x, dtype)
+        if live is None:
             return original(x, *args, **kwargs)
-        projections = (projection(m, a) for m, a in zip(mods, adapters))
+        projections = (projection(m, a) for m, a in zip(mods, live))
         return lora_mlp(x.to(dtype), *projections, activation=activation).to(x.dtype)
 
     mlp.forward = fused_forward

@@ -102,13 +102,28 @@ def test_qwen2_style_qkv_bias_and_partial_targets_are_fused():
         torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4, atol=1e-6)
 
 
-def test_disabled_adapter_and_generation_fall_back_at_runtime():
+def test_a_disabled_adapter_runs_the_fused_kernels_over_the_base_and_generation_falls_back(monkeypatch):
+    """Under disable_adapter() (a DPO/KTO/GRPO reference pass) the fused ops run with no LoRA and
+    give the base model's outputs; with the adapter back on, the LoRA outputs again."""
+    import kernels.lora_patch as lora_patch
     base = tiny_llama()
     reference, patched = with_lora(base), with_lora(base)
     patch_lora_layers(patched, PatchReport(backend="triton"), use_triton=True)
+    calls = {"lora_mlp": 0, "lora_o": 0}
+    for name in calls:
+        def counted(*args, _op=getattr(lora_patch, name), _name=name, **kwargs):
+            calls[_name] += 1
+            return _op(*args, **kwargs)
+        monkeypatch.setattr(lora_patch, name, counted)
     ids = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(4))
     with patched.disable_adapter(), reference.disable_adapter():
-        torch.testing.assert_close(patched(input_ids=ids).logits, reference(input_ids=ids).logits)
+        off = patched(input_ids=ids).logits
+        torch.testing.assert_close(off, reference(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(off, base(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+    assert calls["lora_mlp"] == 2 and calls["lora_o"] >= 2, calls   # 2 layers: fused, not PEFT's forwards
+    on = patched(input_ids=ids).logits
+    torch.testing.assert_close(on, reference(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+    assert (on - off).abs().max() > 1e-3   # the adapter is back
     with torch.no_grad():
         torch.testing.assert_close(patched(input_ids=ids).logits, reference(input_ids=ids).logits,
                                    rtol=1e-5, atol=1e-5)
