@@ -57,18 +57,20 @@ unsloth_job() { stage "unsloth+trl job" "$1" env PYTHONPATH="$SITE:${PYTHONPATH:
 prepare() { stage "prepare $1" 150 $PY bench/bench_job.py prepare --shape "$1" --dir "$DIR" "${@:2}"; }
 rows_of() { [ "$1" = llama-3.1-8b ] && echo 2 || echo 4; }   # packed rows of 4,096 tokens a step
 
-peak_of() {  # peak_of FILE STACK_PREFIX: the newest row's peak_gib (2 decimals, down) of that stack, or 0
-  $PY - "$1" "$2" <<'PYEOF'
+peak_of() {  # peak_of FILE STACK_PREFIX [KEY=VALUE...]: the newest matching row's peak_gib (2 decimals, down), or 0
+  $PY - "$@" <<'PYEOF'
 import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")] if __import__("os").path.exists(sys.argv[1]) else []
-peaks = [r["peak_gib"] for r in rows if str(r.get("stack", "")).startswith(sys.argv[2]) and r.get("peak_gib")]
+want = dict(a.split("=", 1) for a in sys.argv[3:])
+peaks = [r["peak_gib"] for r in rows if str(r.get("stack", "")).startswith(sys.argv[2]) and r.get("peak_gib")
+         and all(str(r.get(k)) == v for k, v in want.items())]
 print(math.floor(peaks[-1] * 100) / 100 if peaks else 0)
 PYEOF
 }
 pref_pair() {  # pref_pair SHAPE METHOD: Unsloth + TRL first, then ours within its peak (max_gpu_memory_gb), same pairs
   local P="--shape $1 --pairs 8 --max-len 2560 --steps 20 --warmup 4"
   unsloth_job 170 --method "$2" $P
-  local peak; peak=$(peak_of "$OUT/job.jsonl" "unsloth+trl $2")
+  local peak; peak=$(peak_of "$OUT/job.jsonl" "unsloth+trl $2" "shape=$1")
   echo "   peer peak $peak GiB" | tee -a "$LOG"
   [ "$peak" != 0 ] && job "${2}_budget" 130 --method "$2" --stack fusetune $P --checkpointing auto --max-gpu-memory-gb "$peak"
 }
@@ -78,7 +80,7 @@ grpo_pair() {  # grpo_pair SHAPE COMPLETION_LEN STEPS: Unsloth + TRL GRPOTrainer
   stage "prepare grpo $1" 120 $PY bench/bench_grpo.py prepare $G --out "$OUT/grpo.jsonl"
   stage "grpo unsloth+trl $1 $2" "${4:-300}" env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_grpo.py run --stack unsloth $G \
     --out "$OUT/grpo.jsonl"
-  local peak; peak=$(peak_of "$OUT/grpo.jsonl" "unsloth+trl")
+  local peak; peak=$(peak_of "$OUT/grpo.jsonl" "unsloth+trl" "shape=$1" "completion_len=$2")
   echo "   peer peak $peak GiB" | tee -a "$LOG"
   [ "$peak" != 0 ] && stage "grpo ours $1 $2" "${5:-150}" $PY bench/bench_grpo.py run $G --max-gpu-memory-gb "$peak" \
     --out "$OUT/grpo.jsonl"
