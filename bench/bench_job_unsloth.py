@@ -141,7 +141,7 @@ def train(args) -> dict:
     steps = [{"time": t, "tokens": counter.counts[i] if i < len(counter.counts) else 0,
               "loss": losses[min(i, len(losses) - 1)] if losses else None, "peak_gib": peak}
              for i, t in enumerate(ends)]
-    result = {"stack": "unsloth+trl (c)", "wall_s": round(time.time() - began, 1), **window_stats(steps, args.warmup),
+    result = {"stack": stack_label(args), "wall_s": round(time.time() - began, 1), **window_stats(steps, args.warmup),
               "config": {"packing": getattr(config, "packing", None),
                          "packing_strategy": getattr(config, "packing_strategy", None), "rows": args.rows,
                          "max_length": args.max_len, "optim": "adamw_torch",
@@ -151,8 +151,7 @@ def train(args) -> dict:
         seconds = max(result["window_end"] - result["window_start"], 1e-9)
         # exactly --pairs pairs a step (TRL's preference collator does not pack): pairs x mean pair
         # tokens, whatever its collator's keys count (bench_job.pair_rates gives the same for Fusetune)
-        result.update(stack=f"{stack_name(args)} {args.method} ({'c' if args.stack == 'unsloth' else 'd'})",
-                      method=args.method, pairs_per_step=args.pairs,
+        result.update(stack=stack_label(args, args.method), method=args.method, pairs_per_step=args.pairs,
                       pair_tokens_per_s=round(result["measured_steps"] * args.pairs * stats["mean"] / seconds, 1),
                       first_loss=losses[0] if losses else None, trl_options=args.trl_option)
         result["config"].update(trainer=type(trainer).__name__, beta=config.beta, pairs=args.pairs)
@@ -182,11 +181,14 @@ def _plain_trl(args) -> dict:
     return {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}}
 
 
-def stack_name(args) -> str:
+def stack_label(args, method: str | None = None) -> str:
+    """The row's `stack`: "unsloth+trl [method] (c)", or "trl[+liger] [method] (d)"."""
     if args.stack == "unsloth":
-        return "unsloth+trl"
-    return "trl+liger" if any(o.lower() in ("use_liger_kernel=true", "use_liger_kernel=1") for o in args.trl_option) \
-        else "trl"
+        name, letter = "unsloth+trl", "c"
+    else:
+        liger = any(o.lower() in ("use_liger_kernel=true", "use_liger_kernel=1") for o in args.trl_option)
+        name, letter = ("trl+liger" if liger else "trl"), "d"
+    return f"{name} {method} ({letter})" if method else f"{name} ({letter})"
 
 
 def preference_trainer(args, model, tokenizer):
@@ -231,7 +233,7 @@ def main() -> None:
     try:
         result.update(train(args))
     except Exception as exc:  # recorded as a result line: the other rows of the run still count
-        result.update(stack=f"{stack_name(args)} (c)", error=f"{type(exc).__name__}: {exc}"[:1500])
+        result.update(stack=stack_label(args), error=f"{type(exc).__name__}: {exc}"[:1500])
     write(result, args.out)
 
 

@@ -14,7 +14,8 @@
 #   bash bench/device.sh jobgraph            jobs.train with the captured step vs eager (jobs/train/graph_steps.py)
 #   bash bench/device.sh prefs [SHAPE]       DPO and ORPO jobs beside Unsloth + TRL's trainers, same pairs (issue 19)
 #   bash bench/device.sh prefs8b|prefs1b     each stack's peer first, ours within its peak, then GRPO at 512 tokens
-#   bash bench/device.sh grpo8b|grpo1b [LEN] GRPO with completions to LEN (2048), the peer first, ours within its peak
+#   bash bench/device.sh grpo8b|grpo1b [LEN [STEPS [PEER_S [OURS_S]]]]  GRPO with completions to LEN (2048),
+#                                            the peer first (stage limit PEER_S), ours within its peak (OURS_S)
 #   bash bench/device.sh grpo                GRPO jobs beside Unsloth + TRL's GRPOTrainer, and generation alone (issue 20)
 #   bash bench/device.sh vision              image-text SFT (Qwen2.5-VL-7B shape) beside transformers + PEFT and Unsloth + TRL (issue 21)
 #   bash bench/device.sh logprobs            the fused log-probs op vs TRL's chunked kernel vs torch (logprobs_op.py)
@@ -74,7 +75,7 @@ pref_pair() {  # pref_pair SHAPE METHOD: Unsloth + TRL first, then ours within i
   echo "   peer peak $peak GiB" | tee -a "$LOG"
   [ "$peak" != 0 ] && job "${2}_budget" 130 --method "$2" --stack fusetune $P --checkpointing auto --max-gpu-memory-gb "$peak"
 }
-grpo_pair() {  # grpo_pair SHAPE COMPLETION_LEN STEPS: Unsloth + TRL GRPOTrainer first, then ours within its peak
+grpo_pair() {  # grpo_pair SHAPE COMPLETION_LEN STEPS [PEER_S [OURS_S]]: Unsloth + TRL GRPOTrainer first, then ours within its peak
   local G="--shape $1 --dir $GDIR --prompts 8 --generations 8 --completion-len $2 --steps $3 --warmup 1"
   mkdir -p "$GDIR"; [ -e "$GDIR/$1" ] || ln -s "$DIR/$1" "$GDIR/$1"   # the same random weights as the prefs rows
   stage "prepare grpo $1" 120 $PY bench/bench_grpo.py prepare $G --out "$OUT/grpo.jsonl"
@@ -162,7 +163,7 @@ case "$what" in
     versions
     [ -e "$DIR/llama-3.1-8b/config.json" ] || stage "prepare 8b" 200 $PY bench/bench_job.py prepare --method dpo \
       --shape llama-3.1-8b --dir "$DIR" --examples 3000
-    grpo_pair llama-3.1-8b "${2:-2048}" 2 330 170 ;;
+    grpo_pair llama-3.1-8b "${2:-2048}" "${3:-2}" "${4:-390}" "${5:-170}" ;;
   prefs1b)   # issue 19 on the 1B shape: ORPO and DPO within the peer's peak, TRL + Liger beside; then GRPO 1B at 512
     versions
     stage "prepare pairs 1b" 150 $PY bench/bench_job.py prepare --method dpo --shape llama-3.2-1b --dir "$DIR" --examples 3000
@@ -176,7 +177,7 @@ case "$what" in
     versions
     [ -e "$DIR/llama-3.2-1b/config.json" ] || stage "prepare 1b" 120 $PY bench/bench_job.py prepare --method dpo \
       --shape llama-3.2-1b --dir "$DIR" --examples 3000
-    grpo_pair llama-3.2-1b "${2:-2048}" 2 300 150 ;;
+    grpo_pair llama-3.2-1b "${2:-2048}" "${3:-2}" "${4:-300}" "${5:-150}" ;;
   grpo)   # issue 20: GRPO jobs beside Unsloth + TRL GRPOTrainer (transformers generate: no vLLM there), same prompts
     versions
     G="--shape llama-3.2-1b --dir /tmp/bench_grpo --prompts 8 --generations 8 --completion-len 256 --steps 4 --warmup 1"
