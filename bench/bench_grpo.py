@@ -76,13 +76,19 @@ def step_stats(times: list[float], warmup: int, durations: list[float] | None = 
             "step_s_mean": round(span / max(1, len(window) - 1), 3)}
 
 
+def write_config(args) -> Path:
+    import yaml
+    path = args.dir / f"grpo-{args.shape}.yaml"
+    path.write_text(yaml.safe_dump(job_config(args, args.dir / f"job-grpo-{args.shape}")))
+    return path
+
+
 def run_fusetune(args) -> dict:
     import yaml
     out = args.dir / f"job-grpo-{args.shape}"
     shutil.rmtree(out, ignore_errors=True)
-    config = job_config(args, out)
-    path = args.dir / f"grpo-{args.shape}.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = write_config(args)
+    config = yaml.safe_load(path.read_text())
     began = time.time()
     proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=args.timeout)
@@ -161,7 +167,7 @@ def generation(args) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", nargs="?", choices=["prepare", "run", "gen"], default="run")
+    parser.add_argument("what", nargs="?", choices=["prepare", "config", "run", "gen"], default="run")
     parser.add_argument("--smoke", action="store_true", help="CPU: prepare a tiny model, run (a) and (gen)")
     parser.add_argument("--shape", default="llama-3.2-1b")
     parser.add_argument("--shape-json", default=None)
@@ -183,6 +189,8 @@ def main(argv=None) -> None:
         return smoke(args)
     if args.what == "prepare":
         return prepare(args)
+    if args.what == "config":   # the job's YAML only (for bench/profile_decode.py)
+        return print(write_config(args))
     head = {**versions(), "shape": args.shape, "prompts": args.prompts, "generations": args.generations,
             "completion_len": args.completion_len, "steps": args.steps, "warmup": args.warmup}
     if args.what == "gen":

@@ -17,6 +17,11 @@
 #   bash bench/device.sh grpo8b|grpo1b [LEN [STEPS [PEER_S [OURS_S]]]]  GRPO with completions to LEN (2048),
 #                                            the peer first (stage limit PEER_S), ours within its peak (OURS_S)
 #   bash bench/device.sh grpo                GRPO jobs beside Unsloth + TRL's GRPOTrainer, and generation alone (issue 20)
+#   bash bench/device.sh profile1b [LEN]     GRPO 1B decode in parts and by kernel (profile_decode.py); DPO 1B pair + profile_job
+#   bash bench/device.sh grpo-peer SHAPE LEN STEPS [LIMIT] / grpo-ours SHAPE LEN STEPS PEAK_GIB [LIMIT]
+#                                            one side of a GRPO pair (several per call, peer first)
+#   bash bench/device.sh decode-profile SHAPE LEN   GRPO sampling in parts and by kernel (profile_decode.py)
+#   bash bench/device.sh pair SHAPE METHOD   one preference pair: Unsloth + TRL's trainer, then ours within its peak
 #   bash bench/device.sh vision              image-text SFT (Qwen2.5-VL-7B shape) beside transformers + PEFT and Unsloth + TRL (issue 21)
 #   bash bench/device.sh logprobs            the fused log-probs op vs TRL's chunked kernel vs torch (logprobs_op.py)
 #   bash bench/device.sh page                the studio itself on the GPU, driven through its endpoints (page_check.py)
@@ -74,6 +79,13 @@ pref_pair() {  # pref_pair SHAPE METHOD: Unsloth + TRL first, then ours within i
   local peak; peak=$(peak_of "$OUT/job.jsonl" "unsloth+trl $2" "shape=$1")
   echo "   peer peak $peak GiB" | tee -a "$LOG"
   [ "$peak" != 0 ] && job "${2}_budget" 130 --method "$2" --stack fusetune $P --checkpointing auto --max-gpu-memory-gb "$peak"
+}
+grpo_args() { echo "--shape $1 --dir $GDIR --prompts 8 --generations 8 --completion-len $2 --steps $3 --warmup 1"; }
+grpo_ready() {  # grpo_ready SHAPE: the shape's random weights (shared with the prefs rows) and the prompts
+  [ -e "$DIR/$1/config.json" ] || stage "prepare $1" 200 $PY bench/bench_job.py prepare --method dpo --shape "$1" \
+    --dir "$DIR" --examples 3000
+  mkdir -p "$GDIR"; [ -e "$GDIR/$1" ] || ln -s "$DIR/$1" "$GDIR/$1"
+  [ -e "$GDIR/prompts.jsonl" ] || stage "prepare grpo prompts" 60 $PY bench/bench_grpo.py prepare $(grpo_args "$1" 512 3)
 }
 grpo_pair() {  # grpo_pair SHAPE COMPLETION_LEN STEPS [PEER_S [OURS_S]]: Unsloth + TRL GRPOTrainer first, then ours within its peak
   local G="--shape $1 --dir $GDIR --prompts 8 --generations 8 --completion-len $2 --steps $3 --warmup 1"
@@ -185,6 +197,35 @@ case "$what" in
     stage "grpo ours" 200 $PY bench/bench_grpo.py run $G --out "$OUT/grpo.jsonl"
     stage "grpo unsloth+trl" 200 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_grpo.py run --stack unsloth $G --out "$OUT/grpo.jsonl"
     stage "generation alone" 160 $PY bench/bench_grpo.py gen $G --out "$OUT/grpo.jsonl" ;;
+  profile1b)   # where the 1B GRPO sampling and the DPO step spend their time: decode parts + kernels, DPO pair + profile
+    versions
+    [ -e "$DIR/llama-3.2-1b/config.json" ] || stage "prepare 1b" 120 $PY bench/bench_job.py prepare --method dpo \
+      --shape llama-3.2-1b --dir "$DIR" --examples 3000
+    G="--shape llama-3.2-1b --dir $GDIR --prompts 8 --generations 8 --completion-len ${2:-512} --steps 3 --warmup 1"
+    mkdir -p "$GDIR"; [ -e "$GDIR/llama-3.2-1b" ] || ln -s "$DIR/llama-3.2-1b" "$GDIR/llama-3.2-1b"
+    stage "prepare grpo" 60 $PY bench/bench_grpo.py prepare $G
+    stage "grpo config" 30 $PY bench/bench_grpo.py config $G --max-gpu-memory-gb 7.09
+    stage "profile decode" 120 $PY bench/profile_decode.py "$GDIR/grpo-llama-3.2-1b.yaml" --out "$OUT/profile_decode_1b.json"
+    pref_pair llama-3.2-1b dpo
+    stage "profile dpo job" 90 $PY bench/profile_job.py "$(ls -t "$DIR"/llama-3.2-1b-fusetune-auto-bf16-budget*-dpo.yaml | head -1)" \
+      --out "$OUT/profile_job_dpo_1b.json" ;;
+  grpo-peer)   # grpo-peer SHAPE LEN STEPS [LIMIT]: Unsloth + TRL GRPOTrainer alone (its peak bounds a later grpo-ours)
+    versions; grpo_ready "$2"
+    stage "grpo unsloth+trl $2 $3" "${5:-200}" env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_grpo.py run \
+      --stack unsloth $(grpo_args "$2" "$3" "$4") --out "$OUT/grpo.jsonl" ;;
+  grpo-ours)   # grpo-ours SHAPE LEN STEPS PEAK_GIB [LIMIT]: our GRPO job within the peer's peak of this session
+    versions; grpo_ready "$2"
+    stage "grpo ours $2 $3" "${6:-120}" $PY bench/bench_grpo.py run $(grpo_args "$2" "$3" "$4") \
+      --max-gpu-memory-gb "$5" --out "$OUT/grpo.jsonl" ;;
+  pair)   # pair SHAPE METHOD: prepares the shape's pairs once (shared with GRPO), then pref_pair
+    versions
+    [ -e "$DIR/$2/config.json" ] || stage "prepare pairs $2" 200 $PY bench/bench_job.py prepare --method dpo \
+      --shape "$2" --dir "$DIR" --examples 3000
+    pref_pair "$2" "$3" ;;
+  decode-profile)   # decode-profile SHAPE LEN: GRPO sampling in parts and by kernel (bench/profile_decode.py)
+    versions; grpo_ready "$2"
+    stage "grpo config" 30 $PY bench/bench_grpo.py config $(grpo_args "$2" "$3" 3)
+    stage "profile decode" 120 $PY bench/profile_decode.py "$GDIR/grpo-$2.yaml" --out "$OUT/profile_decode_$2_$3.json" ;;
   vision)   # issue 21: image-text SFT on a Qwen2.5-VL-7B shape; transformers + PEFT and Unsloth + TRL on the same rows
     versions
     V="--dir /tmp/bench_vision --steps 20 --out $OUT/vision.jsonl"

@@ -29,6 +29,7 @@ kernel is ~9 ms a step faster than the varlen one on the 8B shape (bench/results
 from __future__ import annotations
 
 import importlib
+from contextlib import contextmanager
 
 import torch
 
@@ -45,9 +46,34 @@ def _registered() -> None:
     AttentionInterface.register(NAME, packed_attention_forward)
 
 
+def decode_step_attention(query, key, value, attention_mask, scaling):
+    """One query token per row against a KV cache whose heads are grouped (GQA): the G query heads
+    that share a KV head become G query rows of that head, so sdpa reads each cached K/V once.
+    transformers' sdpa path expands K/V to every query head first (`repeat_kv`: a copy of the whole
+    cache G times, per layer and decode step; on the H200 that copy was 5.2 of 9.2 ms a step for
+    the 1B shape at batch 64, bench/profile_decode.py). Exact: a decode query row has no causal
+    structure among the folded rows, and the row's mask [B, 1, 1, S] broadcasts over them.
+    query [B, Hq, 1, D], key/value [B, Hk, S, D] -> [B, 1, Hq, D]."""
+    batch, heads, _, dim = query.shape
+    folded = query.reshape(batch, key.shape[1], heads // key.shape[1], dim)
+    out = torch.nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=attention_mask,
+                                                           scale=scaling)
+    return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous()
+
+
+def _foldable(query, key, attention_mask, dropout, softcap) -> bool:
+    heads, kv_heads = query.shape[1], key.shape[1]
+    return (query.shape[2] == 1 and kv_heads < heads and heads % kv_heads == 0 and not dropout and not softcap
+            and attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[1] == 1
+            and attention_mask.shape[2] == 1 and attention_mask.shape[3] == key.shape[2])
+
+
 def _masked_attention(module, query, key, value, attention_mask, dropout, scaling, sliding_window,
                       softcap, **kwargs):
-    """transformers' own attention for a caller's 4-D mask and for cached decoding."""
+    """transformers' own attention for a caller's 4-D mask and for cached decoding (a decode step
+    of a GQA model folds its query heads instead: `decode_step_attention`)."""
+    if _foldable(query, key, attention_mask, dropout, softcap):
+        return decode_step_attention(query, key, value, attention_mask, scaling), None
     if softcap:
         if attention_mask is not None and attention_mask.dtype == torch.bool:
             attention_mask = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device) \
@@ -186,3 +212,20 @@ def restore_attention(model) -> None:
             item._attn_implementation = previous
             delattr(item, PREVIOUS_ATTR)
     _keep_vision_attention(config, vision)
+
+
+@contextmanager
+def cached_decoding_attention(model):
+    """Within: `model`'s attention is "fusetune_packed" (a decode loop's 4-D masks go to
+    `_masked_attention`, so its GQA decode steps fold query heads), switched back after unless it
+    was on already (a packed job's own switch is left alone)."""
+    config = base_model(model).config
+    if getattr(config, "_attn_implementation", None) == NAME:
+        yield
+        return
+    use_packed_attention(model)
+    try:
+        yield
+    finally:
+        restore_attention(model)
+

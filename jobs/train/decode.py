@@ -195,6 +195,12 @@ def capture(decoder: StaticDecoder):
 def decode(model, ids: torch.Tensor, mask: torch.Tensor, max_new: int, temperature: float, top_p: float,
            eos: set[int], pad_id: int, use_graph: bool | None = None, log=None) -> torch.Tensor:
     """Completion tokens [B, max_new] (pad after a row's EOS) for left-padded prompts ids/mask."""
+    from kernels.packed_attention import cached_decoding_attention
+    with cached_decoding_attention(model):   # GQA decode steps read each cached K/V once
+        return _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log)
+
+
+def _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log) -> torch.Tensor:
     decoder = StaticDecoder(model, ids, mask, max_new, temperature, top_p, sorted(eos), pad_id)
     decoder.prefill()
     step = decoder.decode_step

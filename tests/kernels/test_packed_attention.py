@@ -170,3 +170,39 @@ def test_whole_row_documents_take_plain_causal_attention_with_the_same_result(kv
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
     for got, want in zip(fast_grads, (q.grad, k.grad, v.grad)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(6, 2), (8, 1), (4, 4)])
+def test_a_decode_step_folds_query_heads_and_matches_transformers_sdpa(heads, kv_heads):
+    """One query token against a cache (odd length 37) with a padded row masked: the folded GQA path
+    gives transformers' repeat_kv sdpa result; without groups it is transformers' own path."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    torch.manual_seed(0)
+    batch, length, dim = 3, 37, 16
+    query = torch.randn(batch, heads, 1, dim)
+    key, value = torch.randn(batch, kv_heads, length, dim), torch.randn(batch, kv_heads, length, dim)
+    allowed = torch.rand(batch, length) > 0.3
+    allowed[:, -1] = True
+    mask = torch.where(allowed, 0.0, torch.finfo(torch.float32).min)[:, None, None, :]
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal = heads // kv_heads, True
+    want, _ = sdpa_attention_forward(module, query, key, value, mask, dropout=0.0, scaling=None)
+    got, _ = packed_attention._masked_attention(module, query, key, value, mask, 0.0, None, None, None)
+    assert packed_attention._foldable(query, key, mask, 0.0, None) == (kv_heads < heads)
+    assert got.shape == want.shape == (batch, 1, heads, dim)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_cached_decoding_attention_switches_only_for_its_span():
+    model = tiny_model("llama")
+    before = model.config._attn_implementation
+    with packed_attention.cached_decoding_attention(model):
+        assert model.config._attn_implementation == NAME
+    assert model.config._attn_implementation == before
+    packed_attention.use_packed_attention(model)   # a packed job's switch stays on through sampling
+    with packed_attention.cached_decoding_attention(model):
+        pass
+    assert model.config._attn_implementation == NAME
+    restore_attention(model)
+    assert model.config._attn_implementation == before
