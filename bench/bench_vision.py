@@ -77,10 +77,10 @@ def write_rows(folder: Path, rows: int, sizes: list[tuple[int, int]], seed: int 
 
 
 def run_job(model: Path, data: Path, out: Path, steps: int, device: str, max_len: int,
-            packing: str = "auto") -> dict:
+            packing: str = "auto", checkpointing: str = "auto", budget_gib: float = 0.0) -> dict:
     config = dict(model=str(model), dataset=str(data), output_dir=str(out), lora_r=16, lora_alpha=16,
                   max_steps=steps, save_steps=0, batch_size=1, max_seq_length=max_len, learning_rate=1e-4,
-                  packing=packing,
+                  packing=packing, gradient_checkpointing=checkpointing, max_gpu_memory_gb=budget_gib,
                   fused_kernels=device == "cuda", dtype="bf16" if device == "cuda" else "fp32", seed=0)
     path = out.with_suffix(".yaml")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -109,6 +109,9 @@ def main() -> None:
     # auto packs several rows into each 4,096-token row on a GPU (jobs/data/vision_packing.py); the
     # peers (bench_vision_peers.py) run one example a row, so `--packing off` is the like-for-like run
     parser.add_argument("--packing", choices=("auto", "on", "off"), default="auto")
+    # the peer's peak as our budget (bench/device.sh vision runs the peer first), or a fixed plan
+    parser.add_argument("--checkpointing", choices=("auto", "on", "off", "offload"), default="auto")
+    parser.add_argument("--max-gpu-memory-gb", type=float, default=0.0)
     args = parser.parse_args()
     if args.smoke:
         from tests.tiny import make_tiny_vision_model
@@ -126,8 +129,9 @@ def main() -> None:
         return
     from bench.bench_job import versions, write
     result = run_job(args.dir / "qwen2.5-vl-7b", args.dir / "rows" / "rows.jsonl", args.dir / "job", args.steps,
-                     device, 4096, args.packing)
+                     device, 4096, args.packing, args.checkpointing, args.max_gpu_memory_gb)
     write({"bench": "vision", "shape": "qwen2.5-vl-7b", "stack": "fusetune", "packing": args.packing,
+           "checkpointing": args.checkpointing, "max_gpu_memory_gb": args.max_gpu_memory_gb,
            **versions(), **result}, args.out)
 
 

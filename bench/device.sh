@@ -226,13 +226,14 @@ case "$what" in
     versions; grpo_ready "$2"
     stage "grpo config" 30 $PY bench/bench_grpo.py config $(grpo_args "$2" "$3" 3)
     stage "profile decode" 120 $PY bench/profile_decode.py "$GDIR/grpo-$2.yaml" --out "$OUT/profile_decode_$2_$3.json" ;;
-  vision)   # issue 21: image-text SFT on a Qwen2.5-VL-7B shape; transformers + PEFT and Unsloth + TRL on the same rows
+  vision)   # issue 21: image-text SFT on a Qwen2.5-VL-7B shape; Unsloth + TRL first, ours packed within its peak
     versions
-    V="--dir /tmp/bench_vision --steps 20 --out $OUT/vision.jsonl"
+    V="--dir ${BENCH_VISION_DIR:-/tmp/bench_vision} --steps 20 --out $OUT/vision.jsonl"
     stage "prepare vision" 150 $PY bench/bench_vision.py prepare $V
-    stage "vision ours, packed" 100 $PY bench/bench_vision.py run $V
-    stage "vision ours, one a row" 80 $PY bench/bench_vision.py run --packing off $V
     stage "vision unsloth+trl" 240 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_vision_peers.py --stack unsloth $V
+    peak=$(peak_of "$OUT/vision.jsonl" "unsloth+trl"); echo "   peer peak $peak GiB" | tee -a "$LOG"
+    stage "vision ours, packed, offload" 100 $PY bench/bench_vision.py run --checkpointing offload $V
+    [ "$peak" != 0 ] && stage "vision ours, packed, budget" 100 $PY bench/bench_vision.py run --max-gpu-memory-gb "$peak" $V
     stage "vision transformers+peft" 90 $PY bench/bench_vision_peers.py --stack hf $V ;;   # 2026-12-02: 1,006 tok/s
   logprobs)
     versions
