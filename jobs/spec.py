@@ -22,7 +22,7 @@ from jobs.spec_values import (  # noqa: F401  (re-exported: importers name jobs.
     BASE_PRECISIONS, BUILTIN_CONCISE, BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, BUILTIN_PROMPT_DATASETS, BUILTIN_REWARDS, CHECKPOINTING,
     DATASET_FORMATS, DATASET_SUFFIXES, DTYPES, GRPO_LOSS_TYPES, HUB_ID, METHODS, MODULE_NAME_CHARS, PACKING,
     PREFERENCE_METHODS, REFERENCE_FREE_METHODS, REPORT_TO, _PART, _check_base_precision, _check_builtin_method, _check_dataset_path,
-    _check_grpo, _check_model_path, _check_preference, _looks_like_path, _normalise_gpus,
+    _check_grpo, _check_model_path, _check_preference, _check_run_inputs, _looks_like_path, _normalise_gpus,
     _normalise_report_to, _normalise_targets, _parse_rewards, hub_id_problem, is_local_reference,
     reward_entries, short_name, trackers)
 from jobs.yaml_bounded import load_config_yaml
@@ -157,8 +157,9 @@ class JobSpec:
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "JobSpec":
-        """Build and validate a spec; unknown keys are refused by name."""
+    def from_dict(cls, data: dict[str, Any], *, to_run: bool = True) -> "JobSpec":
+        """Build and validate a spec; unknown keys are refused by name. `to_run=False`: the config of a
+        job that has run, read back to export it (see `validate`)."""
         if not isinstance(data, dict):
             raise SpecError(None, say("config_not_flat"))
         known = set(cls.field_names())
@@ -167,17 +168,17 @@ class JobSpec:
             raise SpecError(unknown[0], say("config_unknown_key", known=", ".join(sorted(known))))
         given = {k: _coerce(k, v) for k, v in data.items()}
         spec = cls(**{**METHOD_DEFAULTS.get(str(given.get("method", "")).strip(), {}), **given})
-        spec.validate()
+        spec.validate(to_run=to_run)
         return spec
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "JobSpec":
+    def from_yaml(cls, path: str | Path, *, to_run: bool = True) -> "JobSpec":
         text = Path(path).read_text(encoding="utf-8")
         try:
             data = load_config_yaml(text, str(path))
         except yaml.YAMLError as exc:
             raise SpecError(None, say("config_not_yaml", path=path, detail=exc)) from exc
-        return cls.from_dict(data or {})
+        return cls.from_dict(data or {}, to_run=to_run)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -192,8 +193,12 @@ class JobSpec:
         return path
 
     # ---- validation ---------------------------------------------------------------------
-    def validate(self) -> None:
-        """Raise SpecError naming the first bad field. Checks only what needs no model load."""
+    def validate(self, to_run: bool = True) -> None:
+        """Raise SpecError naming the first bad field. Checks only what needs no model load.
+
+        Every value is checked either way; `to_run=False` leaves out only whether the files a start
+        reads are still there (data, reward file, resume checkpoint: _check_run_inputs), since a job
+        that has run is exported from its model, adapter and tokenizer alone."""
         for f in dataclasses.fields(self):
             _check_bounds(f, getattr(self, f.name))
         if not self.model.strip():
@@ -208,8 +213,6 @@ class JobSpec:
             raise SpecError("num_epochs", say("epochs_needed"))
         if self.dataset == BUILTIN_DATASET and not self.bot_name.strip():
             raise SpecError("bot_name", say("bot_name_empty"))
-        if self.resume_from and not Path(self.resume_from).is_dir():
-            raise SpecError("resume_from", say("not_checkpoint", path=self.resume_from))
         if self.eval_dataset:
             _check_dataset_path(self.eval_dataset, key="eval_dataset")
             if self.eval_dataset.startswith("builtin:"):
@@ -226,6 +229,8 @@ class JobSpec:
         gpu_list = self.gpu_indices()
         if self.processes and gpu_list is not None and self.processes != len(gpu_list):
             raise SpecError("processes", say("processes_gpus", processes=self.processes, count=len(gpu_list)))
+        if to_run:
+            _check_run_inputs(self)
 
     def batch_tokens(self) -> int:
         """Tokens one micro-batch of this method holds at most, what memory is sized by (the fit check and

@@ -73,7 +73,7 @@ def _check_grpo(spec: "JobSpec") -> None:
     if spec.method != "grpo" and spec.dataset in BUILTIN_PROMPT_DATASETS:
         raise SpecError("dataset", say("prompt_data_needs_grpo", dataset=spec.dataset))
     path = Path(spec.reward_file).expanduser()
-    if spec.method == "grpo" and spec.reward_file and (path.suffix != ".py" or not path.is_file()):
+    if spec.method == "grpo" and spec.reward_file and path.suffix != ".py":
         raise SpecError("reward_file", say("reward_file_missing", path=path))
     if spec.method == "grpo" and (spec.eval_fraction or spec.eval_dataset or spec.keep_best):
         raise SpecError("eval_fraction", say("grpo_no_eval"))
@@ -142,18 +142,36 @@ def _looks_like_path(value: str) -> bool:
     return value.startswith(("/", "./", "../", "~")) or Path(value).suffix != ""
 
 
+def _local_dataset(dataset: str) -> Path | None:
+    """The file a dataset reference names; None for a built-in set or a hub id (checked when it loads)."""
+    if dataset.startswith("builtin:") or not _looks_like_path(dataset):
+        return None
+    return Path(dataset).expanduser()
+
+
 def _check_dataset_path(dataset: str, key: str = "dataset") -> None:
-    if dataset.startswith("builtin:"):
-        if dataset not in BUILTIN_DATASETS:
-            raise SpecError(key, say("unknown_builtin_dataset", dataset=dataset, choices=", ".join(BUILTIN_DATASETS)))
-        return
-    if not _looks_like_path(dataset):
-        return  # a hub id; checked when it loads
-    path = Path(dataset).expanduser()
-    if path.suffix.lower() not in DATASET_SUFFIXES:
+    """The reference's kind: a known built-in set, a hub id, or a file of a type we read (whether the
+    file is still there is _check_run_inputs' question)."""
+    if dataset.startswith("builtin:") and dataset not in BUILTIN_DATASETS:
+        raise SpecError(key, say("unknown_builtin_dataset", dataset=dataset, choices=", ".join(BUILTIN_DATASETS)))
+    path = _local_dataset(dataset)
+    if path is not None and path.suffix.lower() not in DATASET_SUFFIXES:
         raise SpecError(key, say("dataset_type_unsupported", name=path.name, choices=", ".join(DATASET_SUFFIXES)))
-    if not path.is_file():
-        raise SpecError(key, say("file_missing", path=path))
+
+
+def _check_run_inputs(spec: "JobSpec") -> None:
+    """The files only a start reads are there: the data, the reward file, the checkpoint to resume from.
+    A job that has run no longer reads them (its export reads the model, the adapter and the tokenizer),
+    so JobSpec's `to_run=False` leaves this out: moving a reward file away must not lock an adapter in."""
+    for key in ("dataset", "eval_dataset"):
+        path = _local_dataset(getattr(spec, key))
+        if path is not None and not path.is_file():
+            raise SpecError(key, say("file_missing", path=path))
+    if spec.resume_from and not Path(spec.resume_from).is_dir():
+        raise SpecError("resume_from", say("not_checkpoint", path=spec.resume_from))
+    reward_file = Path(spec.reward_file).expanduser()
+    if spec.method == "grpo" and spec.reward_file and not reward_file.is_file():
+        raise SpecError("reward_file", say("reward_file_missing", path=reward_file))
 
 
 def _check_model_path(model: str) -> None:

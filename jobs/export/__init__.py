@@ -11,9 +11,10 @@ from jobs.export.adapter import default_zip_path, export_adapter_zip
 from jobs.export.busy import exporting
 from jobs.export.card import model_card
 from jobs.export.files import ExportError, ExportResult, Progress, no_progress
+from jobs.export.job_config import exported_spec
 from jobs.io.layout import JobLayout
 from jobs.messages import say
-from jobs.spec import JobSpec, short_name
+from jobs.spec import short_name
 
 FORMATS = ("adapter", "merged", "gguf")
 QUANTS = ("f16", "bf16", "q8_0")
@@ -24,8 +25,8 @@ __all__ = ["FORMATS", "QUANTS", "ExportError", "ExportResult", "export", "export
 
 def _stem(job_dir: Path) -> str:
     try:
-        return f"{short_name(JobSpec.from_yaml(JobLayout(job_dir).config).model)}-ft"
-    except (OSError, ValueError):
+        return f"{short_name(exported_spec(job_dir).model)}-ft"
+    except (OSError, ValueError, ExportError):
         return job_dir.name
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from jobs.messages import say
 from jobs.export.card import BASE_MODEL_KEY, portable_base_model
 from jobs.export.files import ExportError, atomic_output
+from jobs.export.job_config import exported_spec
 from jobs.io.layout import ADAPTER_CONFIG, ADAPTER_WEIGHTS, JobLayout
-from jobs.spec import JobSpec, SpecError
 
 REQUIRED = (ADAPTER_WEIGHTS, ADAPTER_CONFIG)
 
@@ -23,8 +23,8 @@ def _portable_config(config_file: Path, job_dir: Path) -> bytes:
     saved before that rewrite existed still point at this machine's model cache)."""
     config = json.loads(config_file.read_text(encoding="utf-8"))
     try:
-        model = JobSpec.from_yaml(JobLayout(job_dir).config).model
-    except (OSError, SpecError):
+        model = exported_spec(job_dir).model
+    except (OSError, ExportError):
         return config_file.read_bytes()
     config[BASE_MODEL_KEY] = portable_base_model(model)
     return (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8")

@@ -17,9 +17,10 @@ from jobs.messages import say
 from jobs.export import card, families
 from jobs.export.adapter import export_adapter_zip
 from jobs.export.files import ExportError, ExportResult, Progress, atomic_output, no_progress
+from jobs.export.job_config import exported_spec
 from jobs.export.source import LoraPair, locate_base, read_lora
 from jobs.io.layout import JobLayout
-from jobs.spec import JobSpec, SpecError, short_name
+from jobs.spec import JobSpec, short_name
 
 
 def lora_gguf_path(zip_path: Path) -> Path:
@@ -80,13 +81,13 @@ def export_adapter(job_dir: Path, zip_path: Path, data_dir=None, progress: Progr
     result = ExportResult([archive])
     try:
         layout = JobLayout(job_dir)
-        spec = JobSpec.from_yaml(layout.config)
+        spec = exported_spec(layout.root)
         start = _start_source(layout)
         config = json.loads((locate_base(spec, start, data_dir, log) / "config.json").read_text(encoding="utf-8"))
         pairs, _ = read_lora(layout.adapter)
         progress(0.5, "writing the LoRA as a llama.cpp GGUF adapter")
         result.files.append(write_lora_gguf(lora_gguf_path(archive), spec, config, pairs))
-    except (ExportError, SpecError, OSError) as exc:
+    except (ExportError, OSError) as exc:
         result.notes.append(say("export_note_no_lora_gguf", message=exc))
     progress(1.0, f"adapter in {archive}")
     return result

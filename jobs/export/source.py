@@ -14,8 +14,9 @@ import torch
 from jobs.messages import say
 from jobs.io.events import summarize
 from jobs.export.files import ExportError
+from jobs.export.job_config import exported_spec
 from jobs.io.layout import ADAPTER_CONFIG, ADAPTER_WEIGHTS, JobLayout
-from jobs.spec import JobSpec, SpecError
+from jobs.spec import JobSpec
 
 PEFT_PREFIX = "base_model.model."
 
@@ -71,12 +72,7 @@ class JobSource:
 def load_job(job_dir: str | Path, data_dir: str | Path | None = None, log=print) -> JobSource:
     """Everything an export needs from a finished job, or an ExportError saying what is missing."""
     layout = JobLayout(Path(job_dir))
-    if not layout.config.is_file():
-        raise ExportError(say("export_not_job_folder", folder=layout.root, config=layout.config.name))
-    try:
-        spec = JobSpec.from_yaml(layout.config)
-    except SpecError as exc:
-        raise ExportError(say("export_config_refused", config_file=layout.config, problem=exc)) from None
+    spec = exported_spec(layout.root)
     if not layout.has_adapter():
         raise ExportError(say("export_no_adapter", job=layout.root.name, missing=ADAPTER_WEIGHTS))
     start = summarize(layout.root).start or {}

@@ -17,7 +17,6 @@ def test_defaults_are_the_builtin_quick_start():
     ({"learning_rate": float("nan")}, "learning_rate"),
     ({"dataset_format": "xml"}, "dataset_format"),
     ({"load_in_4bit": "maybe"}, "load_in_4bit"),
-    ({"dataset": "/no/such/file.jsonl"}, "dataset"),
     ({"dataset": "data.txt"}, "dataset"),
     ({"model": "/no/such/folder"}, "model"),
     ({"model": "missing.gguf"}, "model"),
@@ -30,19 +29,37 @@ def test_defaults_are_the_builtin_quick_start():
     ({"packing": "maybe"}, "packing"),
     ({"base_precision": "fp4"}, "base_precision"),
     ({"eval_fraction": 0.9}, "eval_fraction"),
-    ({"eval_dataset": "/no/such/eval.jsonl"}, "eval_dataset"),
     ({"eval_dataset": "builtin:identity"}, "eval_dataset"),
     ({"keep_best": True}, "keep_best"),
     ({"gpus": "first"}, "gpus"),
     ({"gpus": "0,0"}, "gpus"),
     ({"gpus": "0,1", "processes": 3}, "processes"),
     ({"processes": -1}, "processes"),
+    ({"method": "grpo", "dataset": "builtin:arithmetic", "reward_file": "rewards.txt"}, "reward_file"),
 ])
-def test_bad_values_are_refused_naming_the_key(data, key):
+@pytest.mark.parametrize("to_run", [True, False])
+def test_bad_values_are_refused_naming_the_key(data, key, to_run):
+    """Whether the job is to start or has run (its export reads the config back): the same refusals."""
     with pytest.raises(SpecError) as info:
-        JobSpec.from_dict(data)
+        JobSpec.from_dict(data, to_run=to_run)
     assert info.value.key == key
     assert str(info.value).startswith(key)
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"dataset": "{tmp}/moved.jsonl"}, "dataset"),
+    ({"eval_dataset": "{tmp}/moved-eval.jsonl"}, "eval_dataset"),
+    ({"method": "grpo", "dataset": "builtin:arithmetic", "reward_file": "{tmp}/moved.py"}, "reward_file"),
+    ({"resume_from": "{tmp}/checkpoints/step-20"}, "resume_from"),
+])
+def test_files_only_a_start_reads_are_looked_for_only_to_run(tmp_path, data, key):
+    """A job's data, reward file and resume checkpoint may be moved away once it has run; its export
+    reads the config with to_run=False and gets the values as written."""
+    data = {name: value.format(tmp=tmp_path) for name, value in data.items()}
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict(data)
+    assert info.value.key == key and str(tmp_path) in str(info.value)
+    assert getattr(JobSpec.from_dict(data, to_run=False), key) == data[key]
 
 
 def test_unknown_key_lists_the_known_ones():
