@@ -64,10 +64,27 @@ def test_a_text_model_is_refused_image_data(tiny_model, tmp_path):
     assert [p.key for p in from_file.problems] == ["dataset"] and "holds images" in str(from_file.problems[0])
 
 
-@pytest.mark.parametrize("model_type", ["llava", "idefics3", "gemma3"])
+@pytest.mark.parametrize("model_type", ["llava", "idefics3", "gemma3", "mllama"])
 def test_other_image_text_models_are_refused_with_the_reason(model_type):
     from transformers import AutoConfig
     reason = vision.refusal(AutoConfig.for_model(model_type))
     assert reason.startswith(f"{model_type!r} is a vision-language model that Fusetune does not train yet")
     assert vision.refusal(AutoConfig.for_model("qwen2_5_vl")) is None
     assert vision.refusal(AutoConfig.for_model("llama")) is None
+
+
+@pytest.mark.parametrize("dataset", ["builtin:shapes", "builtin:identity"])
+def test_a_llama_3_2_vision_folder_is_refused_at_preflight_with_the_reason(tmp_path, dataset):
+    """Llama 3.2 Vision (mllama: cross-attention image layers) as a local folder, its config and a
+    tokenizer: Start refuses it on the model field, saying why and what is supported, with image rows
+    or text rows alike, before any weight is read (the folder has none)."""
+    from transformers import AutoConfig
+    from tests.tiny import make_tokenizer
+    folder = tmp_path / "Llama-3.2-11B-Vision-Instruct"
+    AutoConfig.for_model("mllama").save_pretrained(folder)
+    make_tokenizer().save_pretrained(folder)
+    report = run_preflight(JobSpec(model=str(folder), dataset=dataset, max_seq_length=128), data_dir=tmp_path,
+                           log=lambda _: None)
+    assert not report.ok and [p.key for p in report.problems] == ["model"]
+    assert str(report.problems[0]) == ("model: 'mllama' is a vision-language model that Fusetune does not train "
+                                       "yet (its image tokens are not wired in); supported: Qwen2-VL, Qwen2.5-VL")
