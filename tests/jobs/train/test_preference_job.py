@@ -1,5 +1,6 @@
 """A DPO job through `python -m jobs.train` on a tiny Llama: it learns its pairs (reward accuracy
-and margin rise), reports them in step and eval events, and its adapter exports like an SFT one."""
+and margin rise), reports them in step and eval events, and its adapter exports like an SFT one;
+a KTO job reports its KL estimate."""
 import json
 import zipfile
 
@@ -45,3 +46,23 @@ def test_two_processes_give_the_update_of_one(tmp_path, tiny_model):
     for x, y in zip(a, b):
         assert abs(x["loss"] - y["loss"]) < 1e-5 and abs(x["grad_norm"] - y["grad_norm"]) < 1e-4 * x["grad_norm"]
         assert abs(x["reward_margin"] - y["reward_margin"]) < 1e-5
+
+
+def test_kto_step_and_eval_events_carry_the_kl_estimate(tmp_path, tiny_model):
+    """KTO's reference point z0 (kto_kl, the mean policy - reference log-ratio of mismatched examples,
+    clamped at 0) rides in every step and eval event: exactly 0 at the first step, where the adapter's
+    B = 0 makes the policy the reference, and the loss there is 0.5 an example (1 - sigmoid(0))."""
+    rows = [{"prompt": p["prompt"], "completion": answer, "label": label}
+            for p in PAIRS for answer, label in ((p["chosen"], True), (p["rejected"], False))]
+    data = tmp_path / "kto.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    proc, out = run_job(tmp_path, "kto", tiny_model, method="kto", dataset=str(data), eval_dataset=str(data),
+                        max_steps=4, learning_rate=5e-3, save_steps=0, max_seq_length=64)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = summarize(out)
+    steps = summary.steps
+    assert len(steps) == 4 and all("kto_kl" in s for s in steps), steps
+    assert steps[0]["kto_kl"] == 0.0 and abs(steps[0]["loss"] - 0.5) < 1e-4
+    assert all(s["kto_kl"] >= 0.0 for s in steps)
+    assert max(s["kto_kl"] for s in steps[1:]) > 0.0   # measured, not a constant: it moves once the adapter does
+    assert summary.evals[-1]["eval_kto_kl"] > 0.0
