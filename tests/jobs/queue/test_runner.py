@@ -96,6 +96,30 @@ def test_cancel_saves_the_adapter_and_leaves_no_process(tmp_path, tiny_model):
         os.killpg(record.pid, 0)  # nothing left in the job's process group
 
 
+def test_cancel_of_a_running_grpo_job_keeps_its_log_checkpoint_and_adapter(tmp_path, tiny_model):
+    """As for SFT (above, and the data-parallel cancel in tests/jobs/train/test_distributed.py): a GRPO
+    step samples and scores before it trains, and a cancel still ends the job at a step boundary, with a
+    resumable checkpoint of its last step, its adapter, its log, and a reason that names the step."""
+    runner = Runner(tmp_path)
+    record = runner.submit(_spec(tiny_model, method="grpo", dataset="builtin:arithmetic", max_steps=100000,
+                                 batch_size=2, num_generations=2, max_completion_length=8))
+    wait_for(lambda: len(summarize(record.job_dir).steps) >= 2)
+    runner.cancel(record.id)
+    final = wait_for(lambda: (r := runner.get(record.id)).finished and r, timeout=90)
+    summary = summarize(record.job_dir)
+    step = summary.steps[-1]["step"]
+    assert final.state == "cancelled" and summary.final["kind"] == "killed", final.reason
+    assert final.reason.startswith(f"cancelled by the user at step {step}/100000; adapter saved to"), final.reason
+    job = Path(record.job_dir)
+    assert (job / "checkpoints" / f"step-{step}" / "optim.pt").is_file()
+    assert (job / "adapter" / "adapter_model.safetensors").is_file()
+    log = (job / "train.log").read_text()
+    assert "received SIGTERM: stopping after this step" in log and f"step {step}/100000" in log
+    assert (job / "completions.jsonl").is_file()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(record.pid, 0)  # nothing left in the job's process group
+
+
 def test_cancel_of_a_queued_job_never_starts_it(tmp_path, tiny_model):
     runner = Runner(tmp_path)
     first = runner.submit(_spec(tiny_model, max_steps=100000))
