@@ -187,13 +187,19 @@ class Trainer:
 
         Several processes agree on the label and real tokens of the whole global batch and on the
         stop flag in ONE host all-reduce per step (gloo: no GPU sync), so every rank's loss has the
-        same denominator; with one process that is a no-op."""
+        same denominator; with one process that is a no-op. A method that samples each step (GRPO)
+        agrees on the stop flag before sampling instead (one more host all-reduce), and trains a step
+        once it has sampled it: a cancel neither waits for a rollout nobody uses (the runner's grace
+        period is short next to a long rollout) nor logs completions of a step that never trained."""
         group = [next(stream) for _ in range(self.spec.gradient_accumulation_steps)]
+        rollout = self.method.samples_each_step
+        if rollout and self.dist.all_reduce_sum(1.0 if self.stop_requested else 0.0)[0]:
+            return None
         group = self.method.prepare_step(group)   # e.g. GRPO samples and scores here (methods/base.py)
         labels = sum(self.method.loss_units(b) for _, b in group)
         real = sum(b.real_tokens for _, b in group)
         labels, real, stop = self.dist.all_reduce_sum(labels, real, 1.0 if self.stop_requested else 0.0)
-        if stop:
+        if stop and not rollout:   # a stop during a rollout is honoured before the next one, above
             return None
         self.micro_index += len(group)
         count = torch.tensor(max(1.0, labels))

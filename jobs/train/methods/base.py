@@ -19,6 +19,10 @@ class Method:
     # extra per-step numbers: each micro-batch returns their sums; the step event carries
     # sum / the step's normalisation count (a mean over pairs, tokens, ... like the loss)
     metric_names: tuple[str, ...] = ()
+    # does prepare_step sample from the policy (GRPO's rollout)? Then the loop honours a stop before
+    # the sampling starts, and trains a step once it is sampled: a cancel costs no rollout that is
+    # thrown away, and whatever a rollout logged (completions.jsonl) belongs to a trained step
+    samples_each_step = False
 
     def __init__(self, trainer):
         self.trainer = trainer

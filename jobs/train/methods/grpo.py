@@ -38,6 +38,7 @@ MODEL_KEYS = ("input_ids", "attention_mask", "position_ids", "cu_seq_lens_q", "c
 class GroupRelativePolicyOptimization(Method):
     name = "grpo"
     capturable = False   # the step's shapes change with every sampling
+    samples_each_step = True
 
     def __init__(self, trainer):
         super().__init__(trainer)

@@ -1,0 +1,66 @@
+"""A cancel of a GRPO job (in-process, on the tiny Llama): it takes effect before the next rollout,
+so no sampling is wasted and completions.jsonl holds only steps that trained; a stop that arrives
+while a step samples lets that step train, then stops before the next rollout. The subprocess
+cancel (SIGTERM from the runner) is tests/jobs/queue/test_runner.py."""
+import json
+
+import pytest
+
+from jobs.io.events import EventWriter
+from jobs.spec import JobSpec
+from jobs.train.loop import Cancelled, Trainer
+from jobs.train.methods import grpo
+from tests.jobs.train.test_grpo_job import grpo_config
+
+
+def rollouts_counted(monkeypatch, on_call=lambda calls: None) -> list:
+    """Counts GRPO's sampling calls; `on_call(count)` runs inside each one, before it samples."""
+    calls, sample = [], grpo.sample_completions
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        on_call(len(calls))
+        return sample(*args, **kwargs)
+    monkeypatch.setattr(grpo, "sample_completions", counted)
+    return calls
+
+
+def grpo_trainer(tmp_path, tiny_model, sinks=()) -> Trainer:
+    job = tmp_path / "job"
+    config = grpo_config(tmp_path, max_steps=50, num_generations=2, max_completion_length=8, dtype="fp32")
+    spec = JobSpec.from_dict({"model": str(tiny_model), "output_dir": str(job), **config})
+    return Trainer(spec, job, EventWriter(job, sinks=list(sinks)), log=lambda line: None)
+
+
+def completion_steps(trainer) -> set[int]:
+    lines = (trainer.job_dir / "completions.jsonl").read_text().splitlines()
+    return {json.loads(line)["step"] for line in lines}
+
+
+def test_a_stop_between_steps_samples_nothing_more(tmp_path, tiny_model, monkeypatch):
+    holder = {}
+
+    def stop_after_step_2(event):
+        if event["type"] == "step" and event["step"] == 2:
+            holder["trainer"].stop_requested = True   # as the SIGTERM handler of jobs/train/cli.py does
+    trainer = holder["trainer"] = grpo_trainer(tmp_path, tiny_model, sinks=[stop_after_step_2])
+    calls = rollouts_counted(monkeypatch)
+    with pytest.raises(Cancelled, match=r"^cancelled by the user at step 2/50; adapter saved to"):
+        trainer.run()
+    assert len(calls) == 2   # no third rollout
+    assert completion_steps(trainer) == {1, 2}
+    assert (trainer.job_dir / "checkpoints" / "step-2" / "optim.pt").is_file()
+
+
+def test_a_stop_during_a_rollout_trains_that_step_then_stops_before_the_next(tmp_path, tiny_model, monkeypatch):
+    trainer = grpo_trainer(tmp_path, tiny_model)
+
+    def stop_in_third(count):
+        if count == 3:
+            trainer.stop_requested = True
+    calls = rollouts_counted(monkeypatch, stop_in_third)
+    with pytest.raises(Cancelled, match=r"^cancelled by the user at step 3/50; adapter saved to"):
+        trainer.run()
+    assert len(calls) == 3
+    assert completion_steps(trainer) == {1, 2, 3}   # step 3's completions: it trained
+    assert (trainer.job_dir / "checkpoints" / "step-3" / "optim.pt").is_file()
