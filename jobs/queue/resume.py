@@ -54,7 +54,10 @@ def resumed_spec(record: JobRecord, more_steps: int = 0) -> JobSpec:
         raise ResumeError(f"job {record.name!r} saved no checkpoint to resume from (save_steps writes one "
                           "every N steps, and Cancel writes one); start it again from the Train tab")
     folder, step = found
-    spec = JobSpec.from_dict({k: v for k, v in (record.spec or {}).items() if k in JobSpec.field_names()})
+    # read without the start's file checks: its resume_from (the checkpoint the earlier run itself
+    # started from) is replaced below and may be gone; the files the new run reads are checked last
+    saved = {k: v for k, v in (record.spec or {}).items() if k in JobSpec.field_names()}
+    spec = JobSpec.from_dict(saved, to_run=False)
     if state == JobState.DONE and more_steps <= 0:
         raise ResumeError(f"job {record.name!r} is done: say how many more steps to train")
     if more_steps > 0:  # beyond where the job ended (the newest checkpoint may be a little earlier)

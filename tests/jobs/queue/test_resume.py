@@ -3,9 +3,11 @@ its events; `save_steps: 0` ("only at the end") leaves a checkpoint that "train 
 import pytest
 
 from jobs.io.events import read_events, summarize
+from jobs.io.layout import TRAINER_STATE
 from jobs.queue.resume import newest_checkpoint, resumed_spec
 from jobs.queue.runner import Runner, RunnerError
 from jobs.queue.store import JobRecord
+from jobs.spec import SpecError
 from tests.jobs.queue.test_runner import _spec, wait_for
 
 
@@ -46,3 +48,28 @@ def test_what_cannot_be_resumed_says_why(tmp_path):
         resumed_spec(cancelled)
     with pytest.raises(RunnerError, match="there is no job"):
         Runner(tmp_path / "data").resume("nope")
+
+
+def _cancelled_with_checkpoint(tmp_path, tiny_model, **spec):
+    job = tmp_path / "job"
+    (job / "checkpoints" / "step-4").mkdir(parents=True)
+    (job / "checkpoints" / "step-4" / TRAINER_STATE).write_text("{}")
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n')
+    return JobRecord(id="c", name="again", state="cancelled", created_at=1.0, job_dir=str(job),
+                     spec={"model": str(tiny_model), "dataset": str(data), **spec})
+
+
+def test_a_job_resumes_after_the_checkpoint_its_earlier_run_resumed_from_was_deleted(tmp_path, tiny_model):
+    gone = tmp_path / "job" / "checkpoints" / "step-2"   # resumed from once, then deleted
+    record = _cancelled_with_checkpoint(tmp_path, tiny_model, resume_from=str(gone))
+    spec = resumed_spec(record)
+    assert spec.resume_from == str(tmp_path / "job" / "checkpoints" / "step-4")
+
+
+def test_a_resume_still_refuses_what_the_new_run_would_miss(tmp_path, tiny_model):
+    record = _cancelled_with_checkpoint(tmp_path, tiny_model)
+    (tmp_path / "rows.jsonl").unlink()
+    with pytest.raises(SpecError) as info:
+        resumed_spec(record)
+    assert info.value.key == "dataset"
