@@ -313,6 +313,11 @@ MESSAGES: dict[str, str] = {
                               "the aliases vit, aligner)",
     "vision_targets_all_vision": "these names are all in the vision tower or projector: set vision_lora: true to "
                                  "train them",
+    # a vision-language model (jobs/models/vision.py)
+    "vision_model_unsupported": "{model_type!r} is a vision-language model that Fusetune does not train yet (its "
+                                "image tokens are not wired in); supported: {supported}",
+    "image_processor_unloadable": "could not load the image processor of {source!r}: {detail}",
+    "tokenizer_no_image_token": "the tokenizer has no {token} token: it is not a Qwen2-VL tokenizer",
     # preference data (jobs/data/pair_preview.py, dataset.py's builtin:concise), chat templates, Parquet
     "no_pair_rows": "{name} has no rows: add at least one preference pair",
     "concise_not_generated": "{concise} is made from this base model's own answers, which are generated when the "

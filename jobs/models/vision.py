@@ -14,6 +14,7 @@ model's linear layers; the vision tower ("vit") and the projector ("aligner") st
 `vision_lora: true` or the user names them with those aliases."""
 from __future__ import annotations
 
+from jobs.messages import say
 from jobs.models.errors import ModelError
 
 SUPPORTED = {"qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL"}
@@ -34,8 +35,7 @@ def refusal(config) -> str | None:
     model_type = getattr(config, "model_type", "?")
     if model_type in SUPPORTED:
         return None
-    return (f"{model_type!r} is a vision-language model that Fusetune does not train yet (its image tokens "
-            f"are not wired in); supported: {', '.join(SUPPORTED.values())}")
+    return say("vision_model_unsupported", model_type=model_type, supported=", ".join(SUPPORTED.values()))
 
 
 def load_image_processor(source: str):
@@ -44,7 +44,7 @@ def load_image_processor(source: str):
     try:
         return Qwen2VLImageProcessorPil.from_pretrained(source)
     except (OSError, ValueError) as exc:
-        raise ModelError(f"could not load the image processor of {source!r}: {exc}") from None
+        raise ModelError(say("image_processor_unloadable", source=source, detail=exc)) from None
 
 
 def image_token(tokenizer) -> tuple[str, int]:
@@ -52,7 +52,7 @@ def image_token(tokenizer) -> tuple[str, int]:
     token = "<|image_pad|>"
     token_id = tokenizer.convert_tokens_to_ids(token)
     if token_id is None or token_id == tokenizer.unk_token_id:
-        raise ModelError(f"the tokenizer has no {token} token: it is not a Qwen2-VL tokenizer")
+        raise ModelError(say("tokenizer_no_image_token", token=token))
     return token, token_id
 
 

@@ -222,3 +222,25 @@ def test_export_notes_come_out_chinese_in_the_export_result():
     assert "Modelfile 未写 TEMPLATE" in page and "无法为其加引号" in page
     assert "3 个张量以 f16 存储" in page and "blk.0.attn_q.weight" in page
     assert "falls back" not in page and "tensors stored" not in page
+
+
+def test_vision_model_refusals_come_out_chinese_and_their_english_is_unchanged():
+    """jobs/models/vision.py's refusals, as preflight's model finding and a ModelError show them."""
+    from transformers import AutoConfig
+    from jobs.models import vision
+    from jobs.models.errors import ModelError
+    english = vision.refusal(AutoConfig.for_model("mllama"))
+    assert english == ("'mllama' is a vision-language model that Fusetune does not train yet (its image tokens "
+                       "are not wired in); supported: Qwen2-VL, Qwen2.5-VL")
+    assert translated(english, ZH) == "'mllama' 是 Fusetune 尚不能训练的视觉语言模型（其图片 token 尚未接入）；支持的有：Qwen2-VL, Qwen2.5-VL"
+    assert translated(f"model: {english}", ZH).startswith("model：'mllama' 是 Fusetune 尚不能训练的视觉语言模型")
+
+    class TextTokenizer:
+        unk_token_id = 0
+
+        def convert_tokens_to_ids(self, token):
+            return 0
+    with pytest.raises(ModelError) as no_token:
+        vision.image_token(TextTokenizer())
+    assert str(no_token.value) == "the tokenizer has no <|image_pad|> token: it is not a Qwen2-VL tokenizer"
+    assert translated(str(no_token.value), ZH) == "分词器没有 <|image_pad|> token：它不是 Qwen2-VL 的分词器"
