@@ -72,18 +72,45 @@ def _load_snippet(model: str) -> str:
     return f'base = AutoModelForCausalLM.from_pretrained("{portable_base_model(model)}")'
 
 
+TRAINING_LINE = "- Training: "
+PREFERENCE_NUMBERS = ("reward_accuracy", "reward_margin")   # what DPO/ORPO/SimPO/KTO steps report beside the loss
+
+
+def training_summary(spec: JobSpec, final_loss: float | None, steps: int, status: str,
+                     last_step: dict | None = None) -> str:
+    """The card's training line: the method, how training ended, and the last step's numbers that
+    say how it went. GRPO shows its reward instead of its loss, which says little: on-policy the
+    group advantages about cancel out, so it stays near 0 whatever was learned ("final loss 0.0000").
+    `last_step`: the last step event's method fields (reward_mean, reward_accuracy, ...); None where
+    unknown."""
+    last = last_step or {}
+    if spec.method == "grpo":
+        reward = last.get("reward_mean")
+        result = "reward_mean " + ("n/a" if reward is None else f"{reward:.4f} at the last step")
+    else:
+        result = "final loss " + ("n/a" if final_loss is None else f"{final_loss:.4f}")
+        shown = [f"{name} {last[name]:.4f}" for name in PREFERENCE_NUMBERS if last.get(name) is not None]
+        if shown:
+            result += f" ({', '.join(shown)} at the last step)"
+    return f"{TRAINING_LINE}{spec.method}, {status} after {steps} steps, {result}"
+
+
+def adapter_training_line(card_text: str) -> str | None:
+    """The training line of an adapter's card, which a merged export of that adapter repeats: the
+    adapter that was merged is what it describes (with keep_best, not the job's last step)."""
+    return next((line for line in card_text.splitlines() if line.startswith(TRAINING_LINE)), None)
+
+
 def model_card(spec: JobSpec, base_source: str, final_loss: float | None, steps: int,
-               status: str = "finished") -> str:
+               status: str = "finished", last_step: dict | None = None) -> str:
     """The README.md written beside the adapter."""
-    loss = "n/a" if final_loss is None else f"{final_loss:.4f}"
-    config = spec.to_yaml().rstrip()
     return f"""{front_matter(spec.model, "adapter", ["lora"])}
 # LoRA adapter trained with Fusetune Studio
 
 - Base model: `{portable_base_model(spec.model)}`
 - Trained from: {trained_from(spec.model, base_source)}
 - Dataset: `{spec.dataset}` ({spec.dataset_format})
-- Training: {status} after {steps} steps, final loss {loss}
+{training_summary(spec, final_loss, steps, status, last_step)}
 - LoRA: r={spec.lora_r}, alpha={spec.lora_alpha}, dropout={spec.lora_dropout}, targets={spec.target_modules}
 
 ## Use it
@@ -95,16 +122,21 @@ model = PeftModel.from_pretrained(base, "path/to/this/folder")
 tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")
 ```
 
-## Config that ran
+{_config_section(spec)}"""
+
+
+def _config_section(spec: JobSpec) -> str:
+    return f"""## Config that ran
 ```yaml
-{config}
+{spec.to_yaml().rstrip()}
 ```
 """
 
 
-def merged_card(spec: JobSpec, kind: str, notes: list[str]) -> str:
-    """The README.md of a merged folder or a GGUF export: what it is and where it came from."""
-    lines = "\n".join(f"- {note}" for note in notes)
+def merged_card(spec: JobSpec, kind: str, notes: list[str], training: str | None = None) -> str:
+    """The README.md of a merged folder or a GGUF export: what it is, where it came from, how it was
+    trained (`training`: the adapter card's line, adapter_training_line) and the config that ran."""
+    lines = "".join(f"{line}\n" for line in ([training] if training else []) + [f"- {note}" for note in notes])
     relation = "merge" if kind == "merged" else "quantized"
     return f"""{front_matter(spec.model, relation, ["lora", "merged"] + (["gguf"] if kind == "gguf" else []))}
 # {spec.name or "Fine-tuned model"} ({kind}), exported by Fusetune Studio
@@ -113,4 +145,4 @@ def merged_card(spec: JobSpec, kind: str, notes: list[str]) -> str:
 - Trained from: {trained_from(spec.model)}
 - Dataset: `{spec.dataset}`; LoRA r={spec.lora_r}, alpha={spec.lora_alpha}, targets={spec.target_modules}
 {lines}
-"""
+{_config_section(spec)}"""

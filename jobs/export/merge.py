@@ -21,6 +21,7 @@ from jobs.messages import say
 from jobs.export import card
 from jobs.export.files import ExportError, Progress, atomic_output, check_free_space, no_progress
 from jobs.export.source import JobSource, TensorSpec
+from jobs.io.layout import MODEL_CARD
 
 MAX_SHARD_BYTES = 2 * 1000 ** 3
 QLORA_NOTE = say("export_note_qlora")
@@ -164,6 +165,12 @@ def write_tokenizer(source: JobSource, folder: Path) -> None:
         (folder / processor.name).write_bytes(processor.read_bytes())
 
 
+def adapter_training(source: JobSource) -> str | None:
+    """The training line of the merged adapter's own card (None: an adapter saved without one)."""
+    adapter_card = Path(source.adapter_dir) / MODEL_CARD
+    return card.adapter_training_line(adapter_card.read_text(encoding="utf-8")) if adapter_card.is_file() else None
+
+
 def export_merged(source: JobSource, out: Path, progress: Progress = no_progress) -> tuple[Path, list[str]]:
     """Write the merged folder to `out` (atomically); returns (out, notes for the user)."""
     device = merge_device(source.device)
@@ -179,6 +186,7 @@ def export_merged(source: JobSource, out: Path, progress: Progress = no_progress
         if generation.is_file():
             (tmp / generation.name).write_bytes(generation.read_bytes())
         write_tokenizer(source, tmp)
-        (tmp / "README.md").write_text(card.merged_card(source.spec, "merged", notes), encoding="utf-8")
+        (tmp / "README.md").write_text(card.merged_card(source.spec, "merged", notes, adapter_training(source)),
+                                       encoding="utf-8")
     progress(1.0, f"merged model in {out}")
     return out, notes

@@ -58,6 +58,7 @@ class Trainer:
         self.stop_requested, self.step = False, 0
         self.micro_index = 0
         self.last_loss: float | None = None
+        self.last_fields: dict = {}   # the last step's method numbers (reward_mean, ...), for the model card
         self.best_eval: tuple[float, int] | None = None   # (eval loss, step) of the best adapter
         self.fit_estimate = None
         self.method = method_for(spec.method)(self)
@@ -314,8 +315,8 @@ class Trainer:
         if not math.isfinite(loss):
             raise NonFiniteLoss(f"the loss became {loss} at step {step}; lower learning_rate "
                                 "(now {:g}) or use dtype fp32/bf16".format(self.spec.learning_rate))
-        self.last_loss = loss
-        self._emit_step(step, loss, grad_norm, pending, step_s, self.method.step_fields(metrics))
+        self.last_loss, self.last_fields = loss, self.method.step_fields(metrics)
+        self._emit_step(step, loss, grad_norm, pending, step_s, self.last_fields)
 
     def _emit_step(self, step: int, loss: float, grad_norm: float, pending: PendingStep, step_s: float,
                    fields: dict) -> None:

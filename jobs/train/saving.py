@@ -39,7 +39,7 @@ def save_adapter(trainer, status: str, best: bool = False) -> Path:
     """The adapter with its model card (`status` says how training ended); adapter-best/ for `best`."""
     if not trainer.dist.is_main:
         return trainer.job_dir / ("adapter-best" if best else "adapter")
-    card = model_card(trainer.spec, trainer.source, trainer.last_loss, trainer.step, status)
+    card = model_card(trainer.spec, trainer.source, trainer.last_loss, trainer.step, status, trainer.last_fields)
     return checkpoints.save_adapter(trainer.job_dir, trainer.model, trainer.tokenizer, card, best=best,
                                     base_model=trainer.spec.model)
 

@@ -118,3 +118,19 @@ def test_an_export_holds_its_job_folder_against_delete(tmp_path, monkeypatch):
     assert jobs.export.export(job_dir, "merged", out=tmp_path / "out") == "result" and seen == [True]
     rename_unless_exporting(job_dir, tmp_path / "gone")
     assert (tmp_path / "gone").is_dir()
+
+
+def test_the_training_line_names_the_method_and_what_its_numbers_mean():
+    from jobs.export.card import adapter_training_line, merged_card
+    sft = model_card(JobSpec(model=BUILTIN_MODEL), "/x", 0.5, 60)
+    assert "\n- Training: sft, finished after 60 steps, final loss 0.5000\n" in sft
+    grpo = JobSpec(model=BUILTIN_MODEL, method="grpo", dataset="builtin:arithmetic")
+    cancelled = model_card(grpo, "/x", 0.0, 0, "cancelled at step 0")   # cancelled before a step
+    assert adapter_training_line(cancelled) == "- Training: grpo, cancelled at step 0 after 0 steps, reward_mean n/a"
+    kto = model_card(JobSpec(model=BUILTIN_MODEL, method="kto"), "/x", 0.25, 8, last_step={
+        "reward_accuracy": 0.75, "reward_margin": 1.5, "kto_kl": 0.1})
+    line = "- Training: kto, finished after 8 steps, final loss 0.2500 (reward_accuracy 0.7500, reward_margin 1.5000 at the last step)"
+    assert adapter_training_line(kto) == line
+    merged = merged_card(JobSpec(model=BUILTIN_MODEL, method="kto"), "merged", ["weights: bf16"], line)
+    assert f"\n{line}\n- weights: bf16\n\n## Config that ran\n```yaml\n" in merged
+    assert adapter_training_line("# an adapter card from before") is None

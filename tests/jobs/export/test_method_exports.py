@@ -123,3 +123,29 @@ def test_the_chat_loader_loads_a_grpo_adapter(method_jobs, tiny_model, tmp_path)
     torch.testing.assert_close(base, folder_logits(tiny_model))
     assert (tuned - base).abs().max() > 1e-1
     assert tokenizer.eos_token == "<|im_end|>"
+
+
+def _step_events(job: Path) -> list[dict]:
+    return [event for event in map(json.loads, (job / "events.jsonl").read_text().splitlines())
+            if event["type"] == "step"]
+
+
+def test_the_cards_name_the_method_and_its_last_numbers_and_the_merged_card_repeats_them(method_jobs, tmp_path):
+    """The adapter's README.md says how it was trained: the method, and the last step's numbers that
+    mean something for it (GRPO: its reward, not a loss near 0; DPO: its loss, reward accuracy and
+    margin); the merged export's card carries the same line and the config that ran."""
+    grpo, dpo = _step_events(method_jobs["grpo"])[-1], _step_events(method_jobs["dpo"])[-1]
+    lines = {
+        "grpo": f"- Training: grpo, finished after 3 steps, reward_mean {grpo['reward_mean']:.4f} at the last step",
+        "dpo": (f"- Training: dpo, finished after 3 steps, final loss {dpo['loss']:.4f} (reward_accuracy "
+                f"{dpo['reward_accuracy']:.4f}, reward_margin {dpo['reward_margin']:.4f} at the last step)")}
+    for method, line in lines.items():
+        job = method_jobs[method]
+        adapter_card = (job / "adapter" / "README.md").read_text()
+        assert line in adapter_card.splitlines(), adapter_card
+        merged = export(job, "merged", out=tmp_path / method, device="cpu").files[0]
+        card = (merged / "README.md").read_text()
+        assert line in card.splitlines(), card
+        ran = yaml.safe_load(card.split("## Config that ran\n```yaml\n")[1].split("```")[0])
+        assert ran == yaml.safe_load((job / "config.yaml").read_text())
+    assert "final loss" not in (method_jobs["grpo"] / "adapter" / "README.md").read_text()
