@@ -38,6 +38,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from jobs.models.fit_advice import advice, oom_message  # noqa: F401 (re-exported: studio, jobs/train/loop.py)
+
 GIB = 1024 ** 3
 CUDA_CONTEXT_BYTES = int(0.75 * GIB)   # CUDA context, cuBLAS workspace, loaded kernels (not "allocated")
 FRAGMENTATION = 0.03                   # caching-allocator slack over max_memory_allocated
@@ -334,31 +336,3 @@ def free_gpu_memory(index: int = 0) -> float | None:
         return nvml.nvmlDeviceGetMemoryInfo(handle).free / GIB
     except Exception:  # pynvml.NVMLError (invalid index, lost GPU) derives from Exception only
         return None
-
-
-def advice(spec, estimate: FitEstimate | None) -> list[str]:
-    """What would lower the peak, largest lever first."""
-    tips = []
-    if spec.batch_size > 1:
-        tips.append(f"batch_size {spec.batch_size} -> {max(1, spec.batch_size // 2)} "
-                    f"(with gradient_accumulation_steps {spec.gradient_accumulation_steps * 2} for the same step)")
-    if spec.max_seq_length > 512:
-        tips.append(f"max_seq_length {spec.max_seq_length} -> {spec.max_seq_length // 2}")
-    if estimate is None or not estimate.checkpointing.startswith(("on", "offload")):
-        tips.append("gradient_checkpointing: on (or offload: layer inputs in CPU memory)")
-    elif estimate.checkpointing == "on":
-        tips.append("gradient_checkpointing: offload (layer inputs in CPU memory)")
-    if not spec.load_in_4bit:
-        tips.append("load_in_4bit: true (QLoRA: base weights in 4-bit)")
-    if not spec.fused_kernels:
-        tips.append("fused_kernels: true (the fused engine keeps far fewer activations)")
-    return tips
-
-
-def oom_message(spec, estimate: FitEstimate | None, peak_bytes: int, step: int, policy: str, error: str) -> str:
-    """The `oom` error event's message: what was predicted, what was seen, what to change."""
-    predicted = f"predicted peak {estimate.total_gb:.1f} GiB" if estimate else "no prediction for this model"
-    first = error.splitlines()[0] if error else ""
-    return (f"out of GPU memory at step {step} ({predicted}; peak allocated before the failure "
-            f"{peak_bytes / GIB:.1f} GiB; {policy}). To fit: " + "; or ".join(advice(spec, estimate))
-            + f". The last checkpoint is intact. CUDA said: {first[:200]}")
