@@ -30,6 +30,10 @@ allocator slack, i.e. what the job takes out of the card's free memory. The mode
   when only the layer inputs are still kept (the kept layers, the last ones, are backpropagated
   first); plus the loss's gradient w.r.t. the hidden states.
 
+Image-text models (Qwen2-VL, Qwen2.5-VL) add their vision tower: its weights, its LoRA when it has
+any, the image patches and the activations of the most patches a micro-batch can hold, and a LoRA'd
+tower's blocks join the layers a plan may recompute (jobs/models/fit_vision.py, with its formulas).
+
 Checked against the measured peaks of bench/results/lora.jsonl (tests/jobs/models/test_fit.py): Llama-3.2-1B
 bs4x2048 on/offload, Llama-3.1-8B bs2x2048 on/offload/no recompute and QLoRA offload: within 3 %.
 """
@@ -38,6 +42,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from jobs.models import fit_vision
 from jobs.models.fit_advice import advice, oom_message  # noqa: F401 (re-exported: studio, jobs/train/loop.py)
 
 GIB = 1024 ** 3
@@ -76,7 +81,9 @@ class FitEstimate:
         return {k: round(v / GIB, 3) for k, v in sorted(self.parts.items(), key=lambda kv: -kv[1])}
 
     def summary(self) -> str:
-        top = ", ".join(f"{k} {v:.2f}" for k, v in list(self.breakdown().items())[:4])
+        parts = self.breakdown()
+        shown = [k for k in parts][:4] + (["vision tower"] if "vision tower" in list(parts)[4:] else [])
+        top = ", ".join(f"{k} {parts[k]:.2f}" for k in shown)
         return (f"about {self.total_gb:.1f} GiB peak on the GPU ({top} GiB; {self.tokens:,} tokens a "
                 f"micro-batch; checkpointing {self.checkpointing})")
 
@@ -106,8 +113,10 @@ class _Shape:
         heads = c.num_attention_heads
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
         kv_heads = getattr(c, "num_key_value_heads", None) or heads
+        tied = getattr(c, "tie_word_embeddings", None)   # image-text models keep it on the outer config
+        tied = getattr(model_config, "tie_word_embeddings", False) if tied is None else tied
         return cls(c.hidden_size, c.intermediate_size, c.num_hidden_layers, heads * head_dim,
-                   kv_heads * head_dim, c.vocab_size, bool(getattr(c, "tie_word_embeddings", False)))
+                   kv_heads * head_dim, c.vocab_size, bool(tied))
 
     def projections(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each decoder projection."""
@@ -191,30 +200,48 @@ def _total_gb(allocated_bytes: int) -> float:
     return allocated_bytes / GIB * (1 + FRAGMENTATION) + CUDA_CONTEXT_BYTES / GIB
 
 
+def _step_activations(spec, shape: _Shape, vision, b: int, fused: bool, recomputed: int, offload: bool) -> dict:
+    """The decoder's activation parts and, for an image-text model, its vision tower's (fit_vision.py):
+    `recomputed` counts the plannable layers in forward order, a LoRA'd tower's blocks first."""
+    in_tower, in_decoder = fit_vision.split_recomputed(spec, vision, recomputed)
+    parts = _activations(shape, spec.batch_tokens(), b, fused, in_decoder, offload)
+    if vision is not None:
+        parts.update(fit_vision.step_parts(spec, vision, b, fused, in_tower, offload, sum(parts.values()),
+                                           shape.hidden))
+    return parts
+
+
 def _budget_plan(spec, shape: _Shape, b: int, static: int, fused: bool,
-                 host_bytes: int | None = None) -> tuple[int, bool, str]:
+                 host_bytes: int | None = None, vision=None) -> tuple[int, bool, str]:
     """The fastest checkpointing plan whose predicted peak fits `max_gpu_memory_gb`: the fewest
     recomputed layers (each costs about 1/n of a forward pass), plain before offloaded at the same
     count (offloading the inputs costs no step time on an H200, bench/NOTES.md, but pins host RAM,
     of which it may use `host_bytes`). The same cost model as the estimate, so the fit check
     states exactly the plan the job runs (jobs/train/loop.py applies it)."""
     from kernels.checkpoint import _host_free_bytes
-    budget, n = spec.max_gpu_memory_gb, shape.layers
-    tokens = spec.batch_tokens()
+    budget, n = spec.max_gpu_memory_gb, shape.layers + fit_vision.plannable(spec, vision)
     host = _host_free_bytes() if host_bytes is None else host_bytes
     label = f"auto within the {budget:g} GiB budget"
     for recomputed in range(n + 1):
         for offload in ((False, True) if recomputed else (False,)):
-            if offload and recomputed * tokens * shape.hidden * b > host:
+            if offload and _inputs_bytes(spec, shape, vision, b, recomputed) > host:
                 continue
-            kept = _activations(shape, tokens, b, fused, recomputed, offload)
+            kept = _step_activations(spec, shape, vision, b, fused, recomputed, offload)
             if _total_gb(static + sum(kept.values())) <= budget:
                 how = ("no recompute" if not recomputed else f"{recomputed} of {n} layers recomputed"
+                       + (" (vision blocks first)" if n > shape.layers else "")
                        + (", inputs offloaded to pinned CPU memory" if offload else ""))
                 return recomputed, offload, f"{label}: {how}"
-    offload = n * tokens * shape.hidden * b <= host
+    offload = _inputs_bytes(spec, shape, vision, b, n) <= host
     return n, offload, f"{label}: does not fit even with all {n} layers recomputed" + (
         " and offloaded" if offload else "")
+
+
+def _inputs_bytes(spec, shape: _Shape, vision, b: int, recomputed: int) -> int:
+    """The recomputed layers' inputs, what offloading pins in host memory."""
+    in_tower, in_decoder = fit_vision.split_recomputed(spec, vision, recomputed)
+    tower = in_tower * fit_vision.patches(spec, vision) * vision.width if in_tower else 0
+    return (in_decoder * spec.batch_tokens() * shape.hidden + tower) * b
 
 
 def plan_within_budget(spec, model_config, trainable: int | None = None,
@@ -225,32 +252,49 @@ def plan_within_budget(spec, model_config, trainable: int | None = None,
     if not (spec.max_gpu_memory_gb > 0 and spec.gradient_checkpointing == "auto" and fused):
         return None
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
-    recomputed, offload, description = _budget_plan(spec, shape, b, _static_bytes(spec, shape, b, fused, trainable),
-                                                    fused)
-    return [True] * recomputed + [False] * (shape.layers - recomputed), offload, description
+    vision = fit_vision.VisionShape.of(model_config)
+    static = _static_bytes(spec, shape, b, fused, trainable, vision)
+    recomputed, offload, description = _budget_plan(spec, shape, b, static, fused, vision=vision)
+    # one flag per GradientCheckpointingLayer, as kernels.apply_checkpointing counts them: a vision
+    # tower's blocks are such layers too, and come first
+    return fit_vision.plan_flags(spec, vision, shape.layers, recomputed), offload, description
 
 
-def _static_bytes(spec, shape: _Shape, b: int, fused: bool, trainable: int | None) -> int:
+def _static_bytes(spec, shape: _Shape, b: int, fused: bool, trainable: int | None, vision=None) -> int:
     """Weights, LoRA and its optimizer state: what the job holds before any activation."""
+    return sum(_static_parts(spec, shape, b, fused, trainable, vision).values())
+
+
+def _static_parts(spec, shape: _Shape, b: int, fused: bool, trainable: int | None, vision) -> dict[str, int]:
+    """`trainable` (counted on the loaded model) holds the tower's LoRA too, when it has any."""
+    parts = _weights(spec, shape, b, fused)
     adapters = trainable if trainable is not None else lora_params(spec, shape)
-    return sum(_weights(spec, shape, b, fused).values()) + adapters * LORA_BYTES_PER_PARAM
+    parts["LoRA + AdamW (fp32)"] = adapters * LORA_BYTES_PER_PARAM
+    if vision is not None:
+        parts["vision tower"] = fit_vision.weight_bytes(spec, vision, b)
+        tower_lora = fit_vision.lora_params(spec, vision) if trainable is None else 0
+        if tower_lora:
+            parts["vision LoRA + AdamW (fp32)"] = tower_lora * LORA_BYTES_PER_PARAM
+    return parts
 
 
 def _auto_plan(spec, model_config, shape: _Shape, b: int, static: int, free_bytes: int | None,
-               total_bytes: int | None) -> tuple[int, bool, str]:
-    """What kernels/checkpoint.py's "auto" will choose, from the free memory before loading."""
+               total_bytes: int | None, vision=None) -> tuple[int, bool, str]:
+    """What kernels/checkpoint.py's "auto" will choose, from the free memory before loading (it plans
+    over every GradientCheckpointingLayer: a vision tower's blocks, then the decoder's layers)."""
     from kernels.checkpoint import GIB as CK_GIB, _host_free_bytes, plan_auto
     if free_bytes is None:
-        return shape.layers, False, "auto (no GPU to size it: assumed every layer recomputed)"
+        every = shape.layers + fit_vision.plannable(spec, vision)
+        return every, False, "auto (no GPU to size it: assumed every layer recomputed)"
     budget = max(free_bytes - static - int(0.10 * (total_bytes or free_bytes)) - 2 * CK_GIB, 0)
     tokens = spec.batch_tokens()
-    flags, offload, description = plan_auto(shape.layers, model_config, b, tokens, budget, "cuda",
-                                            _host_free_bytes())
-    return sum(flags), offload, description
+    flags, offload, description = plan_auto(shape.layers + (vision.depth if vision else 0), model_config, b,
+                                            tokens, budget, "cuda", _host_free_bytes())
+    return fit_vision.recomputed_of_flags(spec, vision, flags), offload, description
 
 
-def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused, layers_now):
-    """(recomputed layers, offload, description)."""
+def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused, layers_now, vision=None):
+    """(recomputed layers, offload, description); the layers counted as _step_activations counts them."""
     if layers_now is not None:
         return layers_now
     mode = spec.gradient_checkpointing
@@ -259,10 +303,10 @@ def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused
     if mode == "off":
         return 0, False, "off"
     if mode in ("on", "offload"):
-        return shape.layers, mode == "offload", mode
+        return shape.layers + fit_vision.plannable(spec, vision), mode == "offload", mode
     if spec.max_gpu_memory_gb > 0 and fused:
-        return _budget_plan(spec, shape, b, static, fused)
-    return _auto_plan(spec, model_config, shape, b, static, free_bytes, total_bytes)
+        return _budget_plan(spec, shape, b, static, fused, vision=vision)
+    return _auto_plan(spec, model_config, shape, b, static, free_bytes, total_bytes, vision)
 
 
 def _batch_note(spec, packed: bool | None) -> str:
@@ -287,17 +331,16 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
     the tensors of a CPU job (fp32 under dtype auto), for a RAM estimate.
     """
     fused = spec.fused_kernels if fused is None else fused
-    shape = _Shape.of(model_config)
+    shape, vision = _Shape.of(model_config), fit_vision.VisionShape.of(model_config)
     b = _dtype_bytes(spec, cuda=cuda)
     tokens = spec.batch_tokens()
-    parts = _weights(spec, shape, b, fused)
-    adapters = trainable if trainable is not None else lora_params(spec, shape)
-    parts["LoRA + AdamW (fp32)"] = adapters * LORA_BYTES_PER_PARAM
+    parts = _static_parts(spec, shape, b, fused, trainable, vision)
     if free_bytes is None and model is None:
         free_bytes, total_bytes = _cuda_memory()
+    loaded = current_policy(model, spec, vision) if model is not None else None
     recomputed, offload, policy = _policy(spec, model_config, shape, b, sum(parts.values()), free_bytes,
-                                          total_bytes, fused, current_policy(model) if model is not None else None)
-    parts.update(_activations(shape, tokens, b, fused, recomputed, offload))
+                                          total_bytes, fused, loaded, vision)
+    parts.update(_step_activations(spec, shape, vision, b, fused, recomputed, offload))
     notes = [_batch_note(spec, packed)]
     if not fused:
         notes.append("fused_kernels off: PyTorch keeps more activations and the full logits")
@@ -307,14 +350,17 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
     return FitEstimate(parts, policy, tokens, notes, budget_gb=spec.max_gpu_memory_gb)
 
 
-def current_policy(model) -> tuple[int, bool, str]:
-    """(recomputed layers, offloaded, description) as set on a loaded model's decoder layers."""
+def current_policy(model, spec=None, vision=None) -> tuple[int, bool, str]:
+    """(recomputed layers, offloaded, description) as set on a loaded model's decoder layers (and an
+    image-text model's vision blocks, counted as _step_activations counts them)."""
     from kernels.checkpoint import _offload_checkpoint, decoder_layers
     layers = decoder_layers(model)
-    on = [layer for layer in layers if getattr(layer, "gradient_checkpointing", False)]
+    flags = [bool(getattr(layer, "gradient_checkpointing", False)) for layer in layers]
+    on = [layer for layer, flag in zip(layers, flags) if flag]
     offload = any(isinstance(getattr(layer, "_gradient_checkpointing_func", None), functools.partial)
                   and layer._gradient_checkpointing_func.func is _offload_checkpoint for layer in on)
-    return len(on), offload, f"{len(on)} of {len(layers)} layers recomputed" + (", inputs offloaded" if offload else "")
+    counted = fit_vision.recomputed_of_flags(spec, vision, flags) if vision is not None else len(on)
+    return counted, offload, f"{len(on)} of {len(layers)} layers recomputed" + (", inputs offloaded" if offload else "")
 
 
 def _cuda_memory() -> tuple[int | None, int | None]:
