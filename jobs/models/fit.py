@@ -271,7 +271,7 @@ def _static_parts(spec, shape: _Shape, b: int, fused: bool, trainable: int | Non
     adapters = trainable if trainable is not None else lora_params(spec, shape)
     parts["LoRA + AdamW (fp32)"] = adapters * LORA_BYTES_PER_PARAM
     if vision is not None:
-        parts["vision tower"] = fit_vision.weight_bytes(spec, vision, b)
+        parts["vision tower"] = fit_vision.weight_bytes(spec, vision, b, NF4_BYTES_PER_WEIGHT)
         tower_lora = fit_vision.lora_params(spec, vision) if trainable is None else 0
         if tower_lora:
             parts["vision LoRA + AdamW (fp32)"] = tower_lora * LORA_BYTES_PER_PARAM

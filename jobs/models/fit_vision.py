@@ -123,11 +123,11 @@ def trains_tower(spec, vision: VisionShape | None) -> bool:
     return vision is not None and any(".blocks." in name for name in lora_names(spec, vision))
 
 
-def weight_bytes(spec, vision: VisionShape, b: int) -> int:
-    from jobs.models.fit import NF4_BYTES_PER_WEIGHT
+def weight_bytes(spec, vision: VisionShape, b: int, nf4_bytes: float) -> int:
+    """The tower's weights; `nf4_bytes`: fit.py's bytes a QLoRA weight takes (module doc)."""
     linear, rest = vision.linear_weights(), vision.parameters() - vision.linear_weights()
     if spec.load_in_4bit:
-        return int(linear * NF4_BYTES_PER_WEIGHT) + rest * b
+        return int(linear * nf4_bytes) + rest * b
     if spec.base_precision == "fp8":
         blocks = [(a, c) for name, a, c in vision.linears() if ".blocks." in name]
         fp8 = sum(a * c for a, c in blocks if a % 16 == 0 and c % 16 == 0)

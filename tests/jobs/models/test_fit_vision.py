@@ -60,6 +60,20 @@ def test_the_tower_is_counted_as_transformers_builds_it(which, tiny_configs):
         assert built == 676_550_144                              # ~0.68 B parameters, 1.26 GiB in bf16
 
 
+def test_under_qlora_the_towers_linears_are_nf4_as_counted(tmp_path):
+    """bitsandbytes quantises every linear of the tower and merger (only lm_head and tied weights are
+    skipped), which is what weight_bytes assumes; the rest stays in the dtype."""
+    from jobs.models import load
+    from tests.tiny import make_tiny_vision_model
+    folder = make_tiny_vision_model(tmp_path / "m")
+    model = load.load_base_model(str(folder), torch.float32, torch.device("cpu"), load_in_4bit=True)
+    vision = fit_vision.VisionShape.of(model.config)
+    assert {type(model.get_submodule(name)).__name__ for name, _, _ in vision.linears()} == {"Linear4bit"}
+    qlora, bf16 = (fit.estimate_peak(vl_spec(load_in_4bit=q), model.config).parts["vision tower"] for q in (True, False))
+    rest = vision.parameters() - vision.linear_weights()
+    assert qlora == int(vision.linear_weights() * fit.NF4_BYTES_PER_WEIGHT) + rest * 2 and qlora < bf16
+
+
 def test_text_models_keep_their_numbers_and_get_no_vision_part():
     """The parts of text estimates as they were before the vision tower was counted (pinned from that code)."""
     assert fit.estimate_peak(spec(2, 2048, "on"), config("llama-3.1-8b")).parts == {
