@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -83,12 +84,15 @@ def run_job(model: Path, data: Path, out: Path, steps: int, device: str, max_len
                   packing=packing, gradient_checkpointing=checkpointing, max_gpu_memory_gb=budget_gib,
                   fused_kernels=device == "cuda", dtype="bf16" if device == "cuda" else "fp32", seed=0)
     path = out.with_suffix(".yaml")
+    # a fresh folder per run: events.jsonl appends, and on 2026-12-02 three runs into one folder were
+    # summed into each other's rows (their peaks and tokens/s; bench/NOTES.md)
+    shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config))   # JSON is YAML
     proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path), "--data-dir", str(out.parent / "data")],
                           cwd=ROOT, capture_output=True, text=True)
-    steps_seen = [json.loads(l) for l in (out / "events.jsonl").read_text().splitlines()
-                  if '"type": "step"' in l or '"type":"step"' in l] if (out / "events.jsonl").is_file() else []
+    from jobs.io.events import summarize   # the project's one reader: a later start supersedes
+    steps_seen = summarize(out).steps
     later = steps_seen[1:] or steps_seen
     tokens = sum(e["tokens"] for e in later)
     seconds = sum(e["tokens"] / max(e["tokens_per_s"], 1e-9) for e in later)
