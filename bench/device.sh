@@ -232,8 +232,10 @@ case "$what" in
     stage "prepare vision" 150 $PY bench/bench_vision.py prepare $V
     stage "vision unsloth+trl" 240 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_vision_peers.py --stack unsloth $V
     peak=$(peak_of "$OUT/vision.jsonl" "unsloth+trl"); echo "   peer peak $peak GiB" | tee -a "$LOG"
-    stage "vision ours, packed, offload" 100 $PY bench/bench_vision.py run --checkpointing offload $V
-    [ "$peak" != 0 ] && stage "vision ours, packed, budget" 100 $PY bench/bench_vision.py run --max-gpu-memory-gb "$peak" $V
+    [ "$peak" != 0 ] && stage "vision ours, packed 4096, budget" 100 $PY bench/bench_vision.py run --max-gpu-memory-gb "$peak" $V
+    [ "$peak" != 0 ] && stage "vision ours, packed 2048, budget" 100 $PY bench/bench_vision.py run --max-len 2048 \
+      --max-gpu-memory-gb "$peak" $V
+    stage "vision ours, packed 2048, offload" 100 $PY bench/bench_vision.py run --max-len 2048 --checkpointing offload $V
     stage "vision transformers+peft" 90 $PY bench/bench_vision_peers.py --stack hf $V ;;   # 2026-12-02: 1,006 tok/s
   logprobs)
     versions
