@@ -17,7 +17,8 @@ tensors so the step's addresses never move). Here:
   set of tokens whose probability reaches top_p, at least one), then gpt-fast's
   `multinomial_sample_one_no_sync` (argmax of probs / Exp(1) noise: a draw from probs without
   torch.multinomial's host sync); temperature 0 is greedy (argmax), for tests. Rows that hit EOS
-  get the pad token from then on; every `CHECK_EVERY` steps one host read asks whether all are done.
+  get the pad token from then on; every `CHECK_EVERY` steps one host read asks whether all are done,
+  and a caller's `should_stop()` whether the job was cancelled (then `decode` returns None).
 - On CUDA the step is captured once per call (warm-up on a side stream, then torch.cuda.CUDAGraph)
   and replayed per token; the step counter, the next input and the output buffer advance inside the
   graph. Where capture fails (an op that syncs, a kernel that cannot be captured) the same step
@@ -193,14 +194,17 @@ def capture(decoder: StaticDecoder):
 
 @torch.no_grad()
 def decode(model, ids: torch.Tensor, mask: torch.Tensor, max_new: int, temperature: float, top_p: float,
-           eos: set[int], pad_id: int, use_graph: bool | None = None, log=None) -> torch.Tensor:
-    """Completion tokens [B, max_new] (pad after a row's EOS) for left-padded prompts ids/mask."""
+           eos: set[int], pad_id: int, use_graph: bool | None = None, log=None,
+           should_stop=None) -> torch.Tensor | None:
+    """Completion tokens [B, max_new] (pad after a row's EOS) for left-padded prompts ids/mask; None
+    when `should_stop()` turned true at one of the loop's host checks (a cancelled job)."""
     from kernels.packed_attention import cached_decoding_attention
     with cached_decoding_attention(model):   # GQA decode steps read each cached K/V once
-        return _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log)
+        return _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log, should_stop)
 
 
-def _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log) -> torch.Tensor:
+def _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log,
+            should_stop=None) -> torch.Tensor | None:
     decoder = StaticDecoder(model, ids, mask, max_new, temperature, top_p, sorted(eos), pad_id)
     decoder.prefill()
     step = decoder.decode_step
@@ -219,7 +223,10 @@ def _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_grap
             _once(log, f"grpo sampling: CUDA graph capture failed ({type(exc).__name__}: {exc}); "
                        "decoding eagerly")
     for i in range(1, max_new):
-        if i % CHECK_EVERY == 0 and bool(decoder.done.all()):
-            break
+        if i % CHECK_EVERY == 0:
+            if should_stop is not None and should_stop():
+                return None   # a long rollout must not outlast the runner's grace period after a cancel
+            if bool(decoder.done.all()):
+                break
         step()
     return decoder.out

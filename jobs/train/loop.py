@@ -33,6 +33,7 @@ from jobs.train.distributed import Distributed, resume_position
 from jobs.train.graph_steps import graphed_steps
 from jobs.train.loader import Prefetcher
 from jobs.train.methods import method_for
+from jobs.train.methods.base import StepCancelled
 from jobs.train.steps import PendingStep, cosine_with_warmup
 
 
@@ -191,12 +192,16 @@ class Trainer:
         same denominator; with one process that is a no-op. A method that samples each step (GRPO)
         agrees on the stop flag before sampling instead (one more host all-reduce), and trains a step
         once it has sampled it: a cancel neither waits for a rollout nobody uses (the runner's grace
-        period is short next to a long rollout) nor logs completions of a step that never trained."""
+        period is short next to a long rollout) nor logs completions of a step that never trained. With one
+        process a stop during the rollout ends it there (StepCancelled): nothing of that step is kept."""
         group = [next(stream) for _ in range(self.spec.gradient_accumulation_steps)]
         rollout = self.method.samples_each_step
         if rollout and self.dist.all_reduce_sum(1.0 if self.stop_requested else 0.0)[0]:
             return None
-        group = self.method.prepare_step(group)   # e.g. GRPO samples and scores here (methods/base.py)
+        try:
+            group = self.method.prepare_step(group)   # e.g. GRPO samples and scores here (methods/base.py)
+        except StepCancelled:
+            return None
         labels = sum(self.method.loss_units(b) for _, b in group)
         real = sum(b.real_tokens for _, b in group)
         labels, real, stop = self.dist.all_reduce_sum(labels, real, 1.0 if self.stop_requested else 0.0)

@@ -48,8 +48,9 @@ def _text_config(model):
 @torch.no_grad()
 def sample_completions(model, tokenizer, prompts: list[list[int]], num_generations: int, max_new_tokens: int,
                        temperature: float, top_p: float, device, log=None,
-                       use_graph: bool | None = None) -> list[list[int]]:
-    """Completion token ids [len(prompts) * num_generations], prompt 0's group first."""
+                       use_graph: bool | None = None, should_stop=None) -> list[list[int]] | None:
+    """Completion token ids [len(prompts) * num_generations], prompt 0's group first; None when
+    `should_stop()` turned true while sampling (decode.decode; transformers' generate cannot stop)."""
     repeated = [p for p in prompts for _ in range(num_generations)]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids, mask = pad_left(repeated, pad_id, device)
@@ -63,10 +64,10 @@ def sample_completions(model, tokenizer, prompts: list[list[int]], num_generatio
     model.eval()
     try:
         out = decode.decode(model, ids, mask, max_new_tokens, temperature, top_p, eos, pad_id,
-                            use_graph=use_graph, log=log)
+                            use_graph=use_graph, log=log, should_stop=should_stop)
     finally:
         model.train(was_training)
-    return [cut_at_eos(row, eos) for row in out.tolist()]
+    return None if out is None else [cut_at_eos(row, eos) for row in out.tolist()]
 
 
 @torch.no_grad()

@@ -10,6 +10,12 @@ from __future__ import annotations
 import torch
 
 
+class StepCancelled(Exception):
+    """Raised by a method's `prepare_step` when the job was cancelled while it prepared the step (a
+    GRPO rollout stopped midway): nothing of the step was trained or logged, and the random state is
+    as before the step, so the loop stops at the last step and a resume samples that step afresh."""
+
+
 class Method:
     """Base class: subclasses fill in the data, the loss and their metrics."""
 
@@ -21,7 +27,8 @@ class Method:
     metric_names: tuple[str, ...] = ()
     # does prepare_step sample from the policy (GRPO's rollout)? Then the loop honours a stop before
     # the sampling starts, and trains a step once it is sampled: a cancel costs no rollout that is
-    # thrown away, and whatever a rollout logged (completions.jsonl) belongs to a trained step
+    # thrown away, and whatever a rollout logged (completions.jsonl) belongs to a trained step; with
+    # one process a stop during the rollout ends it at its next host check (StepCancelled)
     samples_each_step = False
 
     def __init__(self, trainer):

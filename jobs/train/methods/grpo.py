@@ -25,7 +25,8 @@ import torch
 from jobs.data.prompts import encode_prompts, load_prompt_rows, render
 from jobs.io.layout import JobLayout
 from jobs.train.methods import grpo_loss
-from jobs.train.methods.base import Method
+from jobs.train import rng_state
+from jobs.train.methods.base import Method, StepCancelled
 from jobs.train.methods.grpo_data import PromptPlan, rollout_tensors, rollout_tensors_packed
 from jobs.train.rewards.score import RewardSet
 from jobs.train.rollout import sample_completions
@@ -79,11 +80,15 @@ class GroupRelativePolicyOptimization(Method):
         spec, t = self.spec, self.trainer
         stats = {"rewards": [], "each": {n: [] for n in self.rewards.names}, "lengths": [], "flat": []}
         began = time.perf_counter()   # sampling and scoring wait for the GPU: host time is their time
+        before = rng_state.capture(t.device)
         for _, batch in group:
             prompts = [row.input_ids for row in batch.rows]
             completions = sample_completions(t.model, t.tokenizer, prompts, spec.num_generations,
                                              spec.max_completion_length, spec.temperature, spec.top_p, t.device,
-                                             log=t.log)
+                                             log=t.log, should_stop=self._stop_check())
+            if completions is None:   # cancelled mid-rollout: as if this step never began
+                rng_state.restore(before, t.device)
+                raise StepCancelled
             totals = self._score(batch, completions, stats)
             advantages, flat = grpo_loss.group_advantages(torch.tensor(totals), spec.num_generations,
                                                           scale=spec.loss_type != "dr_grpo")
@@ -99,6 +104,8 @@ class GroupRelativePolicyOptimization(Method):
                                  else int(batch.tensors["attention_mask"].sum()))
             stats["lengths"] += lengths
             stats["flat"] += flat.tolist()
+        if stats.get("samples"):
+            self._write_samples(*stats["samples"])   # only once the whole rollout is done
         fields = self._fields(stats)
         fields["rollout_s"] = round(time.perf_counter() - began, 3)
         self.pending_fields.append(fields)
@@ -116,10 +123,16 @@ class GroupRelativePolicyOptimization(Method):
         stats["rewards"] += totals
         for name, values in each.items():
             stats["each"][name] += values
-        if self.trainer.dist.is_main and not stats.get("written"):
-            self._write_samples(rows, texts, totals, each)
-            stats["written"] = True
+        if self.trainer.dist.is_main and not stats.get("samples"):
+            stats["samples"] = (rows, texts, totals, each)
         return totals
+
+    def _stop_check(self):
+        """What the sampler asks at its host checks: has the job been cancelled? One process only:
+        with several, every rank must reach the step's collectives (the stop is agreed before the
+        rollout instead, jobs/train/loop.py)."""
+        t = self.trainer
+        return (lambda: t.stop_requested) if t.dist.world_size == 1 else None
 
     def _write_samples(self, rows, texts, totals, each) -> None:
         step = self.trainer.step + 1

@@ -1,7 +1,9 @@
 """A cancel of a GRPO job (in-process, on the tiny Llama): it takes effect before the next rollout,
 so no sampling is wasted and completions.jsonl holds only steps that trained; a stop that arrives
-while a step samples lets that step train, then stops before the next rollout. The subprocess
-cancel (SIGTERM from the runner) is tests/jobs/queue/test_runner.py."""
+while a step samples ends the rollout at the sampler's next host check (every decode.CHECK_EVERY
+tokens), the step leaves nothing behind, and a resume samples it as the unbroken run did; a rollout
+too short to reach a check lets its step train, then stops before the next. The subprocess cancel
+(SIGTERM from the runner) is tests/jobs/queue/test_runner.py."""
 import json
 
 import pytest
@@ -25,9 +27,10 @@ def rollouts_counted(monkeypatch, on_call=lambda calls: None) -> list:
     return calls
 
 
-def grpo_trainer(tmp_path, tiny_model, sinks=()) -> Trainer:
-    job = tmp_path / "job"
-    config = grpo_config(tmp_path, max_steps=50, num_generations=2, max_completion_length=8, dtype="fp32")
+def grpo_trainer(tmp_path, tiny_model, sinks=(), name="job", **overrides) -> Trainer:
+    job = tmp_path / name
+    config = grpo_config(tmp_path, **{"max_steps": 50, "num_generations": 2, "max_completion_length": 8,
+                                      "dtype": "fp32", "temperature": 1.0, **overrides})
     spec = JobSpec.from_dict({"model": str(tiny_model), "output_dir": str(job), **config})
     return Trainer(spec, job, EventWriter(job, sinks=list(sinks)), log=lambda line: None)
 
@@ -64,3 +67,33 @@ def test_a_stop_during_a_rollout_trains_that_step_then_stops_before_the_next(tmp
     assert len(calls) == 3
     assert completion_steps(trainer) == {1, 2, 3}   # step 3's completions: it trained
     assert (trainer.job_dir / "checkpoints" / "step-3" / "optim.pt").is_file()
+
+
+def completions_of(trainer, step: int) -> list[str]:
+    lines = (trainer.job_dir / "completions.jsonl").read_text().splitlines()
+    return [r["completion"] for r in map(json.loads, lines) if r["step"] == step]
+
+
+def test_a_stop_during_a_long_rollout_ends_it_and_a_resume_samples_that_step_as_the_unbroken_run(
+        tmp_path, tiny_model, monkeypatch):
+    """Completions of 40 tokens pass the sampler's host checks (8, 16, ...): a stop raised inside the
+    third rollout ends it there. Step 2 is the last step; nothing of step 3 is written; the random
+    state saved is the one before step 3, so the resumed run's step 3 equals the unbroken run's."""
+    unbroken = grpo_trainer(tmp_path, tiny_model, name="unbroken", max_steps=3, max_completion_length=40)
+    unbroken.run()
+    trainer = grpo_trainer(tmp_path, tiny_model, name="cancelled", max_steps=3, max_completion_length=40)
+
+    def stop_in_third(count):
+        if count == 3:
+            trainer.stop_requested = True
+    calls = rollouts_counted(monkeypatch, stop_in_third)
+    with pytest.raises(Cancelled, match=r"^cancelled by the user at step 2/3; adapter saved to"):
+        trainer.run()
+    assert len(calls) == 3 and completion_steps(trainer) == {1, 2}
+    checkpoint = trainer.job_dir / "checkpoints" / "step-2"
+    assert (checkpoint / "optim.pt").is_file()
+    monkeypatch.undo()
+    resumed = grpo_trainer(tmp_path, tiny_model, name="cancelled", max_steps=3, max_completion_length=40,
+                           resume_from=str(checkpoint))
+    resumed.run()
+    assert completions_of(resumed, 3) == completions_of(unbroken, 3)
