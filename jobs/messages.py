@@ -318,6 +318,7 @@ MESSAGES: dict[str, str] = {
                                 "image tokens are not wired in); supported: {supported}",
     "image_processor_unloadable": "could not load the image processor of {source!r}: {detail}",
     "tokenizer_no_image_token": "the tokenizer has no {token} token: it is not a Qwen2-VL tokenizer",
+    "method_text_only": "method {method} does not train vision-language models yet; use method sft",
     # preference data (jobs/data/pair_preview.py, dataset.py's builtin:concise), chat templates, Parquet
     "no_pair_rows": "{name} has no rows: add at least one preference pair",
     "concise_not_generated": "{concise} is made from this base model's own answers, which are generated when the "

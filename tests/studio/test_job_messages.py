@@ -244,3 +244,17 @@ def test_vision_model_refusals_come_out_chinese_and_their_english_is_unchanged()
         vision.image_token(TextTokenizer())
     assert str(no_token.value) == "the tokenizer has no <|image_pad|> token: it is not a Qwen2-VL tokenizer"
     assert translated(str(no_token.value), ZH) == "分词器没有 <|image_pad|> token：它不是 Qwen2-VL 的分词器"
+
+
+def test_a_text_only_method_refuses_a_vision_model_in_both_languages():
+    """methods/base.py's refusal when DPO (or any method but sft) meets a vision-language model."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig
+    from jobs.models.errors import ModelError
+    from jobs.train.methods.preference import DPO
+    trainer = SimpleNamespace(spec=SimpleNamespace(method="dpo"))
+    with pytest.raises(ModelError) as refused:
+        DPO(trainer).for_model(AutoConfig.for_model("qwen2_5_vl"))
+    assert str(refused.value) == "method dpo does not train vision-language models yet; use method sft"
+    assert translated(str(refused.value), ZH) == "方法 dpo 尚不能训练视觉语言模型；请使用方法 sft"

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from jobs.messages import say
+from jobs.models.errors import ModelError
+
 
 class StepCancelled(Exception):
     """Raised by a method's `prepare_step` when the job was cancelled while it prepared the step (a
@@ -39,8 +42,7 @@ class Method:
         """The method to run on the model of `config` (its transformers config): this one, or for a
         vision-language model a variant that reads images (SFT's: methods/vision_sft.py)."""
         if getattr(config, "vision_config", None) is not None:
-            from jobs.models.errors import ModelError
-            raise ModelError(f"method {self.name} does not train vision-language models yet; use method sft")
+            raise ModelError(say("method_text_only", method=self.name))
         return self
 
     # ---- data -----------------------------------------------------------------------
