@@ -6,23 +6,35 @@ from typing import Any
 
 import gradio as gr
 
-from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, METHOD_DEFAULTS, PREFERENCE_METHODS, JobSpec
+from jobs.spec import (BUILTIN_CONCISE, BUILTIN_DATASET, BUILTIN_PROMPT_DATASETS, BUILTIN_SHAPES, METHOD_DEFAULTS,
+                       PREFERENCE_METHODS, JobSpec)
 from studio import form
+
+ARITHMETIC = BUILTIN_PROMPT_DATASETS[0]
+
+
+def builtin_for(method: str, dataset: str) -> str | None:
+    """The built-in dataset to switch to when the method changes, or None to keep `dataset`: a
+    built-in set of another method's kind gives way to this method's (identity for sft, concise for
+    a preference method, arithmetic for grpo), so Start works on built-ins alone; an uploaded file is
+    the user's pick, and sft keeps builtin:shapes (image-text SFT)."""
+    wanted = (BUILTIN_CONCISE if method in PREFERENCE_METHODS else ARITHMETIC if method == "grpo"
+              else BUILTIN_DATASET)
+    swappable = {BUILTIN_DATASET, BUILTIN_CONCISE, ARITHMETIC} | ({BUILTIN_SHAPES} if method != "sft" else set())
+    return wanted if dataset in swappable and dataset != wanted else None
 
 
 def method_updates(method: str, dataset: str, keys: list[str], beta: Any = None) -> list[Any]:
     """Updates for [preference group, *its fields, dataset] when the method changes: the group and
-    the keys this method reads are shown; a built-in dataset of the other kind is swapped for the
-    one that fits (identity for sft, concise for a preference method), an uploaded one is kept.
+    the keys this method reads are shown; a built-in dataset of another kind is swapped for the one
+    that fits (`builtin_for`), an uploaded one is kept.
     beta still at the other kind's default follows the method (grpo 0.0, the others 0.1:
     JobSpec's METHOD_DEFAULTS); a beta the user typed is kept."""
-    preference = method in PREFERENCE_METHODS
     used = form.preference_keys(method)
-    dataset = (dataset or "").strip()
-    swap = {BUILTIN_DATASET: BUILTIN_CONCISE} if preference else {BUILTIN_CONCISE: BUILTIN_DATASET}
+    swap = builtin_for(method, (dataset or "").strip())
     return [gr.update(visible=bool(used)),
             *[gr.update(visible=key in used, **_beta_value(method, beta) if key == "beta" else {}) for key in keys],
-            gr.update(value=swap[dataset]) if dataset in swap else gr.skip()]
+            gr.update(value=swap) if swap else gr.skip()]
 
 
 def _beta_value(method: str, beta: Any) -> dict:

@@ -285,15 +285,20 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
         return (command_text(ctx.runner, ctx.data_dir, names, list(values), language), "", "",
                 gr.update(value=t("train.start", language)))
 
+    # one queue for every field's redraw, in the order the fields changed: each event carries the form
+    # as it was when it fired, and separate listeners ran side by side, so a slow early one (the
+    # method's, whose dataset swap fires more) could finish last and draw a stale config
     for component in [lang, *inputs]:
         component.change(on_change, [lang, *inputs], [tab.command, tab.status, tab.confirm, tab.start],
-                         show_progress="hidden", trigger_mode="always_last")
+                         show_progress="hidden", trigger_mode="always_last", concurrency_id="form-command",
+                         concurrency_limit=1)
 
     def on_fit(language: str, *values: Any) -> str:
         return tab.fit_check(ctx, language, *values)
 
     for name in FIT_FIELDS:
-        made[name].change(on_fit, [lang, *inputs], tab.fit, show_progress="hidden", trigger_mode="always_last")
+        made[name].change(on_fit, [lang, *inputs], tab.fit, show_progress="hidden", trigger_mode="always_last",
+                          concurrency_id="form-fit", concurrency_limit=1)
 
     def on_dataset(value: str) -> tuple[Any, Any]:
         identity = (value or "").strip() == BUILTIN_DATASET

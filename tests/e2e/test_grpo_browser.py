@@ -1,5 +1,5 @@
-"""GRPO from the browser: pick method grpo and the built-in arithmetic task on the tiny model,
-Start, and see the reward curve beside the loss and the table of sampled completions with their
+"""GRPO from the browser: pick method grpo on the tiny model (the dataset field follows to the
+built-in arithmetic task by itself: studio/method_fields.py), Start, and see the reward curve beside the loss and the table of sampled completions with their
 rewards on the Jobs tab (everything read through the page)."""
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ def test_grpo_on_the_builtin_task_shows_the_reward_curve_and_completions(studio,
     url, model_dir, _ = studio
     page = open_studio(browser_context, url)
     fill_job_form(page, model_dir, 4, name="grpo run")
-    pick_option(page, "ft-field-method", "grpo")
-    pick_option(page, "ft-field-dataset", "builtin:arithmetic")
+    pick_option(page, "ft-field-method", "grpo")   # the built-in identity set gives way to arithmetic
     set_text(page, "ft-field-batch_size", "2")
     page.wait_for_selector("#ft-field-beta", state="visible", timeout=30_000)   # grpo's KL weight, at its 0.0
     command_has(page, "method: grpo", "dataset: builtin:arithmetic", "batch_size: 2", "beta: 0.0")

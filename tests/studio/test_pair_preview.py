@@ -55,6 +55,16 @@ def test_the_method_shows_its_keys_and_swaps_the_builtin_set():
     assert group["visible"] is False and dataset["value"] == BUILTIN_DATASET
     *_, kept = method_updates("dpo", "/data/pairs.jsonl", keys)
     assert kept == {"__type__": "update"}  # an uploaded file is the user's pick: kept
+    *_, dataset = method_updates("grpo", BUILTIN_DATASET, keys)
+    assert dataset["value"] == "builtin:arithmetic"   # Start on built-ins alone works for every method
+    *_, dataset = method_updates("dpo", "builtin:arithmetic", keys)
+    assert dataset["value"] == BUILTIN_CONCISE
+    *_, dataset = method_updates("sft", "builtin:arithmetic", keys)
+    assert dataset["value"] == BUILTIN_DATASET
+    *_, kept = method_updates("sft", "builtin:shapes", keys)
+    assert kept == {"__type__": "update"}  # image-text SFT's built-in set stays with sft
+    *_, dataset = method_updates("grpo", "builtin:shapes", keys)
+    assert dataset["value"] == "builtin:arithmetic"
 
 
 def test_grpo_shows_beta_alone_at_its_own_default_and_keeps_a_typed_one():
