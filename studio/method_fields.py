@@ -48,11 +48,13 @@ def _beta_value(method: str, beta: Any) -> dict:
     return {"value": form.number_text(wanted)} if current in defaults and current != wanted else {}
 
 
-def wire_method(made: dict[str, Any]) -> None:
+def wire_method(made: dict[str, Any]) -> Any:
+    """The method picker's event (None without the preference group): callers chain what must see
+    its swapped dataset and beta (`.then`: inputs read once they are on the page)."""
     box = made.get("group.preference")
     if box is None:
-        return
+        return None
     keys = [widget.name for widget in dict(form.grouped_widgets())["preference"]]
-    made["method"].change(lambda method, dataset, beta: method_updates(method, dataset, keys, beta),
+    return made["method"].change(lambda method, dataset, beta: method_updates(method, dataset, keys, beta),
                           [made["method"], made["dataset"], made["beta"]],
                           [box, *[made[k] for k in keys], made["dataset"]], show_progress="hidden")

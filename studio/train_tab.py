@@ -306,7 +306,13 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
 
     made["dataset"].change(on_dataset, made["dataset"], [made["bot_name"], made["bot_author"]],
                            show_progress="hidden")
-    wire_method(made)
+    picked = wire_method(made)
+    if picked is not None:
+        # the dataset and beta the method set, drawn once they are on the page: the swapped dataset's
+        # own change event did not always redraw (seen on a loaded 2-core machine: the field said
+        # builtin:arithmetic, the box builtin:identity for good)
+        picked.then(on_change, [lang, *inputs], [tab.command, tab.status, tab.confirm, tab.start],
+                    show_progress="hidden", concurrency_id="form-command", concurrency_limit=1)
 
     def on_upload(file: str | None, language: str) -> tuple[Any, str]:
         if not file:

@@ -76,8 +76,14 @@ def pick_option(page, elem_id: str, text: str, timeout_s: float = 60) -> None:
 def command_has(page, *parts: str, timeout_ms: int = 60_000) -> None:
     """Wait for the command box to show every part. It is redrawn after each field's change event,
     and those queue behind the fit estimate: on a busy 2-core machine that took over 20 s."""
-    page.wait_for_function("(parts) => { const t = document.querySelector('#ft-command').innerText;"
-                           " return parts.every((p) => t.includes(p)); }", arg=list(parts), timeout=timeout_ms)
+    try:
+        page.wait_for_function("(parts) => { const t = document.querySelector('#ft-command').innerText;"
+                               " return parts.every((p) => t.includes(p)); }", arg=list(parts), timeout=timeout_ms)
+    except Exception:
+        shown = page.locator("#ft-command").inner_text()
+        missing = [p for p in parts if p not in shown]
+        raise AssertionError(f"the command box lacks {missing} after {timeout_ms / 1000:.0f} s; it shows:\n"
+                             f"{shown[:3000]}") from None
 
 
 def progress(page) -> tuple[str | None, int]:

@@ -12,6 +12,11 @@ def test_grpo_on_the_builtin_task_shows_the_reward_curve_and_completions(studio,
     page = open_studio(browser_context, url)
     fill_job_form(page, model_dir, 4, name="grpo run")
     pick_option(page, "ft-field-method", "grpo")   # the built-in identity set gives way to arithmetic
+    page.wait_for_function("() => document.querySelector('#ft-field-dataset input').value === 'builtin:arithmetic'",
+                           timeout=60_000)
+    # picked again as a user would: on a loaded machine the swapped value did not always reach the
+    # command box (studio/train_tab.py also redraws after the method's event)
+    pick_option(page, "ft-field-dataset", "builtin:arithmetic")
     set_text(page, "ft-field-batch_size", "2")
     page.wait_for_selector("#ft-field-beta", state="visible", timeout=30_000)   # grpo's KL weight, at its 0.0
     command_has(page, "method: grpo", "dataset: builtin:arithmetic", "batch_size: 2", "beta: 0.0")
