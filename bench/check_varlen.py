@@ -68,6 +68,36 @@ def check(heads: int, kv_heads: int, dim: int, rows: int, window: int | None) ->
             "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
 
 
+def vision_check(images: int = 4, heads: int = 16, dim: int = 80, window: int = 64) -> dict:
+    """The bidirectional varlen call a Qwen2.5-VL-7B tower block makes (kernels/vision_attention.py):
+    1024x768 images (73 x 54 patches), windows of 8 x 8 patches (the tower's windowed blocks) against
+    the exact reference, and its time against transformers' loop of one sdpa call per window."""
+    patches = 73 * 54
+    docs = [window] * (patches // window) + [patches % window]
+    docs = docs * images
+    total = sum(docs)
+    cu = torch.tensor([0] + list(torch.tensor(docs).cumsum(0)), dtype=torch.int32, device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(total, heads, dim, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+               for _ in range(3))
+    grad = torch.randn(total, heads, dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+    run = lambda: torch.autograd.grad(op.varlen_attention(q, k, v, cu, max(docs), causal=False), (q, k, v), grad)  # noqa: E731
+    out = op.varlen_attention(q, k, v, cu, max(docs), causal=False)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad)
+    ref = op.varlen_attention_reference(q.float(), k.float(), v.float(), cu, dim ** -0.5, causal=False)
+    rq, rk, rv = torch.autograd.grad(ref, (q, k, v), grad.float())
+
+    def per_window():   # transformers' non-flash branch: lengths to the host, split, one sdpa a piece
+        lengths = (cu[1:] - cu[:-1]).tolist()
+        pieces = zip(*(torch.split(t.transpose(0, 1)[None], lengths, dim=2) for t in (q, k, v)))
+        outs = [torch.nn.functional.scaled_dot_product_attention(a, b, c) for a, b, c in pieces]
+        return torch.autograd.grad(torch.cat(outs, dim=2), (q, k, v), grad.transpose(0, 1)[None])
+    return {"vision": True, "heads": heads, "head_dim": dim, "tokens": total, "documents": len(docs),
+            "rel_err_out": rel(out, ref), "rel_err_dq": rel(dq, rq), "rel_err_dk": rel(dk, rk), "rel_err_dv": rel(dv, rv),
+            "varlen_fwd_bwd_ms": round(timed(run), 3), "per_window_sdpa_fwd_bwd_ms": round(timed(per_window), 3),
+            "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
+
+
 def padding_cost(heads: int, kv_heads: int, dim: int, rows: int) -> dict:
     """What fixed shapes (jobs/data/packing.py `fix_shapes`, for a captured step) cost the varlen kernel:
     fwd+bwd ms with the real boundaries and longest document, with the boundaries padded by empty
@@ -100,7 +130,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--padding", action="store_true", help="only the fixed-shape cost (padding_cost)")
+    parser.add_argument("--vision", action="store_true", help="only a vision tower's bidirectional call")
     args = parser.parse_args()
+    if args.vision:
+        try:
+            result = vision_check()
+        except Exception as exc:  # recorded: the lead sees what failed on the GPU
+            result = {"vision": True, "error": f"{type(exc).__name__}: {exc}"[:800]}
+        with open(args.out, "a") as fh:
+            fh.write(json.dumps(result) + "\n")
+        print(json.dumps(result), flush=True)
+        return
     if args.padding:
         with open(args.out, "a") as fh:
             for heads, kv_heads, dim, rows in ((32, 8, 64, 4), (32, 8, 128, 2)):

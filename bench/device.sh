@@ -229,14 +229,16 @@ case "$what" in
   vision)   # issue 21: image-text SFT on a Qwen2.5-VL-7B shape; Unsloth + TRL first, ours packed within its peak
     versions
     V="--dir ${BENCH_VISION_DIR:-/tmp/bench_vision} --steps 20 --out $OUT/vision.jsonl"
+    stage "check vision varlen" 60 $PY bench/check_varlen.py --vision --out "$OUT/check_varlen.jsonl"
     stage "prepare vision" 150 $PY bench/bench_vision.py prepare $V
     stage "vision unsloth+trl" 240 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_vision_peers.py --stack unsloth $V
     peak=$(peak_of "$OUT/vision.jsonl" "unsloth+trl"); echo "   peer peak $peak GiB" | tee -a "$LOG"
-    [ "$peak" != 0 ] && stage "vision ours, packed 4096, budget" 100 $PY bench/bench_vision.py run --max-gpu-memory-gb "$peak" $V
+    # rows of 2,048 first: at 4,096 the fit check finds no plan within the peer's peak (bench/NOTES.md)
     [ "$peak" != 0 ] && stage "vision ours, packed 2048, budget" 100 $PY bench/bench_vision.py run --max-len 2048 \
       --max-gpu-memory-gb "$peak" $V
-    stage "vision ours, packed 2048, offload" 100 $PY bench/bench_vision.py run --max-len 2048 --checkpointing offload $V
-    stage "vision transformers+peft" 90 $PY bench/bench_vision_peers.py --stack hf $V ;;   # 2026-12-02: 1,006 tok/s
+    stage "vision transformers+peft" 90 $PY bench/bench_vision_peers.py --stack hf $V   # 2026-12-02: 1,006-1,058 tok/s
+    [ "$peak" != 0 ] && stage "vision ours, packed 4096, budget" 100 $PY bench/bench_vision.py run --max-gpu-memory-gb "$peak" $V
+    stage "vision ours, packed 4096, offload" 100 $PY bench/bench_vision.py run --checkpointing offload $V ;;
   logprobs)
     versions
     stage logprobs_op 300 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/logprobs_op.py --out "$OUT/logprobs_op.jsonl" ;;

@@ -64,7 +64,8 @@ ARCHITECTURES: dict[str, ArchSpec] = {
 # config's model_type. Qwen2-VL's multimodal RoPE (M-RoPE: temporal, height and width position
 # sections) is merged into one cos/sin per token by the rotary embedding itself
 # (`Qwen2VLRotaryEmbedding.forward` in 5.24), so the attention rotates as a text model does and
-# the fused `rope` applies; the vision tower's own attention is not in the table and stays PyTorch.
+# the fused `rope` applies; the vision tower's own attention is not in the table: its rotary stays
+# PyTorch and its attention runs one varlen launch a block (kernels/vision_attention.py).
 # The vision MLP is `Qwen2_5_VLMLP`/`VisionMlp`, the decoder's `Qwen2MLP`; Qwen2.5-VL's vision
 # blocks share the decoder's RMSNorm class, so their norms are fused too (same maths).
 VISION_LANGUAGE: dict[str, ArchSpec] = {

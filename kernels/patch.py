@@ -5,8 +5,9 @@ What it replaces (per module instance, by binding a new `forward`; library sourc
 - every `<Arch>MLP` -> the same projections around `swiglu` / `geglu` instead of act_fn(gate) * up
 - every `<Arch>Attention` -> the same projections and transformers' own attention interface, with
   `rope` rotating Q and K in place in one launch instead of `apply_rotary_pos_emb`
-then hands over to helper modules for LoRA fusion (`kernels.lora_patch`) and the fused
-linear + cross-entropy loss (`kernels.loss_patch`). With `base_precision="fp8"` the frozen decoder
+then hands over to helper modules for LoRA fusion (`kernels.lora_patch`), the fused
+linear + cross-entropy loss (`kernels.loss_patch`) and an image-text model's vision attention
+(`kernels.vision_attention`: one varlen launch a tower block). With `base_precision="fp8"` the frozen decoder
 linears are first swapped for FP8 ones (`kernels.fp8_patch`), which the LoRA fusion then runs as
 scaled FP8 GEMMs. Anything it cannot do keeps the PyTorch
 module and the returned `PatchReport` says which and why. Calling it again first undoes its own
@@ -33,6 +34,7 @@ PATCH_TAG = "_fusetune_patch"
 HELPERS = (  # (module, function, op label used when the helper is missing)
     ("kernels.lora_patch", "patch_lora_layers", "lora"),
     ("kernels.loss_patch", "patch_causal_lm_loss", "fused_linear_cross_entropy"),
+    ("kernels.vision_attention", "use_vision_varlen_attention", "vision_attention"),
 )
 
 

@@ -1,5 +1,7 @@
 """Causal attention over packed documents: every token attends only to earlier tokens of its own
-document (block-diagonal causal), given the documents' cumulative lengths `cu_seqlens`.
+document (block-diagonal causal), given the documents' cumulative lengths `cu_seqlens`. With
+`causal=False` every token sees its whole document (block-diagonal bidirectional): a vision tower's
+images and windows (kernels/vision_attention.py).
 
 Kernel: not ours. On CUDA (fp16/bf16, head_dim <= 256) it is FlashAttention-2's varlen kernel as
 PyTorch ships it, `torch.nn.attention.varlen.varlen_attn` (torch >= 2.9; forward and backward,
@@ -73,61 +75,64 @@ def _window(sliding_window: int | None, length: int) -> int | None:
 _expand_kv_heads: list[bool] = [False]   # set once if a kernel build refuses fewer kv heads than q heads
 
 
-def _kernel(q, k, v, cu_seqlens, max_len: int, scale: float, sliding_window: int | None):
+def _kernel(q, k, v, cu_seqlens, max_len: int, scale: float, sliding_window: int | None, causal: bool = True):
     """The varlen kernel; GQA inputs go in as they are (FlashAttention-2 reads shared kv heads),
     unless this build refused them once: then k/v are expanded to the query heads first."""
     groups = q.shape[1] // k.shape[1]
     if groups > 1 and _expand_kv_heads[0]:
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     try:
-        return _launch(q, k, v, cu_seqlens, max_len, scale, sliding_window)
+        return _launch(q, k, v, cu_seqlens, max_len, scale, sliding_window, causal)
     except RuntimeError:
         if groups == 1 or _expand_kv_heads[0]:
             raise
         _expand_kv_heads[0] = True
-        return _kernel(q, k, v, cu_seqlens, max_len, scale, sliding_window)
+        return _kernel(q, k, v, cu_seqlens, max_len, scale, sliding_window, causal)
 
 
-def _launch(q, k, v, cu_seqlens, max_len: int, scale: float, sliding_window: int | None):
+def _launch(q, k, v, cu_seqlens, max_len: int, scale: float, sliding_window: int | None, causal: bool):
     varlen_attn, style = _torch_varlen()
     left = sliding_window - 1 if sliding_window else -1
+    right = 0 if causal else -1     # FlashAttention's window: (-1, -1) is no window at all
     if varlen_attn is not None:
         if style == "window_size":
             return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=scale,
-                               window_size=(left, 0))
-        if sliding_window is None:  # torch 2.9: causal only, no window or scale arguments
+                               window_size=(left, right))
+        if sliding_window is None:  # torch 2.9: no window or scale arguments
             if abs(scale - q.shape[-1] ** -0.5) < 1e-12:
-                return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, is_causal=True)
+                return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, is_causal=causal)
     flash = _flash_attn_varlen()
     if flash is None:
-        return varlen_attention_reference(q, k, v, cu_seqlens, scale, sliding_window)
-    return flash(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, softmax_scale=scale, causal=True,
-                 window_size=(left, 0))
+        return varlen_attention_reference(q, k, v, cu_seqlens, scale, sliding_window, causal=causal)
+    return flash(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, softmax_scale=scale, causal=causal,
+                 window_size=(left, right))
 
 
-def _document_attention(q, k, v, scale: float, window: int | None, softcap: float | None, dropout: float):
-    """One document: q [n, Hq, D], k/v [n, Hk, D] -> [n, Hq, D], in fp32 math."""
+def _document_attention(q, k, v, scale: float, window: int | None, softcap: float | None, dropout: float,
+                        causal: bool = True):
+    """One document: q [n, Hq, D], k/v [n, Hk, D] -> [n, Hq, D], in fp32 math (fp64 stays fp64)."""
     n, heads = q.shape[0], q.shape[1]
     groups = heads // k.shape[1]
     k = k.repeat_interleave(groups, dim=1)
     v = v.repeat_interleave(groups, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q.float(), k.float()) * scale
+    math = torch.promote_types(q.dtype, torch.float32)
+    scores = torch.einsum("qhd,khd->hqk", q.to(math), k.to(math)) * scale
     if softcap:
         scores = torch.tanh(scores / softcap) * softcap
     position = torch.arange(n, device=q.device)
     distance = position[:, None] - position[None, :]
-    allowed = distance >= 0
+    allowed = distance >= 0 if causal else torch.ones_like(distance, dtype=torch.bool)
     if window:
         allowed &= distance < window
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     if dropout:
         probs = torch.nn.functional.dropout(probs, p=dropout)
-    return torch.einsum("hqk,khd->qhd", probs, v.float()).to(q.dtype)
+    return torch.einsum("hqk,khd->qhd", probs, v.to(math)).to(q.dtype)
 
 
 def varlen_attention_reference(q, k, v, cu_seqlens, scale: float, sliding_window: int | None = None,
-                               softcap: float | None = None, dropout: float = 0.0) -> torch.Tensor:
+                               softcap: float | None = None, dropout: float = 0.0, causal: bool = True) -> torch.Tensor:
     """Each document separately (exact; see the module doc)."""
     bounds = cu_seqlens.tolist()
     pieces = []
@@ -135,19 +140,22 @@ def varlen_attention_reference(q, k, v, cu_seqlens, scale: float, sliding_window
         if end > start:
             window = _window(sliding_window, end - start)
             pieces.append(_document_attention(q[start:end], k[start:end], v[start:end], scale, window,
-                                              softcap, dropout))
+                                              softcap, dropout, causal))
     return torch.cat(pieces, dim=0)
 
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
                      max_seqlen: int, scale: float | None = None, sliding_window: int | None = None,
-                     softcap: float | None = None, dropout: float = 0.0) -> torch.Tensor:
+                     softcap: float | None = None, dropout: float = 0.0, causal: bool = True) -> torch.Tensor:
     """Block-diagonal causal attention of packed documents (module doc). `max_seqlen` is the
-    longest document (a host int, so no device sync is needed to launch the kernel)."""
+    longest document (a host int, so no device sync is needed to launch the kernel). `causal=False`:
+    each token sees its whole document (no sliding window then)."""
+    if not causal and sliding_window:
+        raise ValueError("varlen_attention: a sliding window applies to causal attention only")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"varlen_attention: {q.shape[1]} query heads are not a multiple of {k.shape[1]} kv heads")
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     window = _window(sliding_window, max_seqlen)
     if kernel_unavailable_reason(q, softcap, dropout) is None:
-        return _kernel(q, k, v, cu_seqlens.to(torch.int32), int(max_seqlen), scale, window)
-    return varlen_attention_reference(q, k, v, cu_seqlens, scale, window, softcap, dropout)
+        return _kernel(q, k, v, cu_seqlens.to(torch.int32), int(max_seqlen), scale, window, causal)
+    return varlen_attention_reference(q, k, v, cu_seqlens, scale, window, softcap, dropout, causal)
