@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import torch
 
+from kernels.host_embedding import hosted
+
 
 class StepGraph:
     """graph = StepGraph(step, inputs); outputs = graph(inputs) (the same static tensors every time)."""
@@ -91,6 +93,8 @@ def capturable_reason(model, optimizer) -> str | None:
             return (f"{type(optimizer).__name__} must be built with capturable=True (its step count then "
                     "lives on the GPU, where a replay can advance it)")
     device = next(model.parameters()).device
+    if hosted(model):
+        return "the input embedding table is in CPU memory (to fit the budget): a step gathers its rows on the host"
     if device.type != "cuda":
         return f"a CUDA graph needs the model on a CUDA GPU; it is on {device.type}"
     return None

@@ -39,11 +39,11 @@ bs4x2048 on/offload, Llama-3.1-8B bs2x2048 on/offload/no recompute and QLoRA off
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 from jobs.models import fit_vision
 from jobs.models.fit_advice import advice, oom_message  # noqa: F401 (re-exported: studio, jobs/train/loop.py)
+from jobs.models.fit_device import _cuda_memory, current_policy, free_gpu_memory  # noqa: F401 (free_gpu_memory: re-exported)
 
 GIB = 1024 ** 3
 CUDA_CONTEXT_BYTES = int(0.75 * GIB)   # CUDA context, cuBLAS workspace, loaded kernels (not "allocated")
@@ -212,29 +212,52 @@ def _step_activations(spec, shape: _Shape, vision, b: int, fused: bool, recomput
 
 
 def _budget_plan(spec, shape: _Shape, b: int, static: int, fused: bool,
-                 host_bytes: int | None = None, vision=None) -> tuple[int, bool, str]:
+                 host_bytes: int | None = None, vision=None) -> tuple[int, bool, str, int]:
     """The fastest checkpointing plan whose predicted peak fits `max_gpu_memory_gb`: the fewest
     recomputed layers (each costs about 1/n of a forward pass), plain before offloaded at the same
     count (offloading the inputs costs no step time on an H200, bench/NOTES.md, but pins host RAM,
-    of which it may use `host_bytes`). The same cost model as the estimate, so the fit check
-    states exactly the plan the job runs (jobs/train/loop.py applies it)."""
+    of which it may use `host_bytes`). When none fits, the frozen input embedding table moves to
+    pinned host memory where the job allows it (kernels/host_embedding.py: untied, not GRPO) and the
+    plans are tried again without it. The same cost model as the estimate, so the fit check states
+    exactly the plan the job runs (jobs/train/loop.py applies it). Returns (recomputed layers,
+    offload, description, bytes of the table hosted)."""
     from kernels.checkpoint import _host_free_bytes
-    budget, n = spec.max_gpu_memory_gb, shape.layers + fit_vision.plannable(spec, vision)
     host = _host_free_bytes() if host_bytes is None else host_bytes
-    label = f"auto within the {budget:g} GiB budget"
+    found, hosted = _first_fit(spec, shape, b, static, fused, host, vision), 0
+    table = _hostable_table(spec, shape, b)
+    if found is None and table and table <= host:
+        hosted = table
+        found = _first_fit(spec, shape, b, static - table, fused, host - table, vision)
+    if found is None:
+        n = shape.layers + fit_vision.plannable(spec, vision)
+        offload = _inputs_bytes(spec, shape, vision, b, n) <= host - hosted
+        found = n, offload, f"does not fit even with all {n} layers recomputed" + (" and offloaded" if offload else "")
+    recomputed, offload, how = found
+    if hosted:
+        how += f", input embeddings in pinned CPU memory ({hosted / GIB:.2f} GiB)"
+    return recomputed, offload, f"auto within the {spec.max_gpu_memory_gb:g} GiB budget: {how}", hosted
+
+
+def _first_fit(spec, shape: _Shape, b: int, static: int, fused: bool, host: int, vision) -> tuple | None:
+    """(recomputed, offload, how) of the fastest plan within the budget, or None."""
+    n = shape.layers + fit_vision.plannable(spec, vision)
     for recomputed in range(n + 1):
         for offload in ((False, True) if recomputed else (False,)):
             if offload and _inputs_bytes(spec, shape, vision, b, recomputed) > host:
                 continue
             kept = _step_activations(spec, shape, vision, b, fused, recomputed, offload)
-            if _total_gb(static + sum(kept.values())) <= budget:
+            if _total_gb(static + sum(kept.values())) <= spec.max_gpu_memory_gb:
                 how = ("no recompute" if not recomputed else f"{recomputed} of {n} layers recomputed"
                        + (" (vision blocks first)" if n > shape.layers else "")
                        + (", inputs offloaded to pinned CPU memory" if offload else ""))
-                return recomputed, offload, f"{label}: {how}"
-    offload = _inputs_bytes(spec, shape, vision, b, n) <= host
-    return n, offload, f"{label}: does not fit even with all {n} layers recomputed" + (
-        " and offloaded" if offload else "")
+                return recomputed, offload, how
+    return None
+
+
+def _hostable_table(spec, shape: _Shape, b: int) -> int:
+    """The input embedding table's bytes when a budget may host it (0 when it may not: a table
+    tied to the LM head is read whole every step; GRPO generates token by token from it)."""
+    return 0 if shape.tied or spec.method == "grpo" else shape.vocab * shape.hidden * b
 
 
 def _inputs_bytes(spec, shape: _Shape, vision, b: int, recomputed: int) -> int:
@@ -245,19 +268,20 @@ def _inputs_bytes(spec, shape: _Shape, vision, b: int, recomputed: int) -> int:
 
 
 def plan_within_budget(spec, model_config, trainable: int | None = None,
-                       fused: bool | None = None) -> tuple[list[bool], bool, str] | None:
-    """(recompute flag per decoder layer, offload, description) for kernels.apply_checkpointing's
-    `plan`, when the job has a budget and "auto" checkpointing on the fused engine; else None."""
+                       fused: bool | None = None) -> tuple[list[bool], bool, str, int] | None:
+    """(recompute flag per decoder layer, offload, description, bytes of the input embedding table
+    to host) when the job has a budget and "auto" checkpointing on the fused engine; else None. The
+    first three are kernels.apply_checkpointing's `plan`; the last, kernels/host_embedding.py's."""
     fused = spec.fused_kernels if fused is None else fused
     if not (spec.max_gpu_memory_gb > 0 and spec.gradient_checkpointing == "auto" and fused):
         return None
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
     vision = fit_vision.VisionShape.of(model_config)
     static = _static_bytes(spec, shape, b, fused, trainable, vision)
-    recomputed, offload, description = _budget_plan(spec, shape, b, static, fused, vision=vision)
+    recomputed, offload, description, hosted = _budget_plan(spec, shape, b, static, fused, vision=vision)
     # one flag per GradientCheckpointingLayer, as kernels.apply_checkpointing counts them: a vision
     # tower's blocks are such layers too, and come first
-    return fit_vision.plan_flags(spec, vision, shape.layers, recomputed), offload, description
+    return fit_vision.plan_flags(spec, vision, shape.layers, recomputed), offload, description, hosted
 
 
 def _static_bytes(spec, shape: _Shape, b: int, fused: bool, trainable: int | None, vision=None) -> int:
@@ -294,19 +318,26 @@ def _auto_plan(spec, model_config, shape: _Shape, b: int, static: int, free_byte
 
 
 def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused, layers_now, vision=None):
-    """(recomputed layers, offload, description); the layers counted as _step_activations counts them."""
+    """(recomputed layers, offload, description, bytes of the input embedding table in host memory);
+    the layers counted as _step_activations counts them."""
     if layers_now is not None:
         return layers_now
     mode = spec.gradient_checkpointing
     if not fused and mode in ("auto", "offload"):
         mode = "on"   # the PyTorch path recomputes every layer for auto/offload (jobs/train/loop.py)
     if mode == "off":
-        return 0, False, "off"
+        return 0, False, "off", 0
     if mode in ("on", "offload"):
-        return shape.layers + fit_vision.plannable(spec, vision), mode == "offload", mode
+        return shape.layers + fit_vision.plannable(spec, vision), mode == "offload", mode, 0
     if spec.max_gpu_memory_gb > 0 and fused:
         return _budget_plan(spec, shape, b, static, fused, vision=vision)
-    return _auto_plan(spec, model_config, shape, b, static, free_bytes, total_bytes, vision)
+    return (*_auto_plan(spec, model_config, shape, b, static, free_bytes, total_bytes, vision), 0)
+
+
+def _without_table(parts: dict[str, int], hosted: int) -> None:
+    """The weights part less the input embedding table kept in host memory."""
+    key = "embeddings" if "embeddings" in parts else "base weights"
+    parts[key] -= hosted
 
 
 def _batch_note(spec, packed: bool | None) -> str:
@@ -338,47 +369,18 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
     if free_bytes is None and model is None:
         free_bytes, total_bytes = _cuda_memory()
     loaded = current_policy(model, spec, vision) if model is not None else None
-    recomputed, offload, policy = _policy(spec, model_config, shape, b, sum(parts.values()), free_bytes,
-                                          total_bytes, fused, loaded, vision)
+    recomputed, offload, policy, hosted = _policy(spec, model_config, shape, b, sum(parts.values()), free_bytes,
+                                                  total_bytes, fused, loaded, vision)
+    if hosted:
+        _without_table(parts, hosted)
     parts.update(_step_activations(spec, shape, vision, b, fused, recomputed, offload))
     notes = [_batch_note(spec, packed)]
+    if hosted:
+        notes.append(f"the input embedding table ({hosted / GIB:.2f} GiB) stays in pinned CPU memory: no "
+                     "plan fitted the budget with it on the GPU (kernels/host_embedding.py)")
     if not fused:
         notes.append("fused_kernels off: PyTorch keeps more activations and the full logits")
     if spec.max_gpu_memory_gb > 0 and not (fused and spec.gradient_checkpointing == "auto"):
         notes.append(f"max_gpu_memory_gb {spec.max_gpu_memory_gb:g}: the plan follows it only with "
                      "gradient_checkpointing auto on the fused engine")
     return FitEstimate(parts, policy, tokens, notes, budget_gb=spec.max_gpu_memory_gb)
-
-
-def current_policy(model, spec=None, vision=None) -> tuple[int, bool, str]:
-    """(recomputed layers, offloaded, description) as set on a loaded model's decoder layers (and an
-    image-text model's vision blocks, counted as _step_activations counts them)."""
-    from kernels.checkpoint import _offload_checkpoint, decoder_layers
-    layers = decoder_layers(model)
-    flags = [bool(getattr(layer, "gradient_checkpointing", False)) for layer in layers]
-    on = [layer for layer, flag in zip(layers, flags) if flag]
-    offload = any(isinstance(getattr(layer, "_gradient_checkpointing_func", None), functools.partial)
-                  and layer._gradient_checkpointing_func.func is _offload_checkpoint for layer in on)
-    counted = fit_vision.recomputed_of_flags(spec, vision, flags) if vision is not None else len(on)
-    return counted, offload, f"{len(on)} of {len(layers)} layers recomputed" + (", inputs offloaded" if offload else "")
-
-
-def _cuda_memory() -> tuple[int | None, int | None]:
-    import torch
-    if not torch.cuda.is_available():
-        return None, None
-    free, total = torch.cuda.mem_get_info()
-    return free, total
-
-
-def free_gpu_memory(index: int = 0) -> float | None:
-    """Free memory of NVML device `index` in GiB (None without an NVIDIA driver or such a GPU)."""
-    from jobs.io.telemetry import _nvml
-    nvml = _nvml()
-    if nvml is None:
-        return None
-    try:
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        return nvml.nvmlDeviceGetMemoryInfo(handle).free / GIB
-    except Exception:  # pynvml.NVMLError (invalid index, lost GPU) derives from Exception only
-        return None

@@ -120,10 +120,10 @@ class Trainer:
         if self.spec.fused_kernels:
             from kernels import apply_checkpointing, patch_model
             report = patch_model(self.model, backend="auto", base_precision=self.spec.base_precision)
-            tokens = self.method.batch_tokens()
+            tokens, plan = self.method.batch_tokens(), self._budget_plan()
             policy = apply_checkpointing(self.model, self.spec.gradient_checkpointing, batch_tokens=tokens,
-                                         plan=self._budget_plan())
-            lines = report.lines() + ["  checkpointing: " + policy]
+                                         plan=plan)
+            lines = report.lines() + ["  checkpointing: " + policy] + self._host_embeddings(plan)
         else:
             lines.append("fused kernels: off (PyTorch path)")
             lines.append("  checkpointing: " + self._torch_checkpointing())
@@ -144,6 +144,19 @@ class Trainer:
         except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: free-memory auto
             self.log(f"note: no plan within max_gpu_memory_gb for this model ({exc})")
             return None
+
+    def _host_embeddings(self, plan) -> list[str]:
+        """The budget plan's last resort: the frozen input embedding table in pinned host memory
+        (kernels/host_embedding.py), after checkpointing read the model's device from its parameters."""
+        if not plan or not plan[3]:
+            return []
+        from kernels.host_embedding import host_input_embeddings, hostable_reason
+        reason = hostable_reason(self.model)
+        if reason:
+            return [f"  input embeddings: kept on the GPU ({reason})"]
+        freed = host_input_embeddings(self.model)
+        return [f"  input embeddings: in pinned CPU memory ({freed / 2 ** 30:.2f} GiB off the GPU; "
+                "each forward gathers its rows there)"]
 
     def _torch_checkpointing(self) -> str:
         mode = self.spec.gradient_checkpointing

@@ -36,7 +36,7 @@ def test_one_layer_less_recompute_would_break_the_budget(monkeypatch):
     monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
     model, s = config("llama-3.1-8b"), budget_spec(24.0)
     shape, b = fit._Shape.of(model), 2
-    n, offload, _ = fit._budget_plan(s, shape, b, fit._static_bytes(s, shape, b, True, None), True)
+    n, offload, _, _ = fit._budget_plan(s, shape, b, fit._static_bytes(s, shape, b, True, None), True)
     parts = fit._activations(shape, 2 * 2048, b, True, n - 1, True)
     assert fit._total_gb(fit._static_bytes(s, shape, b, True, None) + sum(parts.values())) > 24.0
 

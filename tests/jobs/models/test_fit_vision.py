@@ -155,7 +155,7 @@ def test_a_budget_plan_flags_every_checkpointing_layer_vision_blocks_first(tiny_
 
     for vision_lora, budget in ((False, 24.0), (True, 24.0), (True, 35.0)):
         job = vl_spec(gradient_checkpointing="auto", max_gpu_memory_gb=budget, vision_lora=vision_lora)
-        flags, _, description = fit.plan_within_budget(job, seven_b())
+        flags, _, description, _ = fit.plan_within_budget(job, seven_b())
         estimate = fit.estimate_peak(job, seven_b(), free_bytes=140 * GIB)
         assert len(flags) == 32 + 28 and estimate.total_gb <= budget and estimate.checkpointing == description
         tower, decoder = flags[:32], flags[32:]

@@ -1,0 +1,95 @@
+"""The frozen input embedding table kept in pinned CPU memory: a memory budget's last resort.
+
+A LoRA job never trains the input embedding table, and a step reads only the rows of its own
+tokens: a few thousand of a 152K x 3584 table on Qwen2.5-VL-7B (1.02 GiB in bf16). When no
+checkpointing plan fits the job's `max_gpu_memory_gb` (jobs/models/fit.py), the table moves to
+pinned host memory and each forward gathers its rows there and copies them to the GPU (about
+29 MiB for 4,096 tokens, one host read of the token ids a forward). Unsloth offers the same trade
+for its RL and vision models (`offload_embedding=True` in `FastLanguageModel.from_pretrained`);
+the idea is theirs, this code is ours.
+
+Not for a table tied to the LM head (the head reads all of it every step), a trained table
+(`modules_to_save`), or generation (GRPO samples token by token: one host round trip a token).
+Patches the module instance (its `forward`), never library code; `restore_input_embeddings` undoes
+it. A CUDA-graph step cannot hold the host gather (kernels/step_graph.py refuses it, saying so).
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.nn.functional as F
+
+from kernels.arch import base_model
+
+HOSTED_ATTR = "_fusetune_hosted_device"   # set on the embedding module: the device its rows go to
+
+
+def input_embeddings(model) -> torch.nn.Module | None:
+    getter = getattr(base_model(model), "get_input_embeddings", None)
+    return getter() if getter is not None else None
+
+
+def hostable_reason(model) -> str | None:
+    """Why `model`'s input embedding table cannot move to host memory, or None when it can."""
+    table = input_embeddings(model)
+    if not isinstance(table, torch.nn.Embedding) or type(table).forward is not torch.nn.Embedding.forward:
+        return f"the input embeddings are a {type(table).__name__}, not a plain nn.Embedding"
+    if table.weight.requires_grad:
+        return "the input embedding table is trained (modules_to_save)"
+    getter = getattr(base_model(model), "get_output_embeddings", None)
+    head = getter() if getter is not None else None
+    if head is not None and getattr(head, "weight", None) is not None \
+            and head.weight.data_ptr() == table.weight.data_ptr():
+        return "the input embeddings are tied to the LM head, which reads the whole table every step"
+    if table.weight.device.type != "cuda":
+        return f"the table is on {table.weight.device.type}, not a CUDA GPU"
+    return None
+
+
+def _hosted_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    """nn.Embedding.forward with the table on the host: gather the rows there, copy them in."""
+    rows = F.embedding(input_ids.to("cpu"), self.weight, self.padding_idx, self.max_norm,
+                       self.norm_type, self.scale_grad_by_freq, self.sparse)
+    device = getattr(self, HOSTED_ATTR)
+    if device.type == "cuda":
+        rows = rows.pin_memory()   # lets the copy run asynchronously on the current stream
+    return rows.to(device, non_blocking=True)
+
+
+def host_input_embeddings(model, device: torch.device | None = None) -> int:
+    """Move the frozen table to (pinned) CPU memory and gather its rows there from now on; returns
+    the bytes the table held on `device` (its own device by default). Callers check
+    `hostable_reason` first; `device` other than CUDA is for tests on CPU-only machines."""
+    table = input_embeddings(model)
+    target = device if device is not None else table.weight.device
+    host = table.weight.data.to("cpu", copy=True)
+    table.weight.data = host.pin_memory() if target.type == "cuda" else host
+    setattr(table, HOSTED_ATTR, target)
+    table.forward = types.MethodType(_hosted_forward, table)
+    if target.type == "cuda":
+        torch.cuda.empty_cache()   # the table's old blocks go back to the card, not just the cache
+    return table.weight.numel() * table.weight.element_size()
+
+
+def hosted(model) -> bool:
+    table = input_embeddings(model)
+    return table is not None and hasattr(table, HOSTED_ATTR)
+
+
+def hosted_bytes(model) -> int:
+    """What the hosted table would take on the GPU (0 when it is not hosted)."""
+    table = input_embeddings(model)
+    if table is None or not hasattr(table, HOSTED_ATTR):
+        return 0
+    return table.weight.numel() * table.weight.element_size()
+
+
+def restore_input_embeddings(model) -> None:
+    """The table back on its device and nn.Embedding's own forward (e.g. before generating)."""
+    table = input_embeddings(model)
+    if table is None or not hasattr(table, HOSTED_ATTR):
+        return
+    table.weight.data = table.weight.data.to(getattr(table, HOSTED_ATTR))
+    del table.forward
+    delattr(table, HOSTED_ATTR)
