@@ -99,8 +99,17 @@ def run_job(model: Path, data: Path, out: Path, steps: int, device: str, max_len
     return {"returncode": proc.returncode, "steps": len(steps_seen),
             "real_tokens_per_s": round(tokens / seconds, 1) if seconds else None,
             "peak_gib": max((e.get("peak_gb") or 0 for e in steps_seen), default=None),
-            "final_loss": steps_seen[-1]["loss"] if steps_seen else None,
+            "final_loss": steps_seen[-1]["loss"] if steps_seen else None, "plan": plan_lines(out),
             "error": proc.stderr.strip().splitlines()[-1] if proc.returncode and proc.stderr.strip() else None}
+
+
+def plan_lines(out: Path) -> list[str]:
+    """What the job says it ran: its checkpointing plan, where its embedding table was, the vision
+    tower's attention (train.log's kernel report)."""
+    log = out / "train.log"
+    keys = ("checkpointing:", "input embeddings:", "vision_attention")
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return [line.strip() for line in lines if any(key in line for key in keys)]
 
 
 def main() -> None:
