@@ -144,7 +144,9 @@ def main() -> None:
         write_rows(args.dir / "rows", rows=max(64, args.steps + 8), sizes=[(448, 448), (640, 480), (1024, 768)])
         return
     from bench.bench_job import versions, write
-    result = run_job(args.dir / "qwen2.5-vl-7b", args.dir / "rows" / "rows.jsonl", args.dir / "job", args.steps,
+    # a folder per configuration: the next run's fresh folder would take this one's train.log with it
+    job = args.dir / f"job-{args.checkpointing}-{args.max_gpu_memory_gb:g}-{args.max_len}-{args.packing}"
+    result = run_job(args.dir / "qwen2.5-vl-7b", args.dir / "rows" / "rows.jsonl", job, args.steps,
                      device, args.max_len, args.packing, args.checkpointing, args.max_gpu_memory_gb)
     write({"bench": "vision", "shape": "qwen2.5-vl-7b", "stack": "fusetune", "packing": args.packing,
            "checkpointing": args.checkpointing, "max_gpu_memory_gb": args.max_gpu_memory_gb, "max_len": args.max_len,

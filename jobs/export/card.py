@@ -78,21 +78,23 @@ PREFERENCE_NUMBERS = ("reward_accuracy", "reward_margin")   # what DPO/ORPO/SimP
 
 def training_summary(spec: JobSpec, final_loss: float | None, steps: int, status: str,
                      last_step: dict | None = None) -> str:
-    """The card's training line: the method, how training ended, and the last step's numbers that
-    say how it went. GRPO shows its reward instead of its loss, which says little: on-policy the
-    group advantages about cancel out, so it stays near 0 whatever was learned ("final loss 0.0000").
+    """The card's training line: the method, how training ended, and `training_outcome`."""
+    return f"{TRAINING_LINE}{spec.method}, {status} after {steps} steps, {training_outcome(spec, final_loss, last_step)}"
+
+
+def training_outcome(spec: JobSpec, final_loss: float | None, last_step: dict | None = None) -> str:
+    """The last step's numbers that say how training went (the card's line and train.log's done line).
+    GRPO shows its reward instead of its loss, which says little: on-policy the group advantages
+    about cancel out, so it stays near 0 whatever was learned ("final loss 0.0000").
     `last_step`: the last step event's method fields (reward_mean, reward_accuracy, ...); None where
     unknown."""
     last = last_step or {}
     if spec.method == "grpo":
         reward = last.get("reward_mean")
-        result = "reward_mean " + ("n/a" if reward is None else f"{reward:.4f} at the last step")
-    else:
-        result = "final loss " + ("n/a" if final_loss is None else f"{final_loss:.4f}")
-        shown = [f"{name} {last[name]:.4f}" for name in PREFERENCE_NUMBERS if last.get(name) is not None]
-        if shown:
-            result += f" ({', '.join(shown)} at the last step)"
-    return f"{TRAINING_LINE}{spec.method}, {status} after {steps} steps, {result}"
+        return "reward_mean " + ("n/a" if reward is None else f"{reward:.4f} at the last step")
+    result = "final loss " + ("n/a" if final_loss is None else f"{final_loss:.4f}")
+    shown = [f"{name} {last[name]:.4f}" for name in PREFERENCE_NUMBERS if last.get(name) is not None]
+    return result + (f" ({', '.join(shown)} at the last step)" if shown else "")
 
 
 def adapter_training_line(card_text: str) -> str | None:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from jobs.export import model_card
+from jobs.export.card import training_outcome
 from jobs.train import checkpoints, rng_state
 
 
@@ -73,5 +74,6 @@ def finish(trainer) -> Path:
                         best_step=best_eval[1] if best_eval else None,
                         mean_gpu_util=trainer.sampler.mean_gpu_util(),
                         elapsed_s=round(time.time() - trainer.began, 2))
-    trainer.log(f"done: {trainer.step} steps, final loss {trainer.last_loss:.4f}, adapter in {adapter}")
+    outcome = training_outcome(trainer.spec, trainer.last_loss, trainer.last_fields)   # GRPO: its reward
+    trainer.log(f"done: {trainer.step} steps, {outcome}, adapter in {adapter}")
     return adapter

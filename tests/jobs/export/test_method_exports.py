@@ -149,3 +149,5 @@ def test_the_cards_name_the_method_and_its_last_numbers_and_the_merged_card_repe
         ran = yaml.safe_load(card.split("## Config that ran\n```yaml\n")[1].split("```")[0])
         assert ran == yaml.safe_load((job / "config.yaml").read_text())
     assert "final loss" not in (method_jobs["grpo"] / "adapter" / "README.md").read_text()
+    done = [line for line in (method_jobs["grpo"] / "train.log").read_text().splitlines() if "done: 3 steps" in line]
+    assert len(done) == 1 and f"reward_mean {grpo['reward_mean']:.4f} at the last step" in done[0]   # the log says it too
