@@ -137,6 +137,19 @@ def _offload_checkpoint(offloader, index, run_layer, hidden, *args):
     return _OffloadedCheckpoint.apply(run_layer, offloader, index, anchor, hidden, *args)
 
 
+def frozen_lead(model: torch.nn.Module, layers: list) -> int:
+    """How many checkpointing layers at the front hold no trainable parameter while every trainable
+    parameter of the model lives in a later layer: a frozen vision tower's blocks under a LoRA'd
+    decoder. Nothing before them is trained and their inputs need no gradient, so they keep no
+    activations for backward; checkpointing them only costs (an offloaded input's copies)."""
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    lead = 0
+    while lead < len(layers) and not any(id(p) in trainable for p in layers[lead].parameters()):
+        lead += 1
+    later = {id(p) for layer in layers[lead:] for p in layer.parameters()}
+    return lead if trainable and lead < len(layers) and trainable <= later else 0
+
+
 def _set_policy(layers, recompute: list[bool], offload: bool, device: torch.device) -> None:
     offloader = _HostOffloader(device) if offload else None
     for index, (layer, on) in enumerate(zip(layers, recompute)):
@@ -272,7 +285,11 @@ def apply_checkpointing(model: torch.nn.Module, mode: str = "auto", report=None,
             _host_free_bytes() if device.type == "cuda" else None)
     else:
         flags, offload = [mode != "off"] * n, mode == "offload"
-        description = FIXED_POLICIES[mode].format(n=n)
+        description = FIXED_POLICIES[mode].format(n=n - (frozen_lead(model, layers) if mode != "off" else 0))
+    lead = frozen_lead(model, layers)
+    if any(flags[:lead]):   # a frozen vision tower's blocks: recomputing or offloading them buys nothing
+        flags = [False] * lead + flags[lead:]
+        description += f" ({lead} frozen leading layers, e.g. a frozen vision tower's blocks, keep nothing and are left alone)"
     _set_policy(layers, flags, offload, device)
     description += suffix
     if report is not None:

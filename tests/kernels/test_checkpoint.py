@@ -147,3 +147,27 @@ def test_auto_offloads_the_checkpointed_inputs_when_that_keeps_more_layers():
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="mode must be one of"):
         apply_checkpointing(_lora_model(), "sometimes")
+
+
+@pytest.mark.parametrize("vision_lora", [False, True])
+def test_a_frozen_vision_towers_blocks_are_left_alone(tmp_path, vision_lora):
+    """A frozen tower's blocks run before every LoRA'd layer and keep nothing for backward: "on" and
+    "offload" recompute (and offload) only the decoder's layers, and say so; a LoRA'd tower's blocks
+    are checkpointed like the decoder's."""
+    from jobs.models import load
+    from jobs.spec import JobSpec
+    from tests.tiny import make_tiny_vision_model
+    folder = make_tiny_vision_model(tmp_path / "model", layers=3)
+    base = load.load_base_model(str(folder), torch.float32, torch.device("cpu"))
+    model = load.add_lora(base, JobSpec(model=str(folder), lora_r=4, lora_alpha=8, vision_lora=vision_lora))
+    layers = decoder_layers(model)
+    assert len(layers) == 2 + 3   # the tower's two blocks first, then the decoder's three layers
+    for mode in ("on", "offload"):
+        description = apply_checkpointing(model, mode)
+        flags = [layer.gradient_checkpointing for layer in layers]
+        if vision_lora:
+            assert flags == [True] * 5 and "frozen leading" not in description
+        else:
+            assert flags == [False, False, True, True, True], mode
+            assert description.startswith("checkpointing on: 3 layers recomputed")
+            assert "2 frozen leading layers" in description
