@@ -269,6 +269,7 @@ def apply_checkpointing(model: torch.nn.Module, mode: str = "auto", report=None,
             report.fallback("checkpointing", 0, description)
         return description
     device, n, suffix = next(model.parameters()).device, len(layers), ""
+    lead = frozen_lead(model, layers)
     if mode == "offload" and device.type != "cuda":
         reason = f"offload needs CUDA (pinned memory and a side stream); model is on {device.type}"
         if report is not None:
@@ -285,8 +286,7 @@ def apply_checkpointing(model: torch.nn.Module, mode: str = "auto", report=None,
             _host_free_bytes() if device.type == "cuda" else None)
     else:
         flags, offload = [mode != "off"] * n, mode == "offload"
-        description = FIXED_POLICIES[mode].format(n=n - (frozen_lead(model, layers) if mode != "off" else 0))
-    lead = frozen_lead(model, layers)
+        description = FIXED_POLICIES[mode].format(n=n - (lead if mode != "off" else 0))
     if any(flags[:lead]):   # a frozen vision tower's blocks: recomputing or offloading them buys nothing
         flags = [False] * lead + flags[lead:]
         description += f" ({lead} frozen leading layers, e.g. a frozen vision tower's blocks, keep nothing and are left alone)"

@@ -73,8 +73,7 @@ def host_input_embeddings(model, device: torch.device | None = None) -> int:
 
 
 def hosted(model) -> bool:
-    table = input_embeddings(model)
-    return table is not None and hasattr(table, HOSTED_ATTR)
+    return hosted_bytes(model) > 0
 
 
 def hosted_bytes(model) -> int:

@@ -92,9 +92,9 @@ def capturable_reason(model, optimizer) -> str | None:
         if "capturable" in group and not group["capturable"]:
             return (f"{type(optimizer).__name__} must be built with capturable=True (its step count then "
                     "lives on the GPU, where a replay can advance it)")
-    device = next(model.parameters()).device
     if hosted(model):
         return "the input embedding table is in CPU memory (to fit the budget): a step gathers its rows on the host"
+    device = next(model.parameters()).device
     if device.type != "cuda":
         return f"a CUDA graph needs the model on a CUDA GPU; it is on {device.type}"
     return None

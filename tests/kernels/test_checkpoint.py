@@ -154,12 +154,9 @@ def test_a_frozen_vision_towers_blocks_are_left_alone(tmp_path, vision_lora):
     """A frozen tower's blocks run before every LoRA'd layer and keep nothing for backward: "on" and
     "offload" recompute (and offload) only the decoder's layers, and say so; a LoRA'd tower's blocks
     are checkpointed like the decoder's."""
-    from jobs.models import load
-    from jobs.spec import JobSpec
+    from tests.kernels.test_vision_patch import lora_model
     from tests.tiny import make_tiny_vision_model
-    folder = make_tiny_vision_model(tmp_path / "model", layers=3)
-    base = load.load_base_model(str(folder), torch.float32, torch.device("cpu"))
-    model = load.add_lora(base, JobSpec(model=str(folder), lora_r=4, lora_alpha=8, vision_lora=vision_lora))
+    model = lora_model(make_tiny_vision_model(tmp_path / "model", layers=3), vision_lora)
     layers = decoder_layers(model)
     assert len(layers) == 2 + 3   # the tower's two blocks first, then the decoder's three layers
     for mode in ("on", "offload"):

@@ -15,6 +15,7 @@ from jobs.data.vision_encode import collate_vision
 from kernels.ops.varlen_attention import varlen_attention
 from kernels.report import PatchReport
 from tests.jobs.vision_rows import encoded_shapes
+from tests.kernels.test_vision_patch import lora_model
 from tests.tiny import make_tiny_vision_model
 
 
@@ -50,19 +51,6 @@ def vl_folder(request, tmp_path_factory):
                                   family=request.param)
 
 
-def lora_tower_model(folder, dtype=torch.float64):
-    from jobs.models import load
-    from jobs.spec import JobSpec
-    torch.manual_seed(0)
-    base = load.load_base_model(str(folder), dtype, torch.device("cpu"))
-    model = load.add_lora(base, JobSpec(model=str(folder), lora_r=4, lora_alpha=8, vision_lora=True))
-    with torch.no_grad():   # a random B too, so every LoRA gradient is non-zero
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.1)
-    return model
-
-
 def step(model, batch):
     model.zero_grad(set_to_none=True)
     loss = model(**batch).loss
@@ -71,7 +59,7 @@ def step(model, batch):
 
 
 def test_on_cpu_the_tower_keeps_transformers_attention_and_says_why(vl_folder):
-    model = lora_tower_model(vl_folder)
+    model = lora_model(vl_folder, True, torch.float64)
     report = PatchReport(backend="torch")
     vision_attention.use_vision_varlen_attention(model, report, use_triton=True)
     entry = next(e for e in report.entries if e.op == "vision_attention")
@@ -83,7 +71,7 @@ def test_switched_tower_matches_transformers_per_window_attention(vl_folder, tmp
     tokenizer, examples = encoded_shapes(vl_folder, tmp_path, rows=3)
     batch = collate_vision(examples, tokenizer.pad_token_id, tokenizer.convert_tokens_to_ids("<|image_pad|>"))
     batch = {k: v.double() if v.is_floating_point() else v for k, v in batch.to(torch.device("cpu")).items()}
-    reference = lora_tower_model(vl_folder)
+    reference = lora_model(vl_folder, True, torch.float64)
     switched = copy.deepcopy(reference)
     monkeypatch.setattr(vision_attention, "why_not_fused", lambda modules, use_triton: None)
     calls = []

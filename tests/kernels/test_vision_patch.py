@@ -22,11 +22,12 @@ def qwen2_vl_folder(tmp_path_factory):
     return make_tiny_vision_model(tmp_path_factory.mktemp("vl2-patch") / "model", family="qwen2_vl")
 
 
-def lora_model(folder, vision_lora: bool):
+def lora_model(folder, vision_lora: bool, dtype=torch.float32):
+    """The job's tiny image-text model with LoRA (on the tower too with vision_lora) and a random B."""
     from jobs.models import load
     from jobs.spec import JobSpec
     torch.manual_seed(0)
-    base = load.load_base_model(str(folder), torch.float32, torch.device("cpu"))
+    base = load.load_base_model(str(folder), dtype, torch.device("cpu"))
     spec = JobSpec(model=str(folder), lora_r=4, lora_alpha=8, vision_lora=vision_lora)
     model = load.add_lora(base, spec)
     with torch.no_grad():   # a random B too, so every LoRA gradient is non-zero
