@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -103,6 +104,7 @@ def run_fusetune(args) -> dict:
     durations = [e["step_s"] for e in steps] if all(e.get("step_s") for e in steps) else None
     result.update(step_stats([e["time"] for e in steps], args.warmup, durations),
                   peak_gib=max((e.get("peak_gb") or 0) for e in steps) or None,
+                  each_step_s=[e.get("step_s") for e in steps],
                   completion_length=[e.get("completion_length") for e in steps],
                   rollout_s=[e.get("rollout_s") for e in steps],
                   sampler="jobs/train/decode.py (static KV cache, CUDA-graph decode step)")
@@ -110,14 +112,27 @@ def run_fusetune(args) -> dict:
 
 
 def run_unsloth(args) -> dict:
+    """The peer in its own process. It prints a row after every optimizer step, so when a step is slower
+    than the time left (2,048-token completions: minutes a step) the last complete row still comes back,
+    marked partial, instead of nothing (2026-12-03: a 330 s limit killed a 2-step run with no row)."""
     cmd = [sys.executable, str(ROOT / "bench" / "bench_grpo_unsloth.py"), "--shape", args.shape, "--dir",
            str(args.dir), "--prompts", str(args.prompts), "--generations", str(args.generations),
            "--completion-len", str(args.completion_len), "--steps", str(args.steps), "--warmup", str(args.warmup)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode or not lines:
-        return {"stack": "unsloth+trl (b)", "returncode": proc.returncode, "error": (proc.stderr or proc.stdout)[-1500:]}
-    return json.loads(lines[-1])
+    limit = min(args.timeout, int(os.environ.get("BENCH_STEP_LIMIT", args.timeout)) - 15)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=max(1, limit))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        err = f"stopped after {limit} s (the step limit)\n{err}"
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if not lines:
+        return {"stack": "unsloth+trl (b)", "returncode": proc.returncode, "error": (err or out)[-1500:]}
+    row = json.loads(lines[-1])
+    if proc.returncode and not row.get("partial"):
+        row["error"] = err[-1500:]
+    return row
 
 
 def generation(args) -> dict:

@@ -39,12 +39,28 @@ def train(args) -> dict:
                         save_strategy="no", report_to="none", bf16=True, seed=0, loss_type="dapo")
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[answer, format_reward],
                           args=config, train_dataset=data)
-    ends, began = train_timed(trainer)
-    return {"stack": "unsloth+trl (b)", "wall_s": round(time.time() - began, 1), **step_stats(ends, args.warmup),
-            "peak_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 3), "vllm": False,
-            "config": {"per_device_train_batch_size": config.per_device_train_batch_size,
-                       "num_generations": args.generations, "max_completion_length": args.completion_len,
-                       "loss_type": "dapo", "gradient_checkpointing": "unsloth"}}
+    config_row = {"per_device_train_batch_size": config.per_device_train_batch_size,
+                  "num_generations": args.generations, "max_completion_length": args.completion_len,
+                  "loss_type": "dapo", "gradient_checkpointing": "unsloth"}
+    began = time.time()
+
+    def report(ends: list[float], partial: bool) -> dict:
+        # each step's own duration too: with one step done, the only number is step 1 (with its warm-up)
+        marks = [began, *ends]
+        row = {"stack": "unsloth+trl (b)", "wall_s": round(time.time() - began, 1), **step_stats(ends, args.warmup),
+               "steps_done": len(ends), "each_step_s": [round(b - a, 3) for a, b in zip(marks, marks[1:])],
+               "peak_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 3), "vllm": False, "config": config_row}
+        if partial:
+            row["partial"] = True
+            if len(ends) == 1:
+                row["steps_per_s"] = round(1 / row["each_step_s"][0], 4)
+                row["step_s_mean"] = row["each_step_s"][0]
+                row["note"] = "one step done before the limit: its time includes the peer's warm-up"
+        print(json.dumps({**args.head, **row}), flush=True)
+        return row
+
+    ends, began = train_timed(trainer, on_step=lambda ends: report(ends, partial=len(ends) < args.steps))
+    return report(ends, partial=False)
 
 
 def main() -> None:
@@ -58,6 +74,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args()
     result = {**versions(), "shape": args.shape}
+    args.head = dict(result)
     try:
         result.update(train(args))
     except Exception as exc:  # a result line all the same: bench_grpo.py writes it beside (a)

@@ -98,8 +98,9 @@ def trl_lora(folder: Path, max_len: int):
     return model, tokenizer
 
 
-def train_timed(trainer) -> tuple[list[float], float]:
-    """trainer.train() with the peak memory reset first; the end time of every optimizer step and the start."""
+def train_timed(trainer, on_step=None) -> tuple[list[float], float]:
+    """trainer.train() with the peak memory reset first; the end time of every optimizer step and the start.
+    `on_step(ends)` after each step lets a caller report as it goes (a run cut off by a time limit)."""
     import torch
     from transformers import TrainerCallback
     ends: list[float] = []
@@ -107,6 +108,8 @@ def train_timed(trainer) -> tuple[list[float], float]:
     class StepTimes(TrainerCallback):
         def on_step_end(self, *_, **__):
             ends.append(time.time())
+            if on_step:
+                on_step(ends)
 
     trainer.add_callback(StepTimes())
     torch.cuda.synchronize()

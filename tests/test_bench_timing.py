@@ -19,3 +19,24 @@ def test_job_throughput_uses_step_s_where_the_events_have_it():
     assert window_stats(steps, 0)["real_tokens_per_s"] == 2000.0
     stamped = [{k: v for k, v in s.items() if k != "step_s"} for s in steps]   # the peers' step-end stamps
     assert window_stats(stamped, 0)["real_tokens_per_s"] == round(3000 / 1.1, 1)
+
+
+def test_a_peer_cut_off_by_the_step_limit_still_gives_its_last_row(tmp_path, monkeypatch):
+    # a stand-in peer: one step's row, then a step slower than the time left (2,048-token completions)
+    import argparse
+    import bench.bench_grpo as bench_grpo
+    peer = tmp_path / "peer.py"
+    peer.write_text('import json, time\nprint(json.dumps({"stack": "unsloth+trl (b)", "partial": True, '
+                    '"steps_per_s": 0.01, "peak_gib": 9.5}), flush=True)\ntime.sleep(60)\n')
+    monkeypatch.setattr(bench_grpo.subprocess, "Popen", _running(peer, bench_grpo.subprocess.Popen))
+    monkeypatch.setenv("BENCH_STEP_LIMIT", "17")                   # 2 s for the peer after the 15 s margin
+    args = argparse.Namespace(shape="s", dir=tmp_path, prompts=1, generations=2, completion_len=8, steps=2,
+                              warmup=1, timeout=560)
+    row = bench_grpo.run_unsloth(args)
+    assert row["partial"] and row["peak_gib"] == 9.5 and "error" not in row
+
+
+def _running(script, popen):
+    def start(cmd, **kwargs):
+        return popen([cmd[0], str(script)], **kwargs)
+    return start
