@@ -30,6 +30,9 @@ allocator slack, i.e. what the job takes out of the card's free memory. The mode
   when only the layer inputs are still kept (the kept layers, the last ones, are backpropagated
   first); plus the loss's gradient w.r.t. the hidden states.
 
+GRPO peaks at the larger of the policy step and sampling, where each completion holds its KV cache
+(jobs/models/fit_rollout.py); `rollout_rows` is how many completions a sampling pass may take.
+
 Image-text models (Qwen2-VL, Qwen2.5-VL) add their vision tower: its weights, its LoRA when it has
 any, the image patches and the activations of the most patches a micro-batch can hold, and a LoRA'd
 tower's blocks join the layers a plan may recompute (jobs/models/fit_vision.py, with its formulas).
@@ -39,61 +42,18 @@ bs4x2048 on/offload, Llama-3.1-8B bs2x2048 on/offload/no recompute and QLoRA off
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from jobs.models import fit_vision
+from jobs.models import fit_rollout, fit_vision
 from jobs.models.fit_advice import advice, oom_message  # noqa: F401 (re-exported: studio, jobs/train/loop.py)
+from jobs.models.fit_estimate import (  # noqa: F401 (re-exported)
+    CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, FitEstimate, _total_gb, allocatable_bytes)
 from jobs.models.fit_device import _cuda_memory, current_policy, free_gpu_memory  # noqa: F401 (free_gpu_memory: re-exported)
 
-GIB = 1024 ** 3
-CUDA_CONTEXT_BYTES = int(0.75 * GIB)   # CUDA context, cuBLAS workspace, loaded kernels (not "allocated")
-FRAGMENTATION = 0.03                   # caching-allocator slack over max_memory_allocated
 FLCE_CHUNK_BYTES = 256 * 1024 ** 2     # kernels/ops/fused_linear_cross_entropy.py's logits chunk
 LORA_BYTES_PER_PARAM = 16              # fp32 parameter, gradient, AdamW exp_avg and exp_avg_sq
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclass
-class FitEstimate:
-    """Predicted peak GPU memory of a job, with its parts (bytes) and the assumptions made."""
-
-    parts: dict[str, int]
-    checkpointing: str
-    tokens: int
-    notes: list[str] = field(default_factory=list)
-    budget_gb: float = 0.0   # the job's max_gpu_memory_gb (0: none)
-
-    @property
-    def allocated_gb(self) -> float:
-        return sum(self.parts.values()) / GIB
-
-    @property
-    def total_gb(self) -> float:
-        return _total_gb(sum(self.parts.values()))
-
-    @property
-    def over_budget(self) -> bool:
-        return bool(self.budget_gb) and self.total_gb > self.budget_gb
-
-    def breakdown(self) -> dict[str, float]:
-        """Each part in GiB, largest first."""
-        return {k: round(v / GIB, 3) for k, v in sorted(self.parts.items(), key=lambda kv: -kv[1])}
-
-    def summary(self) -> str:
-        parts = self.breakdown()
-        shown = [k for k in parts][:4] + (["vision tower"] if "vision tower" in list(parts)[4:] else [])
-        top = ", ".join(f"{k} {parts[k]:.2f}" for k in shown)
-        return (f"about {self.total_gb:.1f} GiB peak on the GPU ({top} GiB; {self.tokens:,} tokens a "
-                f"micro-batch; checkpointing {self.checkpointing})")
-
-    def as_dict(self) -> dict:
-        return {"total_gb": round(self.total_gb, 2), "allocated_gb": round(self.allocated_gb, 2),
-                "breakdown_gb": self.breakdown(), "checkpointing": self.checkpointing,
-                "tokens": self.tokens, "notes": self.notes, "budget_gb": self.budget_gb}
-
-    def fits(self, free_gb: float) -> bool:
-        return self.total_gb <= free_gb
 
 
 @dataclass(frozen=True)
@@ -193,11 +153,6 @@ def _activations(shape: _Shape, tokens: int, b: int, fused: bool, recomputed: in
     else:
         kept, transient = inputs, backward + layer
     return {"activations kept": kept, "step transient": transient, "loss grad (hidden)": layer_input}
-
-
-def _total_gb(allocated_bytes: int) -> float:
-    """What a job takes out of the card for this much allocated: allocator slack and CUDA context."""
-    return allocated_bytes / GIB * (1 + FRAGMENTATION) + CUDA_CONTEXT_BYTES / GIB
 
 
 def _step_activations(spec, shape: _Shape, vision, b: int, fused: bool, recomputed: int, offload: bool) -> dict:
@@ -373,8 +328,10 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
                                                   total_bytes, fused, loaded, vision)
     if hosted:
         _without_table(parts, hosted)
-    parts.update(_step_activations(spec, shape, vision, b, fused, recomputed, offload))
     notes = [_batch_note(spec, packed)]
+    step = _step_activations(spec, shape, vision, b, fused, recomputed, offload)
+    parts.update(_sampling_or_step(spec, model_config, shape, b, step, trainable, notes)
+                 if spec.method == "grpo" else step)
     if hosted:
         notes.append(f"the input embedding table ({hosted / GIB:.2f} GiB) stays in pinned CPU memory: no "
                      "plan fitted the budget with it on the GPU (kernels/host_embedding.py)")
@@ -384,3 +341,31 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
         notes.append(f"max_gpu_memory_gb {spec.max_gpu_memory_gb:g}: the plan follows it only with "
                      "gradient_checkpointing auto on the fused engine")
     return FitEstimate(parts, policy, tokens, notes, budget_gb=spec.max_gpu_memory_gb)
+
+
+def rollout_rows(spec, model_config, trainable: int | None = None, prompt_len: int | None = None,
+                 allocated: int = 0) -> tuple[int, int]:
+    """(completions one GRPO sampling pass may hold within max_gpu_memory_gb, the GPU bytes each
+    holds): every completion of a micro-batch at once without a budget. `prompt_len`: the padded
+    prompt width (default max_seq_length); `allocated`: what the job holds now, when more than the
+    weights and adapter state (jobs/models/fit_rollout.py)."""
+    shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
+    rows = spec.batch_size * spec.num_generations
+    per_row = fit_rollout.row_bytes(shape, prompt_len or spec.max_seq_length, spec.max_completion_length, b)
+    if spec.max_gpu_memory_gb <= 0:
+        return rows, per_row
+    held = max(allocated, _static_bytes(spec, shape, b, spec.fused_kernels, trainable))
+    return fit_rollout.rows_within(rows, allocatable_bytes(spec.max_gpu_memory_gb) - held, per_row), per_row
+
+
+def _sampling_or_step(spec, model_config, shape: _Shape, b: int, step: dict, trainable, notes: list) -> dict:
+    """GRPO peaks at the larger of its two phases (fit_rollout.py): that phase's parts, and a note."""
+    rows, _ = rollout_rows(spec, model_config, trainable)
+    sampling = fit_rollout.parts(shape, rows, spec.max_seq_length, spec.max_completion_length, b)
+    total = spec.batch_size * spec.num_generations
+    passes = f"{rows} of its {total} completions a pass" if rows < total else f"all {total} completions in one pass"
+    sampled, stepped = sum(sampling.values()) / GIB, sum(step.values()) / GIB
+    phase = "sampling" if sampled > stepped else "the policy step"
+    notes.append(f"grpo peaks in {phase}: sampling holds {sampled:.2f} GiB beyond the weights ({passes}), "
+                 f"the policy step {stepped:.2f} GiB")
+    return sampling if sampled > stepped else step

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from jobs.models.fit import FitEstimate
+    from jobs.models.fit_estimate import FitEstimate
 
 GIB = 1024 ** 3
 

@@ -151,3 +151,45 @@ def test_the_estimate_counts_the_tokens_of_the_methods_batch(tmp_path):
     assert (sft.tokens, dpo.tokens, grpo.tokens) == (4 * 1024, 4 * 2 * 1024, 2 * 8 * (256 + 128))
     assert dpo.total_gb > sft.total_gb
     assert "a pair a row" in dpo.notes[0] and "2 prompts x 8 completions" in grpo.notes[0]
+
+
+def _grpo(tmp_path, checkpointing="auto", **extra):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "q", "answer": "1"}\n')
+    values = {"method": "grpo", "dataset": str(prompts), "num_generations": 8, "max_completion_length": 2048,
+              "dtype": "bf16", **extra}
+    return spec(8, 512, checkpointing, **values)
+
+
+def test_grpo_sampling_holds_each_completions_kv_cache_and_a_budget_splits_it_into_passes(tmp_path):
+    """Sampling (jobs/models/fit_rollout.py): a completion of the 8B shape holds 32 layers x K and V
+    of 1,024 values x (512 + 2,048) slots in bf16 plus its prefill and logits; without a budget one
+    pass takes all 64, within 29.58 GiB (the 512-token peer's peak) the most that fit beside the
+    weights and the adapter's state, and one more would not."""
+    model = config("llama-3.1-8b")
+    rows, per_row = fit.rollout_rows(_grpo(tmp_path), model)
+    kv = 32 * 2 * 1024 * (512 + 2048) * 2
+    assert rows == 64 and kv < per_row < 1.25 * kv
+    budget = _grpo(tmp_path, max_gpu_memory_gb=29.58)
+    rows, per_row = fit.rollout_rows(budget, model)
+    shape = fit._Shape.of(model)
+    static = fit._static_bytes(budget, shape, 2, True, None)
+    room = fit.allocatable_bytes(29.58) - static
+    assert 1 < rows < 64 and rows * per_row <= room < (rows + 1) * per_row
+    assert fit._total_gb(static + rows * per_row) <= 29.58
+    rows_now, _ = fit.rollout_rows(budget, model, allocated=static + 4 * fit.GIB)   # more held now: fewer rows
+    assert rows_now < rows
+
+
+def test_a_grpo_estimate_reports_the_phase_that_peaks(tmp_path):
+    """Long completions on a big-KV model peak while sampling: the estimate then carries the KV
+    cache, not the policy step's activations; short ones peak in the policy step, noted either way."""
+    model = AutoConfig.for_model("llama", **{**SHAPES["llama-3.2-1b"], "num_key_value_heads": 32})  # MHA: 4x the KV
+    long = fit.estimate_peak(_grpo(tmp_path, "offload"), model,
+                             free_bytes=H200_BYTES, total_bytes=H200_BYTES)
+    assert "sampling KV cache" in long.parts and "activations kept" not in long.parts
+    assert any(n.startswith("grpo peaks in sampling") and "all 64 completions in one pass" in n for n in long.notes)
+    short = fit.estimate_peak(_grpo(tmp_path, "off", max_completion_length=64), model,
+                              free_bytes=H200_BYTES, total_bytes=H200_BYTES)
+    assert "activations kept" in short.parts and "sampling KV cache" not in short.parts
+    assert any(n.startswith("grpo peaks in the policy step") for n in short.notes)

@@ -1,0 +1,61 @@
+"""A job's predicted peak GPU memory as the fit check reports it (jobs/models/fit.py computes it), and
+the arithmetic between what torch allocates and what a job takes out of the card."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GIB = 1024 ** 3
+CUDA_CONTEXT_BYTES = int(0.75 * GIB)   # CUDA context, cuBLAS workspace, loaded kernels (not "allocated")
+FRAGMENTATION = 0.03                   # caching-allocator slack over max_memory_allocated
+
+
+@dataclass
+class FitEstimate:
+    """Predicted peak GPU memory of a job, with its parts (bytes) and the assumptions made."""
+
+    parts: dict[str, int]
+    checkpointing: str
+    tokens: int
+    notes: list[str] = field(default_factory=list)
+    budget_gb: float = 0.0   # the job's max_gpu_memory_gb (0: none)
+
+    @property
+    def allocated_gb(self) -> float:
+        return sum(self.parts.values()) / GIB
+
+    @property
+    def total_gb(self) -> float:
+        return _total_gb(sum(self.parts.values()))
+
+    @property
+    def over_budget(self) -> bool:
+        return bool(self.budget_gb) and self.total_gb > self.budget_gb
+
+    def breakdown(self) -> dict[str, float]:
+        """Each part in GiB, largest first."""
+        return {k: round(v / GIB, 3) for k, v in sorted(self.parts.items(), key=lambda kv: -kv[1])}
+
+    def summary(self) -> str:
+        parts = self.breakdown()
+        shown = [k for k in parts][:4] + (["vision tower"] if "vision tower" in list(parts)[4:] else [])
+        top = ", ".join(f"{k} {parts[k]:.2f}" for k in shown)
+        return (f"about {self.total_gb:.1f} GiB peak on the GPU ({top} GiB; {self.tokens:,} tokens a "
+                f"micro-batch; checkpointing {self.checkpointing})")
+
+    def as_dict(self) -> dict:
+        return {"total_gb": round(self.total_gb, 2), "allocated_gb": round(self.allocated_gb, 2),
+                "breakdown_gb": self.breakdown(), "checkpointing": self.checkpointing,
+                "tokens": self.tokens, "notes": self.notes, "budget_gb": self.budget_gb}
+
+    def fits(self, free_gb: float) -> bool:
+        return self.total_gb <= free_gb
+
+
+def _total_gb(allocated_bytes: int) -> float:
+    """What a job takes out of the card for this much allocated: allocator slack and CUDA context."""
+    return allocated_bytes / GIB * (1 + FRAGMENTATION) + CUDA_CONTEXT_BYTES / GIB
+
+
+def allocatable_bytes(budget_gb: float) -> int:
+    """The most a job may allocate and still take at most `budget_gb` out of the card (_total_gb inverted)."""
+    return max(0, int((budget_gb - CUDA_CONTEXT_BYTES / GIB) / (1 + FRAGMENTATION) * GIB))

@@ -1,0 +1,50 @@
+"""GRPO's sampling phase in the memory plan: what one sampled completion holds on the GPU, and how
+many completions a sampling pass may take within a budget (jobs/models/fit.py imports this).
+
+Sampling (jobs/train/decode.py) runs before the policy step, with no activation of it alive, so a
+GRPO job peaks at the larger of the two phases. A pass over R completions holds, beyond the
+weights and the adapter's state:
+- the static KV cache: R x (P + L) slots of K and V in every layer (P: the longest prompt, padded
+  to it, at most max_seq_length; L: max_completion_length) - for long completions this is most of
+  it: Llama-3.1-8B, 64 completions of 512 + 2,048 tokens, 20 GiB of KV cache beside 15 GiB of
+  weights (2026-12-03, the 8B row of bench/results/grpo.jsonl peaked at 37.9 GiB sampling all 64 at once);
+- the prefill's transient over R x P tokens: one layer's gate, up and their product (3 I) and the
+  residual stream, norm, attention output and MLP output (4 h);
+- the sampler's [R, vocab] tensors in fp32: logits, probabilities, the sorted copy and top-p's
+  int64 order (16 B a vocabulary entry).
+Within a budget the rows of a step are sampled in passes of at most `rows_within` completions, so
+`max_gpu_memory_gb` also holds while sampling; each pass costs a graph capture and reads the
+weights once per token, so fewer, larger passes are faster."""
+from __future__ import annotations
+
+GIB = 1024 ** 3
+SAMPLER_BYTES_PER_VOCAB = 16   # fp32 logits + probabilities + sorted copy, int64 order (top-p)
+
+
+def row_bytes(shape, prompt_len: int, completion_len: int, b: int) -> int:
+    """GPU bytes one completion holds during a sampling pass (module doc); `shape` is fit._Shape."""
+    kv_cache = shape.layers * 2 * shape.kv * (prompt_len + completion_len) * b
+    prefill = prompt_len * (3 * shape.inter + 4 * shape.hidden) * b
+    return kv_cache + prefill + shape.vocab * SAMPLER_BYTES_PER_VOCAB
+
+
+def parts(shape, rows: int, prompt_len: int, completion_len: int, b: int) -> dict[str, int]:
+    """A pass's bytes by part, for the estimate's breakdown."""
+    kv_cache = rows * shape.layers * 2 * shape.kv * (prompt_len + completion_len) * b
+    return {"sampling KV cache": kv_cache,
+            "sampling prefill + logits": rows * row_bytes(shape, prompt_len, completion_len, b) - kv_cache}
+
+
+def rows_within(total_rows: int, free_bytes: int, per_row: int) -> int:
+    """The most completions a pass may hold in `free_bytes` (at least 1: the job then reports the
+    overrun through the estimate; it never refuses to sample); all of them when they fit."""
+    if per_row <= 0:
+        return total_rows
+    return max(1, min(total_rows, free_bytes // per_row))
+
+
+def passes_line(total_rows: int, rows: int, budget_gb: float, per_row: int) -> str:
+    """train.log's line when sampling is split."""
+    passes = -(-total_rows // rows)
+    return (f"grpo sampling: {total_rows} completions in {passes} passes of up to {rows}, to stay within "
+            f"max_gpu_memory_gb {budget_gb:g} ({per_row / GIB:.2f} GiB a completion: KV cache, prefill, logits)")
