@@ -35,7 +35,7 @@ WARMUP_STEPS = 2         # eager steps on a side stream before capture (allocato
 _logged: set[str] = set()
 
 
-def _once(log, line: str) -> None:
+def log_once(log, line: str) -> None:
     if log is not None and line not in _logged:
         _logged.add(line)
         log(line)
@@ -214,13 +214,13 @@ def _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_grap
         try:
             graph = capture(decoder)
             step = graph.replay
-            _once(log, "grpo sampling: one decode step captured as a CUDA graph, replayed per token")
+            log_once(log, "grpo sampling: one decode step captured as a CUDA graph, replayed per token")
         except Exception as exc:   # noqa: BLE001 - any capture failure falls back to the eager step
             torch.cuda.synchronize()
             decoder = StaticDecoder(model, ids, mask, max_new, temperature, top_p, sorted(eos), pad_id)
             decoder.prefill()
             step = decoder.decode_step
-            _once(log, f"grpo sampling: CUDA graph capture failed ({type(exc).__name__}: {exc}); "
+            log_once(log, f"grpo sampling: CUDA graph capture failed ({type(exc).__name__}: {exc}); "
                        "decoding eagerly")
     for i in range(1, max_new):
         if i % CHECK_EVERY == 0:

@@ -1,6 +1,7 @@
 """GRPO's generation: `num_generations` completions per prompt from the current policy (LoRA on),
 sampled in one batch (all prompts x generations, left-padded prompts), each stopping at EOS or
-max_completion_length.
+max_completion_length. Within a memory budget the rows go in passes of at most `rows_per_pass`
+(jobs/models/fit.py rollout_rows), each with a KV cache of its own.
 
 The sampler is jobs/train/decode.py: our decode loop over a static KV cache, one decode step
 captured as a CUDA graph on the GPU (eager on CPU). Models it cannot run (sliding windows shorter
@@ -48,17 +49,33 @@ def _text_config(model):
 @torch.no_grad()
 def sample_completions(model, tokenizer, prompts: list[list[int]], num_generations: int, max_new_tokens: int,
                        temperature: float, top_p: float, device, log=None,
-                       use_graph: bool | None = None, should_stop=None) -> list[list[int]] | None:
+                       use_graph: bool | None = None, should_stop=None,
+                       rows_per_pass: int | None = None) -> list[list[int]] | None:
     """Completion token ids [len(prompts) * num_generations], prompt 0's group first; None when
-    `should_stop()` turned true while sampling (decode.decode; transformers' generate cannot stop)."""
+    `should_stop()` turned true while sampling (decode.decode; transformers' generate cannot stop).
+    `rows_per_pass`: at most this many completions share a KV cache at once (a memory budget,
+    jobs/models/fit_rollout.py); the rest follow in further passes, in order."""
     repeated = [p for p in prompts for _ in range(num_generations)]
+    step = rows_per_pass or len(repeated)
+    out: list[list[int]] = []
+    for start in range(0, len(repeated), step):
+        part = _sample_pass(model, tokenizer, repeated[start:start + step], max_new_tokens, temperature, top_p,
+                            device, log, use_graph, should_stop)
+        if part is None:
+            return None
+        out += part
+    return out
+
+
+def _sample_pass(model, tokenizer, rows: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
+                 device, log, use_graph, should_stop) -> list[list[int]] | None:
+    """One batch of prompt rows (already repeated per generation) through the static decode loop."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    ids, mask = pad_left(repeated, pad_id, device)
+    ids, mask = pad_left(rows, pad_id, device)
     reason = decode.unsupported_reason(_text_config(model), ids.shape[1] + max_new_tokens)
     if reason:
-        decode._once(log, f"grpo sampling: transformers' generate ({reason})")
-        return generate_completions(model, tokenizer, prompts, num_generations, max_new_tokens, temperature,
-                                    top_p, device)
+        decode.log_once(log, f"grpo sampling: transformers' generate ({reason})")
+        return generate_completions(model, tokenizer, rows, 1, max_new_tokens, temperature, top_p, device)
     eos = eos_ids_of(model, tokenizer)
     was_training = model.training
     model.eval()

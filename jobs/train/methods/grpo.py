@@ -25,7 +25,7 @@ import torch
 from jobs.data.prompts import encode_prompts, load_prompt_rows, render
 from jobs.io.layout import JobLayout
 from jobs.train.methods import grpo_loss
-from jobs.train import rng_state
+from jobs.train import decode, rng_state
 from jobs.train.methods.base import Method, StepCancelled
 from jobs.train.methods.grpo_data import PromptPlan, rollout_tensors, rollout_tensors_packed
 from jobs.train.rewards.score import RewardSet
@@ -85,7 +85,8 @@ class GroupRelativePolicyOptimization(Method):
             prompts = [row.input_ids for row in batch.rows]
             completions = sample_completions(t.model, t.tokenizer, prompts, spec.num_generations,
                                              spec.max_completion_length, spec.temperature, spec.top_p, t.device,
-                                             log=t.log, should_stop=self._stop_check())
+                                             log=t.log, should_stop=self._stop_check(),
+                                             rows_per_pass=self._rows_per_pass(prompts))
             if completions is None:   # cancelled mid-rollout: as if this step never began
                 rng_state.restore(before, t.device)
                 raise StepCancelled
@@ -110,6 +111,21 @@ class GroupRelativePolicyOptimization(Method):
         fields["rollout_s"] = round(time.perf_counter() - began, 3)
         self.pending_fields.append(fields)
         return group
+
+    def _rows_per_pass(self, prompts: list[list[int]]) -> int | None:
+        """Completions one sampling pass may hold within max_gpu_memory_gb (jobs/models/fit_rollout.py;
+        None: all at once, as without a budget or off the GPU)."""
+        t, spec = self.trainer, self.spec
+        if t.device.type != "cuda" or spec.max_gpu_memory_gb <= 0:
+            return None
+        from jobs.models import fit, fit_rollout
+        rows, per_row = fit.rollout_rows(spec, t.model.config, trainable=t.trainable,
+                                         prompt_len=max(len(p) for p in prompts),
+                                         allocated=torch.cuda.memory_allocated(t.device))
+        total = len(prompts) * spec.num_generations
+        if rows < total:
+            decode.log_once(t.log, fit_rollout.passes_line(total, rows, spec.max_gpu_memory_gb, per_row))
+        return rows
 
     def _score(self, batch, completions: list[list[int]], stats: dict) -> list[float]:
         spec, tok = self.spec, self.trainer.tokenizer

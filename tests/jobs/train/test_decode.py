@@ -87,6 +87,16 @@ def test_sampling_with_a_fixed_seed_repeats_and_differs_from_greedy(policy):
     assert len({tuple(r) for r in runs[0][:4]}) > 1   # a group's completions differ
 
 
+def test_sampling_in_passes_within_a_budget_gives_the_tokens_of_one_pass(policy):
+    """rows_per_pass (a memory budget, jobs/models/fit_rollout.py) splits the completions into
+    passes with a KV cache each, padded to their own longest prompt: greedy tokens are the same and
+    in the same order, a short last pass included."""
+    model, tok = policy
+    whole = sample_completions(model, tok, PROMPTS, 2, 12, 0.0, 1.0, "cpu", use_graph=False)
+    passes = sample_completions(model, tok, PROMPTS, 2, 12, 0.0, 1.0, "cpu", use_graph=False, rows_per_pass=3)
+    assert len(whole) == 8 and passes == whole
+
+
 @pytest.mark.parametrize("top_p", [0.3, 0.75, 0.95])
 def test_top_p_keeps_the_tokens_transformers_keeps(top_p):
     from transformers.generation.logits_process import TopPLogitsWarper
