@@ -42,87 +42,18 @@ bs4x2048 on/offload, Llama-3.1-8B bs2x2048 on/offload/no recompute and QLoRA off
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 
 from jobs.models import fit_rollout, fit_vision
 from jobs.models.fit_advice import advice, oom_message  # noqa: F401 (re-exported: studio, jobs/train/loop.py)
 from jobs.models.fit_estimate import (  # noqa: F401 (re-exported)
     CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, FitEstimate, _total_gb, allocatable_bytes)
+from jobs.models.fit_shape import (  # noqa: F401 (re-exported)
+    ALL_LINEAR, NF4_BYTES_PER_WEIGHT, _dtype_bytes, _Shape, _targets, _weights, lora_params)
 from jobs.models.fit_device import _cuda_memory, current_policy, free_gpu_memory  # noqa: F401 (free_gpu_memory: re-exported)
 
 FLCE_CHUNK_BYTES = 256 * 1024 ** 2     # kernels/ops/fused_linear_cross_entropy.py's logits chunk
 LORA_BYTES_PER_PARAM = 16              # fp32 parameter, gradient, AdamW exp_avg and exp_avg_sq
-NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
-ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclass(frozen=True)
-class _Shape:
-    hidden: int
-    inter: int
-    layers: int
-    q: int       # query width (heads x head_dim)
-    kv: int      # key (= value) width
-    vocab: int
-    tied: bool
-
-    @classmethod
-    def of(cls, model_config) -> "_Shape":
-        from kernels.arch import text_config
-        c = text_config(model_config)
-        heads = c.num_attention_heads
-        head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
-        kv_heads = getattr(c, "num_key_value_heads", None) or heads
-        tied = getattr(c, "tie_word_embeddings", None)   # image-text models keep it on the outer config
-        tied = getattr(model_config, "tie_word_embeddings", False) if tied is None else tied
-        return cls(c.hidden_size, c.intermediate_size, c.num_hidden_layers, heads * head_dim,
-                   kv_heads * head_dim, c.vocab_size, bool(tied))
-
-    def projections(self) -> dict[str, tuple[int, int]]:
-        """(in, out) features of each decoder projection."""
-        h, i = self.hidden, self.inter
-        return {"q_proj": (h, self.q), "k_proj": (h, self.kv), "v_proj": (h, self.kv), "o_proj": (self.q, h),
-                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
-
-    def linear_weights(self) -> int:
-        return self.layers * sum(a * b for a, b in self.projections().values())
-
-    def embedding_weights(self) -> int:
-        return self.vocab * self.hidden * (1 if self.tied else 2)
-
-
-def _dtype_bytes(spec, cuda: bool) -> int:
-    if spec.dtype == "fp32" or (spec.dtype == "auto" and not cuda):
-        return 4
-    return 2
-
-
-def _targets(spec) -> tuple[str, ...]:
-    if spec.target_modules == "all-linear":
-        return ALL_LINEAR
-    named = tuple(spec.target_modules)
-    fused_names = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
-    return tuple(t for name in named for t in fused_names.get(name, (name,)) if t in ALL_LINEAR)
-
-
-def lora_params(spec, shape: _Shape) -> int:
-    projections = shape.projections()
-    return shape.layers * sum(spec.lora_r * sum(projections[t]) for t in _targets(spec))
-
-
-def _weights(spec, shape: _Shape, b: int, fused: bool) -> dict[str, int]:
-    linear, embed = shape.linear_weights(), shape.embedding_weights()
-    if spec.load_in_4bit:
-        parts = {"base weights (NF4)": int(linear * NF4_BYTES_PER_WEIGHT), "embeddings": embed * b}
-        if fused:
-            shapes = {tuple(sorted(p)) for p in shape.projections().values()}
-            parts["NF4 dequant buffers"] = sum(a * c for a, c in shapes) * b
-        return parts
-    if spec.base_precision == "fp8":
-        return {"base weights (fp8)": linear, "embeddings": embed * b}
-    return {"base weights": (linear + embed) * b}
-
-
 def _per_layer(shape: _Shape, tokens: int, b: int, fused: bool) -> int:
     h, q, kv, i = shape.hidden, shape.q, shape.kv, shape.inter
     per_token = 4 * h + 2 * q + 2 * kv + 2 * i if fused else 10 * h + 2 * q + 2 * kv + 6 * i
@@ -233,7 +164,9 @@ def plan_within_budget(spec, model_config, trainable: int | None = None,
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
     vision = fit_vision.VisionShape.of(model_config)
     static = _static_bytes(spec, shape, b, fused, trainable, vision)
+    spec, passes = _policy_pass(spec, model_config, trainable, fused)
     recomputed, offload, description, hosted = _budget_plan(spec, shape, b, static, fused, vision=vision)
+    description += passes
     # one flag per GradientCheckpointingLayer, as kernels.apply_checkpointing counts them: a vision
     # tower's blocks are such layers too, and come first
     return fit_vision.plan_flags(spec, vision, shape.layers, recomputed), offload, description, hosted
@@ -319,6 +252,7 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
     fused = spec.fused_kernels if fused is None else fused
     shape, vision = _Shape.of(model_config), fit_vision.VisionShape.of(model_config)
     b = _dtype_bytes(spec, cuda=cuda)
+    whole, (spec, passes) = spec, _policy_pass(spec, model_config, trainable, fused)
     tokens = spec.batch_tokens()
     parts = _static_parts(spec, shape, b, fused, trainable, vision)
     if free_bytes is None and model is None:
@@ -328,9 +262,9 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
                                                   total_bytes, fused, loaded, vision)
     if hosted:
         _without_table(parts, hosted)
-    notes = [_batch_note(spec, packed)]
+    notes = [_batch_note(whole, packed) + passes]
     step = _step_activations(spec, shape, vision, b, fused, recomputed, offload)
-    parts.update(_sampling_or_step(spec, model_config, shape, b, step, trainable, notes)
+    parts.update(_sampling_or_step(whole, model_config, shape, b, step, trainable, notes)
                  if spec.method == "grpo" else step)
     if hosted:
         notes.append(f"the input embedding table ({hosted / GIB:.2f} GiB) stays in pinned CPU memory: no "
@@ -369,3 +303,35 @@ def _sampling_or_step(spec, model_config, shape: _Shape, b: int, step: dict, tra
     notes.append(f"grpo peaks in {phase}: sampling holds {sampled:.2f} GiB beyond the weights ({passes}), "
                  f"the policy step {stepped:.2f} GiB")
     return sampling if sampled > stepped else step
+
+
+def grpo_policy_rows(spec, model_config, trainable: int | None = None, fused: bool | None = None) -> int:
+    """Completions one GRPO policy pass (forward + backward) takes: all of a micro-batch's, unless
+    max_gpu_memory_gb is set (auto checkpointing, fused engine) and no checkpointing plan fits them;
+    then the most for which one does (fewer passes are faster), or all when not even one fits (the
+    fit check then reports the overrun). The step's loss is normalised over all its completions
+    (jobs/train/loop.py `count`), so the passes' gradients add up to the whole's."""
+    from kernels.checkpoint import _host_free_bytes
+    rows = spec.batch_size * spec.num_generations
+    fused = spec.fused_kernels if fused is None else fused
+    if spec.method != "grpo" or not (spec.max_gpu_memory_gb > 0 and spec.gradient_checkpointing == "auto" and fused):
+        return rows
+    shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
+    vision = fit_vision.VisionShape.of(model_config)
+    static, host = _static_bytes(spec, shape, b, fused, trainable, vision), _host_free_bytes()
+    for passes in range(1, rows + 1):
+        part = -(-rows // passes)
+        view = dataclasses.replace(spec, batch_size=1, num_generations=part)
+        if _first_fit(view, shape, b, static, fused, host, vision) is not None:
+            return part
+    return rows
+
+
+def _policy_pass(spec, model_config, trainable, fused) -> tuple:
+    """(the spec as one policy pass sizes memory, a note when a GRPO micro-batch trains in passes)."""
+    rows = spec.batch_size * spec.num_generations if spec.method == "grpo" else 0
+    part = grpo_policy_rows(spec, model_config, trainable, fused) if rows else 0
+    if part >= rows:
+        return spec, ""
+    return (dataclasses.replace(spec, batch_size=1, num_generations=part),
+            f"; the policy step in passes of up to {part} of its {rows} completions")

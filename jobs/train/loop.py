@@ -211,6 +211,7 @@ class Trainer:
         rollout = self.method.samples_each_step
         if rollout and self.dist.all_reduce_sum(1.0 if self.stop_requested else 0.0)[0]:
             return None
+        drawn = len(group)   # micro-batches of the data plan; GRPO may train one in several passes
         try:
             group = self.method.prepare_step(group)   # e.g. GRPO samples and scores here (methods/base.py)
         except StepCancelled:
@@ -220,7 +221,7 @@ class Trainer:
         labels, real, stop = self.dist.all_reduce_sum(labels, real, 1.0 if self.stop_requested else 0.0)
         if stop and not rollout:   # a stop during a rollout is honoured before the next one, above
             return None
-        self.micro_index += len(group)
+        self.micro_index += drawn
         count = torch.tensor(max(1.0, labels))
         count = (count.pin_memory() if self.device.type == "cuda" else count).to(self.device, non_blocking=True)
         lr = self.scheduler.base_lrs[0] * self.lr_factor(self.scheduler.last_epoch)   # a host number: no sync

@@ -68,7 +68,8 @@ class Method:
     def prepare_step(self, group: list) -> list:
         """Host work on one optimizer step's micro-batches [(epoch, batch)] before their device
         step, e.g. GRPO's sampling and rewards; may fill each batch's tensors and counts (the
-        loop reads loss_units and real_tokens after it). Default: nothing."""
+        loop reads loss_units and real_tokens after it) and may return more micro-batches than it
+        was given (GRPO's policy passes within a memory budget). Default: nothing."""
         return group
 
     def before_training(self) -> None:

@@ -27,7 +27,7 @@ from jobs.io.layout import JobLayout
 from jobs.train.methods import grpo_loss
 from jobs.train import decode, rng_state
 from jobs.train.methods.base import Method, StepCancelled
-from jobs.train.methods.grpo_data import PromptPlan, rollout_tensors, rollout_tensors_packed
+from jobs.train.methods.grpo_data import PromptPlan, RolloutBatch, rollout_tensors, rollout_tensors_packed
 from jobs.train.rewards.score import RewardSet
 from jobs.train.rollout import sample_completions
 
@@ -47,6 +47,7 @@ class GroupRelativePolicyOptimization(Method):
         self.pending_fields: deque = deque()
         self.rewards = RewardSet.for_spec(self.spec, log=trainer.log)
         self.packed = False
+        self.policy_rows: int | None = None
 
     # ---- data -----------------------------------------------------------------------
     def load_data(self):
@@ -70,7 +71,22 @@ class GroupRelativePolicyOptimization(Method):
         if self.packed:
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
+        self.policy_rows = self._policy_rows()
         return PromptPlan(t.examples, self.spec.batch_size, self.spec.seed, t.dist.rank, t.dist.world_size), None
+
+    def _policy_rows(self) -> int | None:
+        """Completions a policy pass trains on within max_gpu_memory_gb (jobs/models/fit.py
+        grpo_policy_rows, the same split the checkpointing plan was sized for); None: all at once."""
+        t, spec = self.trainer, self.spec
+        if t.device.type != "cuda" or spec.max_gpu_memory_gb <= 0:
+            return None
+        from jobs.models import fit
+        rows = fit.grpo_policy_rows(spec, t.model.config, trainable=t.trainable)
+        total = spec.batch_size * spec.num_generations
+        if rows < total:
+            t.log(f"grpo policy step: {total} completions in passes of up to {rows}, to stay within "
+                  f"max_gpu_memory_gb {spec.max_gpu_memory_gb:g} (no checkpointing plan fits them in one)")
+        return rows
 
     def loss_units(self, batch) -> int:
         return batch.label_tokens
@@ -81,7 +97,8 @@ class GroupRelativePolicyOptimization(Method):
         stats = {"rewards": [], "each": {n: [] for n in self.rewards.names}, "lengths": [], "flat": []}
         began = time.perf_counter()   # sampling and scoring wait for the GPU: host time is their time
         before = rng_state.capture(t.device)
-        for _, batch in group:
+        trained = []
+        for x, batch in group:
             prompts = [row.input_ids for row in batch.rows]
             completions = sample_completions(t.model, t.tokenizer, prompts, spec.num_generations,
                                              spec.max_completion_length, spec.temperature, spec.top_p, t.device,
@@ -93,24 +110,43 @@ class GroupRelativePolicyOptimization(Method):
             totals = self._score(batch, completions, stats)
             advantages, flat = grpo_loss.group_advantages(torch.tensor(totals), spec.num_generations,
                                                           scale=spec.loss_type != "dr_grpo")
-            pad_id = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else t.tokenizer.eos_token_id
-            if self.packed:
-                batch.tensors, batch.ints = rollout_tensors_packed(prompts, completions, spec.num_generations)
-            else:
-                batch.tensors = rollout_tensors(prompts, completions, spec.num_generations, pad_id)
-            batch.tensors["advantages"] = advantages
-            lengths = [len(c) for c in completions]
-            batch.label_tokens = grpo_loss.units(lengths, spec.loss_type)
-            batch.real_tokens = (batch.tensors["input_ids"].numel() if self.packed
-                                 else int(batch.tensors["attention_mask"].sum()))
-            stats["lengths"] += lengths
+            trained += [(x, piece) for piece in self._policy_batches(batch, prompts, completions, advantages)]
+            stats["lengths"] += [len(c) for c in completions]
             stats["flat"] += flat.tolist()
         if stats.get("samples"):
             self._write_samples(*stats["samples"])   # only once the whole rollout is done
         fields = self._fields(stats)
         fields["rollout_s"] = round(time.perf_counter() - began, 3)
         self.pending_fields.append(fields)
-        return group
+        return trained
+
+    def _policy_batches(self, batch, prompts: list[list[int]], completions: list[list[int]],
+                        advantages: torch.Tensor) -> list:
+        """The sampled micro-batch as the policy step trains it: whole, or in passes of at most
+        `policy_rows` completions within max_gpu_memory_gb (jobs/models/fit.py grpo_policy_rows)."""
+        repeated = [p for p in prompts for _ in range(self.spec.num_generations)]
+        part = self.policy_rows or len(completions)
+        pieces = []
+        for start in range(0, len(completions), part):
+            piece = batch if part >= len(completions) else RolloutBatch(rows=batch.rows)
+            window = slice(start, start + part)
+            self._policy_tensors(piece, repeated[window], completions[window], advantages[window])
+            pieces.append(piece)
+        return pieces
+
+    def _policy_tensors(self, batch, prompts: list[list[int]], completions: list[list[int]],
+                        advantages: torch.Tensor) -> None:
+        """The policy pass's tensors for these completions (`prompts`: one per completion)."""
+        t = self.trainer
+        if self.packed:
+            batch.tensors, batch.ints = rollout_tensors_packed(prompts, completions, 1)
+        else:
+            pad_id = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else t.tokenizer.eos_token_id
+            batch.tensors = rollout_tensors(prompts, completions, 1, pad_id)
+        batch.tensors["advantages"] = advantages
+        batch.label_tokens = grpo_loss.units([len(c) for c in completions], self.spec.loss_type)
+        batch.real_tokens = (batch.tensors["input_ids"].numel() if self.packed
+                             else int(batch.tensors["attention_mask"].sum()))
 
     def _rows_per_pass(self, prompts: list[list[int]]) -> int | None:
         """Completions one sampling pass may hold within max_gpu_memory_gb (jobs/models/fit_rollout.py;

@@ -193,3 +193,25 @@ def test_a_grpo_estimate_reports_the_phase_that_peaks(tmp_path):
                               free_bytes=H200_BYTES, total_bytes=H200_BYTES)
     assert "activations kept" in short.parts and "sampling KV cache" not in short.parts
     assert any(n.startswith("grpo peaks in the policy step") for n in short.notes)
+
+
+def test_a_grpo_micro_batch_no_plan_fits_trains_in_passes_that_fit(tmp_path, monkeypatch):
+    """The 8B shape, 64 completions of 512 + 2,048 tokens within 29.58 GiB: no checkpointing plan fits
+    them in one policy pass (the H200 run of 2026-12-03 peaked at 37.9 GiB), so the step trains them in
+    the fewest passes for which one does; the plan, the estimate and its note agree, and without a
+    budget there is one pass."""
+    import kernels.checkpoint
+    monkeypatch.setattr(kernels.checkpoint, "_host_free_bytes", lambda: 120 * fit.GIB)   # the H200 host
+    model, budget = config("llama-3.1-8b"), _grpo(tmp_path, max_gpu_memory_gb=29.58)
+    part = fit.grpo_policy_rows(budget, model)
+    assert 1 < part < 64 and fit.grpo_policy_rows(_grpo(tmp_path), model) == 64
+    flags, offload, description, hosted = fit.plan_within_budget(budget, model)
+    assert f"passes of up to {part} of its 64 completions" in description and "does not fit" not in description
+    estimate = fit.estimate_peak(budget, model, free_bytes=H200_BYTES, total_bytes=H200_BYTES)
+    assert estimate.total_gb <= 29.58 and estimate.tokens == part * (512 + 2048)
+    assert f"passes of up to {part}" in estimate.notes[0]
+    bigger = -(-64 // (-(-64 // part) - 1))     # one pass fewer: more completions a pass
+    view = fit.dataclasses.replace(budget, batch_size=1, num_generations=bigger)
+    shape = fit._Shape.of(model)
+    assert fit._first_fit(view, shape, 2, fit._static_bytes(budget, shape, 2, True, None), True,
+                          120 * fit.GIB, None) is None

@@ -2,7 +2,7 @@
 micro-batch in one row, position ids restarting, cu_seq_lens keeping documents apart) gives the
 loss, the KL and the LoRA gradients of the padded rows (fp32, relative 1e-5; the loss's value is
 -sum(A w) / count at ratio 1 whatever the log-probs, so the KL and the gradients are what test the
-log-probs), for each loss
+log-probs; gradients to 5e-5 over each tensor: two attention paths), for each loss
 normalisation, with and without the KL term; on the tiny Llama with a LoRA adapter, CPU."""
 from types import SimpleNamespace
 
@@ -19,11 +19,11 @@ COMPLETIONS = [[8, 9, 10, 11, 12], [3], [40, 41, 42], [7, 7, 7, 7, 7, 7, 7], [10
 ADVANTAGES = torch.tensor([1.2, -0.3, -0.9, 0.5, -1.1, 0.6])
 
 
-def _method(model, loss_type: str, beta: float):
+def _method(model, loss_type: str, beta: float, tokenizer=None):
     method = GroupRelativePolicyOptimization.__new__(GroupRelativePolicyOptimization)
-    method.trainer = SimpleNamespace(model=model)
+    method.trainer = SimpleNamespace(model=model, tokenizer=tokenizer)
     method.spec = SimpleNamespace(temperature=0.9, beta=beta, epsilon=0.2, epsilon_high=0.0, loss_type=loss_type,
-                                  max_completion_length=8)
+                                  max_completion_length=8, num_generations=GROUP)
     return method
 
 
@@ -58,8 +58,10 @@ def test_packed_completions_give_the_padded_loss_and_gradients(policy, loss_type
         torch.testing.assert_close(got_kl, want_kl, rtol=1e-5, atol=1e-7)
     assert want_grads and set(got_grads) == set(want_grads)
     assert any(g.abs().sum() > 0 for g in want_grads.values())
-    for name, grad in want_grads.items():   # relative over the tensor (elements near 0 differ by float noise)
-        assert (got_grads[name] - grad).norm() <= 1e-5 * grad.norm(), name
+    # relative over the tensor (elements near 0 differ by float noise); two attention paths in fp32 sum
+    # in different orders: with the KL term 1.2e-5 was seen on an AMD EPYC CI machine (2026-12-03)
+    for name, grad in want_grads.items():
+        assert (got_grads[name] - grad).norm() <= 5e-5 * grad.norm(), name
 
 
 def test_the_packed_row_restarts_positions_and_bounds_each_sequence():
@@ -75,3 +77,43 @@ def test_packing_auto_packs_on_the_gpu_only():
     assert grpo_packing("auto", "cuda", plain)[0] and not grpo_packing("auto", "cpu", plain)[0]
     assert not grpo_packing("auto", "cuda", capped)[0] and grpo_packing("on", "cpu", plain)[0]
     assert not grpo_packing("off", "cuda", plain)[0]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+def test_a_micro_batch_trained_in_passes_gives_the_whole_ones_loss_and_gradients(policy, loss_type, packed):  # noqa: F811
+    """Within max_gpu_memory_gb a sampled micro-batch may train in passes of a few completions
+    (jobs/models/fit.py grpo_policy_rows): the step's count covers every completion, so the passes'
+    losses and gradients add up to the whole's (a pass of 4 and one of 2 here, with the KL term)."""
+    from jobs.train.methods.grpo_data import RolloutBatch
+    from kernels.packed_attention import restore_attention, use_packed_attention
+
+    model, tok = policy
+    model.train()
+    method = _method(model, loss_type, 0.05, tok)
+    method.packed = packed
+    count = torch.tensor(float(sum(map(len, COMPLETIONS)) if loss_type == "dapo" else len(COMPLETIONS)))
+
+    def run(policy_rows):
+        method.policy_rows = policy_rows
+        pieces = method._policy_batches(RolloutBatch(rows=[]), PROMPTS, COMPLETIONS, ADVANTAGES)
+        model.zero_grad(set_to_none=True)
+        total = 0.0
+        for piece in pieces:
+            loss, _ = method.loss(model, piece.to("cpu"), count)
+            loss.backward()
+            total += loss.detach()
+        units = sum(piece.label_tokens for piece in pieces)
+        return len(pieces), total, units, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    if packed:
+        use_packed_attention(model)
+    try:
+        whole, passes = run(None), run(4)
+    finally:
+        restore_attention(model)
+        model.eval()
+    assert (whole[0], passes[0]) == (1, 2) and whole[2] == passes[2] == count.item()
+    torch.testing.assert_close(passes[1], whole[1], rtol=1e-5, atol=1e-7)
+    for name, grad in whole[3].items():
+        assert (passes[3][name] - grad).norm() <= 1e-5 * grad.norm(), name

@@ -1,0 +1,75 @@
+"""The model and LoRA shape as the fit check counts it: widths from a transformers config, the
+weights' bytes by storage (bf16, NF4, fp8) and the adapter's parameters (jobs/models/fit.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class _Shape:
+    hidden: int
+    inter: int
+    layers: int
+    q: int       # query width (heads x head_dim)
+    kv: int      # key (= value) width
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def of(cls, model_config) -> "_Shape":
+        from kernels.arch import text_config
+        c = text_config(model_config)
+        heads = c.num_attention_heads
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+        kv_heads = getattr(c, "num_key_value_heads", None) or heads
+        tied = getattr(c, "tie_word_embeddings", None)   # image-text models keep it on the outer config
+        tied = getattr(model_config, "tie_word_embeddings", False) if tied is None else tied
+        return cls(c.hidden_size, c.intermediate_size, c.num_hidden_layers, heads * head_dim,
+                   kv_heads * head_dim, c.vocab_size, bool(tied))
+
+    def projections(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each decoder projection."""
+        h, i = self.hidden, self.inter
+        return {"q_proj": (h, self.q), "k_proj": (h, self.kv), "v_proj": (h, self.kv), "o_proj": (self.q, h),
+                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+    def linear_weights(self) -> int:
+        return self.layers * sum(a * b for a, b in self.projections().values())
+
+    def embedding_weights(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied else 2)
+
+
+def _dtype_bytes(spec, cuda: bool) -> int:
+    if spec.dtype == "fp32" or (spec.dtype == "auto" and not cuda):
+        return 4
+    return 2
+
+
+def _targets(spec) -> tuple[str, ...]:
+    if spec.target_modules == "all-linear":
+        return ALL_LINEAR
+    named = tuple(spec.target_modules)
+    fused_names = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+    return tuple(t for name in named for t in fused_names.get(name, (name,)) if t in ALL_LINEAR)
+
+
+def lora_params(spec, shape: _Shape) -> int:
+    projections = shape.projections()
+    return shape.layers * sum(spec.lora_r * sum(projections[t]) for t in _targets(spec))
+
+
+def _weights(spec, shape: _Shape, b: int, fused: bool) -> dict[str, int]:
+    linear, embed = shape.linear_weights(), shape.embedding_weights()
+    if spec.load_in_4bit:
+        parts = {"base weights (NF4)": int(linear * NF4_BYTES_PER_WEIGHT), "embeddings": embed * b}
+        if fused:
+            shapes = {tuple(sorted(p)) for p in shape.projections().values()}
+            parts["NF4 dequant buffers"] = sum(a * c for a, c in shapes) * b
+        return parts
+    if spec.base_precision == "fp8":
+        return {"base weights (fp8)": linear, "embeddings": embed * b}
+    return {"base weights": (linear + embed) * b}
