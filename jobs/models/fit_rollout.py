@@ -7,7 +7,8 @@ weights and the adapter's state:
 - the static KV cache: R x (P + L) slots of K and V in every layer (P: the longest prompt, padded
   to it, at most max_seq_length; L: max_completion_length) - for long completions this is most of
   it: Llama-3.1-8B, 64 completions of 512 + 2,048 tokens, 20 GiB of KV cache beside 15 GiB of
-  weights (2026-12-03, the 8B row of bench/results/grpo.jsonl peaked at 37.9 GiB sampling all 64 at once);
+  weights (the 8B row of bench/results/grpo.jsonl, 2026-12-03, peaked at 37.9 GiB in its policy step;
+  its prompts were ~100 tokens, so sampling all 64 at once held about 33 GiB);
 - the prefill's transient over R x P tokens: one layer's gate, up and their product (3 I) and the
   residual stream, norm, attention output and MLP output (4 h);
 - the sampler's [R, vocab] tensors in fp32: logits, probabilities, the sorted copy and top-p's
@@ -21,16 +22,20 @@ GIB = 1024 ** 3
 SAMPLER_BYTES_PER_VOCAB = 16   # fp32 logits + probabilities + sorted copy, int64 order (top-p)
 
 
+def kv_bytes(shape, prompt_len: int, completion_len: int, b: int) -> int:
+    """One completion's static KV cache: K and V of every layer over prompt + completion slots."""
+    return shape.layers * 2 * shape.kv * (prompt_len + completion_len) * b
+
+
 def row_bytes(shape, prompt_len: int, completion_len: int, b: int) -> int:
     """GPU bytes one completion holds during a sampling pass (module doc); `shape` is fit._Shape."""
-    kv_cache = shape.layers * 2 * shape.kv * (prompt_len + completion_len) * b
     prefill = prompt_len * (3 * shape.inter + 4 * shape.hidden) * b
-    return kv_cache + prefill + shape.vocab * SAMPLER_BYTES_PER_VOCAB
+    return kv_bytes(shape, prompt_len, completion_len, b) + prefill + shape.vocab * SAMPLER_BYTES_PER_VOCAB
 
 
 def parts(shape, rows: int, prompt_len: int, completion_len: int, b: int) -> dict[str, int]:
     """A pass's bytes by part, for the estimate's breakdown."""
-    kv_cache = rows * shape.layers * 2 * shape.kv * (prompt_len + completion_len) * b
+    kv_cache = rows * kv_bytes(shape, prompt_len, completion_len, b)
     return {"sampling KV cache": kv_cache,
             "sampling prefill + logits": rows * row_bytes(shape, prompt_len, completion_len, b) - kv_cache}
 
