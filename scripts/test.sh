@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --dev
-exec .venv/bin/python -m pytest -q -ra "$@" tests
+exec .venv/bin/python -m pytest -q -ra --durations=30 "$@" tests
