@@ -88,6 +88,8 @@ class Trainer:
         base.config.use_cache = False
         self.model = models.add_lora(base, spec)
         self.patch_report = self._accelerate()
+        # before plan_batches: GRPO sizes its policy passes within a memory budget from it
+        self.trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         self.plan, self.eval_plan = self.method.plan_batches()
         self.data_order = rng_state.data_order_digest(self.plan)
         self.ddp = self.dist.wrap(self.model)  # the model itself with one process
@@ -98,7 +100,6 @@ class Trainer:
         self.max_steps = self._total_steps()
         self.lr_factor = cosine_with_warmup(spec.warmup_steps, self.max_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
-        self.trainable = sum(p.numel() for p in self.params)
         self._estimate_fit()
         if spec.resume_from:
             self._resume(Path(spec.resume_from))
@@ -287,7 +288,7 @@ class Trainer:
 
     def _loop(self, stream) -> None:
         self.began, self.first_step, pending = time.time(), self.step, None
-        self.last_done, self.last_event = self.began, None
+        self.last_done, self.last_event = self.began, self._clock_mark()
         while self.step < self.max_steps:
             queued = self.train_step(stream)
             if queued is None:
@@ -300,8 +301,18 @@ class Trainer:
                 self._flush(pending)
                 pending = None
                 self._after_step()
-                self.last_done, self.last_event = time.time(), None   # evaluation and saving are not step time
+                self.last_done, self.last_event = time.time(), self._clock_mark()   # evaluation and saving are not step time
         self._flush(pending)
+
+    def _clock_mark(self):
+        """A device-clock start for the next step's step_s (None off the GPU). Without it the first
+        step's time was the wall clock up to its read, which comes a step late: for GRPO that took in
+        the next step's sampling, tens of seconds."""
+        if self.device.type != "cuda":
+            return None
+        mark = torch.cuda.Event(enable_timing=True)
+        mark.record()
+        return mark
 
     def _boundary(self) -> bool:
         """Whether this step ends in a checkpoint or an evaluation (they need its numbers first)."""

@@ -78,7 +78,7 @@ class GroupRelativePolicyOptimization(Method):
         """Completions a policy pass trains on within max_gpu_memory_gb (jobs/models/fit.py
         grpo_policy_rows, the same split the checkpointing plan was sized for); None: all at once."""
         t, spec = self.trainer, self.spec
-        if t.device.type != "cuda" or spec.max_gpu_memory_gb <= 0:
+        if not budgeted(t.device, spec):
             return None
         from jobs.models import fit
         rows = fit.grpo_policy_rows(spec, t.model.config, trainable=t.trainable)
@@ -152,7 +152,7 @@ class GroupRelativePolicyOptimization(Method):
         """Completions one sampling pass may hold within max_gpu_memory_gb (jobs/models/fit_rollout.py;
         None: all at once, as without a budget or off the GPU)."""
         t, spec = self.trainer, self.spec
-        if t.device.type != "cuda" or spec.max_gpu_memory_gb <= 0:
+        if not budgeted(t.device, spec):
             return None
         from jobs.models import fit, fit_rollout
         rows, per_row = fit.rollout_rows(spec, t.model.config, trainable=t.trainable,
@@ -241,6 +241,11 @@ class GroupRelativePolicyOptimization(Method):
 
     def evaluate(self, model, plan, device) -> dict:
         return {"eval_loss": float("nan"), "eval_tokens": 0}
+
+
+def budgeted(device: torch.device, spec) -> bool:
+    """Whether GRPO splits its sampling and policy step into passes: on a GPU with max_gpu_memory_gb."""
+    return device.type == "cuda" and spec.max_gpu_memory_gb > 0
 
 
 def grpo_packing(mode: str, device_type: str, text_config) -> tuple[bool, str]:

@@ -1,0 +1,30 @@
+"""GRPO within max_gpu_memory_gb plans its policy passes while the trainer is built (plan_batches),
+from the LoRA parameter count: on the H200 (2026-12-03) the first budgeted job failed there with
+"'Trainer' object has no attribute 'trainable'", which the CPU suite never reached because the split
+is for GPUs only. Here the GPU guard is opened and the plan's arithmetic replaced by a spy, so the
+order of the trainer's set-up is what is tested (the arithmetic: tests/jobs/models/test_fit.py)."""
+from jobs.models import fit
+from jobs.train.methods import grpo
+from tests.jobs.train.test_grpo_cancel import grpo_trainer
+
+
+def test_the_policy_passes_are_planned_with_the_trainable_parameter_count(tmp_path, tiny_model, monkeypatch):
+    seen = {}
+
+    def policy_rows(spec, model_config, trainable=None, fused=None):
+        seen["trainable"] = trainable
+        return 1
+    monkeypatch.setattr(grpo, "budgeted", lambda device, spec: True)
+    monkeypatch.setattr(fit, "grpo_policy_rows", policy_rows)
+    trainer = grpo_trainer(tmp_path, tiny_model, max_gpu_memory_gb=8.0)
+    trainer.prepare()
+    assert seen["trainable"] == trainer.trainable == sum(p.numel() for p in trainer.params) > 0
+    assert trainer.method.policy_rows == 1
+
+
+def test_the_split_is_for_gpus_with_a_budget_only():
+    import torch
+    from types import SimpleNamespace
+    assert grpo.budgeted(torch.device("cuda"), SimpleNamespace(max_gpu_memory_gb=8.0))
+    assert not grpo.budgeted(torch.device("cuda"), SimpleNamespace(max_gpu_memory_gb=0.0))
+    assert not grpo.budgeted(torch.device("cpu"), SimpleNamespace(max_gpu_memory_gb=8.0))
