@@ -25,3 +25,11 @@ def _restore_environment():
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def builtin_seed(tmp_path_factory):
+    """The built-in model converted once per session (tests/builtin_home.py): `builtin_seed.home(dir)`
+    makes `dir` a data dir that holds it, as a user's does after the first job."""
+    from tests.builtin_home import BuiltinSeed
+    return BuiltinSeed(tmp_path_factory.mktemp("builtin-seed"))

@@ -10,11 +10,14 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.slow
 
 
-def test_the_page_check_passes_in_smoke_mode(tmp_path, monkeypatch):
+def test_the_page_check_passes_in_smoke_mode(tmp_path, monkeypatch, builtin_seed):
     monkeypatch.syspath_prepend(str(ROOT))
     from bench import page_check
     out = tmp_path / "page_check.jsonl"
-    code = page_check.main(["--smoke", "--out", str(out), "--job-timeout", "1500"])
+    # a data dir after the built-in model's first job (tests/builtin_home.py): the check is of the
+    # page, not of the one-time conversion and base answers (tests/jobs/models/test_builtin.py)
+    data_dir = builtin_seed.home(tmp_path / "data", answers=True)
+    code = page_check.main(["--smoke", "--out", str(out), "--job-timeout", "1500", "--data-dir", str(data_dir)])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     stages = {row["stage"]: row for row in rows}
     failed = {name: row for name, row in stages.items() if not row["ok"]}

@@ -87,9 +87,10 @@ class Trainer:
         base = models.load_base_model(self.source, self.dtype, self.device, spec.load_in_4bit)
         base.config.use_cache = False
         self.model = models.add_lora(base, spec)
-        self.patch_report = self._accelerate()
-        # before plan_batches: GRPO sizes its policy passes within a memory budget from it
+        # counted once, here: the budget plan (_accelerate) and GRPO's policy passes (plan_batches)
+        # size memory from it; the kernel patches swap frozen modules only, never a trainable one
         self.trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        self.patch_report = self._accelerate()
         self.plan, self.eval_plan = self.method.plan_batches()
         self.data_order = rng_state.data_order_digest(self.plan)
         self.ddp = self.dist.wrap(self.model)  # the model itself with one process
@@ -139,9 +140,8 @@ class Trainer:
         if self.device.type != "cuda":
             return None
         from jobs.models import fit
-        trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         try:
-            return fit.plan_within_budget(self.spec, self.model.config, trainable=trainable)
+            return fit.plan_within_budget(self.spec, self.model.config, trainable=self.trainable)
         except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: free-memory auto
             self.log(f"note: no plan within max_gpu_memory_gb for this model ({exc})")
             return None
@@ -288,7 +288,7 @@ class Trainer:
 
     def _loop(self, stream) -> None:
         self.began, self.first_step, pending = time.time(), self.step, None
-        self.last_done, self.last_event = self.began, self._clock_mark()
+        self._restart_step_clock()
         while self.step < self.max_steps:
             queued = self.train_step(stream)
             if queued is None:
@@ -301,18 +301,17 @@ class Trainer:
                 self._flush(pending)
                 pending = None
                 self._after_step()
-                self.last_done, self.last_event = time.time(), self._clock_mark()   # evaluation and saving are not step time
+                self._restart_step_clock()   # evaluation and saving are not step time
         self._flush(pending)
 
-    def _clock_mark(self):
-        """A device-clock start for the next step's step_s (None off the GPU). Without it the first
-        step's time was the wall clock up to its read, which comes a step late: for GRPO that took in
-        the next step's sampling, tens of seconds."""
-        if self.device.type != "cuda":
-            return None
-        mark = torch.cuda.Event(enable_timing=True)
-        mark.record()
-        return mark
+    def _restart_step_clock(self) -> None:
+        """The next step's step_s counts from now: the wall clock, and on a GPU a device-clock mark.
+        Without the mark the first step's time was the wall clock up to its read, which comes a step
+        late: for GRPO that took in the next step's sampling, tens of seconds."""
+        self.last_done, self.last_event = time.time(), None
+        if self.device.type == "cuda":
+            self.last_event = torch.cuda.Event(enable_timing=True)
+            self.last_event.record()
 
     def _boundary(self) -> bool:
         """Whether this step ends in a checkpoint or an evaluation (they need its numbers first)."""

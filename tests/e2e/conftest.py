@@ -1,4 +1,6 @@
 """One studio (the real app on a fresh data dir) and one browser for all browser tests."""
+from pathlib import Path
+
 import pytest
 
 from jobs.queue.runner import Runner
@@ -14,13 +16,26 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.skip(reason=f"{CHROMIUM} is missing (apt-get install chromium)"))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed browser test shows the end of the studio's log beside its traceback: what the
+    server did meanwhile is the half of the story a CI log otherwise lacks."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed or "studio" not in item.fixturenames:
+        return
+    log = Path(item.funcargs["studio"][2]).parent / "app.log"
+    if log.is_file():
+        report.sections.append(("the studio's log, its end", log.read_text(errors="replace")[-4000:]))
+
+
 @pytest.fixture(scope="session")
-def studio(tmp_path_factory):
+def studio(tmp_path_factory, builtin_seed):
     """(url, tiny model dir, data dir): the real app on a fresh data dir."""
     root = tmp_path_factory.mktemp("e2e")
     model_dir = make_tiny_model(root / "tiny")
     # the studio reads only its data dir and the folders the operator allows (jobs/checks/access.py)
-    with running_app(root, "--allow-dir", str(model_dir)) as (url, _):
+    with running_app(root, "--allow-dir", str(model_dir), seed=builtin_seed) as (url, _):
         yield url, model_dir, root / "data"
 
 

@@ -13,10 +13,14 @@ from bench import page_check
 
 
 @contextlib.contextmanager
-def running_app(root: Path, *extra: str):
+def running_app(root: Path, *extra: str, seed=None):
     """`python app.py` on a free port with a fresh data dir under root (bench/page_check.py's start,
-    the same on the GPU machine); yields (url, log path)."""
+    the same on the GPU machine); yields (url, log path). With `seed` (the builtin_seed fixture) the
+    data dir already holds the converted built-in model, so the studio's warm-up does not spend a
+    CPU core converting it while the test's clicks wait."""
     log_path = root / "app.log"
+    if seed is not None:
+        seed.home(root / "data")
     started = page_check.running_app(root / "data", log_path, timeout_s=180, extra=list(extra))
     try:
         url = started.__enter__()

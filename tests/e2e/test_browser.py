@@ -200,8 +200,8 @@ def test_job_outlives_the_page(studio, browser_context, shots, tmp_path):
     page.close()
 
 
-def test_auth_guards_the_studio(browser, tmp_path):
-    with running_app(tmp_path, "--auth", "tester:s3cret-pass") as (url, _), closing(new_context(browser)) as context:
+def test_auth_guards_the_studio(browser, tmp_path, builtin_seed):
+    with running_app(tmp_path, "--auth", "tester:s3cret-pass", seed=builtin_seed) as (url, _), closing(new_context(browser)) as context:
         page = context.new_page()
         page.goto(url)
         page.wait_for_selector("input[type=password]", timeout=90_000)

@@ -6,8 +6,19 @@ from __future__ import annotations
 
 import json
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
 from tests.e2e.studio_page import command_has, fill_job_form, open_studio, set_text
 from tests.e2e.test_browser import upload_dataset
+
+
+def wait_for_histogram(page) -> None:
+    """The statistics drawn; else a failure that says what the page showed instead."""
+    try:
+        page.wait_for_selector("#ft-data-stats .ft-histogram[data-part=answer]", timeout=120_000)
+    except PlaywrightTimeout:
+        shown = {box: page.locator(box).inner_text() for box in ("#ft-data-stats", "#ft-train-status", "#ft-command")}
+        raise AssertionError(f"no histogram after 120 s; the page showed {shown}") from None
 
 
 def test_long_rows_show_a_histogram_and_a_warning_beside_start(studio, browser_context, shots, tmp_path):
@@ -22,7 +33,7 @@ def test_long_rows_show_a_histogram_and_a_warning_beside_start(studio, browser_c
     set_text(page, "ft-field-max_seq_length", "64")
     command_has(page, "max_seq_length: 64")
     page.locator("#ft-stats-btn").click()
-    page.wait_for_selector("#ft-data-stats .ft-histogram[data-part=answer]", timeout=120_000)
+    wait_for_histogram(page)
     stats = page.locator("#ft-data-stats").inner_text()
     assert "14 rows" in stats and "2 rows are longer than max_seq_length=64" in stats, stats
     assert "Duplicate rows (exact repeats of an earlier row): 1" in stats, stats

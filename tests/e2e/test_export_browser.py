@@ -21,10 +21,10 @@ WATCH_RESULT = """() => {
 }"""
 
 
-def test_export_a_gguf_and_chat_with_it(browser, tmp_path):
+def test_export_a_gguf_and_chat_with_it(browser, tmp_path, builtin_seed):
     """The session's chromium: a second sync_playwright in one process fails once the first runs."""
     model_dir = make_tiny_model(tmp_path / "tiny")
-    with running_app(tmp_path, "--allow-dir", str(model_dir)) as (url, _log), \
+    with running_app(tmp_path, "--allow-dir", str(model_dir), seed=builtin_seed) as (url, _log), \
             closing(new_context(browser)) as browser_context:
         page = open_studio(browser_context, url)
         fill_job_form(page, model_dir, 10)

@@ -10,10 +10,10 @@ def _files(folder):
     return sorted(p.name for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
 
 
-def test_an_upload_over_the_limit_and_a_deeply_nested_row(browser_context, tmp_path):
+def test_an_upload_over_the_limit_and_a_deeply_nested_row(browser_context, tmp_path, builtin_seed):
     root = tmp_path / "studio"
     root.mkdir()
-    with running_app(root, "--max-upload-mb", "1") as (url, _):
+    with running_app(root, "--max-upload-mb", "1", seed=builtin_seed) as (url, _):
         data = root / "data"
         page = open_studio(browser_context, url)
         big = tmp_path / "big.jsonl"

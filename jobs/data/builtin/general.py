@@ -39,9 +39,20 @@ def cache_file(model_cache: Path, source: str) -> Path:
     """Where the answers of `source` (a model folder or hub id) live: one file per model and
     generation settings, so changing the prompts or settings regenerates them."""
     settings = json.dumps([prompts(), MAX_NEW_TOKENS], ensure_ascii=False)
-    key = hashlib.sha1(f"{source}\n{settings}".encode()).hexdigest()[:12]
+    key = hashlib.sha1(f"{_model_key(model_cache, source)}\n{settings}".encode()).hexdigest()[:12]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", source.rstrip("/").split("/")[-1])[:40] or "model"
     return Path(model_cache) / "general-answers" / f"{slug}-{key}.json"
+
+
+def _model_key(model_cache: Path, source: str) -> str:
+    """A model inside the cache (the converted built-in model) by its path there, so that a data
+    dir moved or copied elsewhere keeps its answers; any other folder or hub id as given."""
+    if not Path(source).is_absolute():
+        return source   # a hub id
+    try:
+        return Path(source).resolve().relative_to(Path(model_cache).resolve()).as_posix()
+    except ValueError:
+        return source
 
 
 def cached_answers(model_cache: Path, source: str) -> list[dict[str, str]] | None:

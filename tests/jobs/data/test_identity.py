@@ -2,6 +2,7 @@
 template default that carries it into Chat, the shipped general prompts and their cached answers."""
 import json
 import re
+import shutil
 
 import pytest
 
@@ -105,6 +106,20 @@ def test_answers_are_generated_once_per_model_and_cached(tmp_path, monkeypatch):
     assert first == again and len(first) == len(general.prompts()) and first != other
     stored = json.loads(general.cache_file(tmp_path, "/models/a").read_text(encoding="utf-8"))
     assert stored["answers"] == first
+
+
+def test_a_moved_data_dir_keeps_the_answers_of_a_model_in_its_cache(tmp_path, monkeypatch):
+    """The converted built-in model lives in the data dir's model cache: its answers are keyed by
+    its path there, so copying or moving the data dir does not generate them again (minutes)."""
+    calls = []
+    monkeypatch.setattr(general, "generate", lambda source, qs, load_in_4bit=False:
+                        calls.append(source) or [(q, "an answer.", True) for q in qs])
+    old_cache, new_cache = tmp_path / "old" / "models", tmp_path / "new" / "models"
+    general.base_answers(old_cache, str(old_cache / "smollm2"), log=lambda _: None)
+    shutil.copytree(old_cache, new_cache)
+    assert general.cached_answers(new_cache, str(new_cache / "smollm2")) is not None
+    assert general.cached_answers(new_cache, str(new_cache / "other")) is None
+    assert len(calls) == 1
 
 
 def test_unusable_answers_are_trimmed_or_left_out():

@@ -19,12 +19,12 @@ def greedy(model, tokenizer, max_new_tokens=12):
     return out[0][ids["input_ids"].shape[1]:].tolist(), model(**ids).logits.float()
 
 
-def test_builtin_gguf_finetune_gguf_round_trip(tmp_path):
+def test_builtin_gguf_finetune_gguf_round_trip(tmp_path, builtin_seed):
     import gguf
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from jobs.models.load import load_for_chat
-    home = tmp_path / "home"
+    home = builtin_seed.home(tmp_path / "home")   # the model converted once a session
     job = train_job(tmp_path, BUILTIN_MODEL, "builtin", env={"FUSETUNE_HOME": str(home)}, max_steps=2,
                     batch_size=2, max_seq_length=48, learning_rate=1e-3)
     path = export(job, "gguf", "f16", out=tmp_path / "gguf" / "smol.gguf", data_dir=home).files[0]

@@ -16,8 +16,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fusetune-home")
+def data_dir(tmp_path_factory, builtin_seed):
+    """A data dir after the built-in model's first job: converted, its general answers cached
+    (tests/builtin_home.py; the conversion is tested below, the generation in the seed)."""
+    return builtin_seed.home(tmp_path_factory.mktemp("fusetune-home"), answers=True)
 
 
 def ask(model, tokenizer, question: str, max_new_tokens: int = 30) -> str:

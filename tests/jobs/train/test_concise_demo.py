@@ -37,7 +37,8 @@ def answers(model, tokenizer, questions: list[str]) -> list[str]:
     return [tokenizer.decode(row[inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip() for row in out]
 
 
-def test_dpo_on_the_builtin_set_shortens_answers_and_keeps_the_facts(tmp_path):
+def test_dpo_on_the_builtin_set_shortens_answers_and_keeps_the_facts(tmp_path, builtin_seed):
+    builtin_seed.home(tmp_path, answers=True)   # the model and its base answers, made once a session
     out = tmp_path / "concise-job"
     path = tmp_path / "concise.yaml"
     path.write_text(yaml.safe_dump({"output_dir": str(out), "method": "dpo", "dataset": BUILTIN_CONCISE}))

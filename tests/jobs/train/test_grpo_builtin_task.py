@@ -25,9 +25,9 @@ MARGIN = 0.2   # the mean reward of the last WINDOW steps beats that of the firs
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    """One data dir for the module: the built-in model is converted into it once."""
-    return tmp_path_factory.mktemp("fusetune-home")
+def data_dir(tmp_path_factory, builtin_seed):
+    """A data dir holding the built-in model, converted once per session (tests/builtin_home.py)."""
+    return builtin_seed.home(tmp_path_factory.mktemp("fusetune-home"))
 
 
 def run_builtin_task(tmp_path, data_dir, seed: int):

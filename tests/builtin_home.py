@@ -1,0 +1,65 @@
+"""One converted built-in model (and its answers to the general prompts) for the whole test session.
+
+Converting the GGUF takes ~40 s and generating the base answers ~3 min on CI's two cores; several
+tests need a fresh data dir holding them (the identity and concise demos, the GRPO task, the page
+check, the export round trip, the browser studio). Each gets its own data dir whose `models/`
+folder is hard-linked from the one seed: the same files a user's data dir would hold after the
+first job, made once. The cached files are only ever replaced (written beside and renamed), never
+written in place, so a test cannot change the seed through a link.
+
+The conversion itself and the first generation stay tested where they are the subject
+(tests/jobs/models/test_builtin.py, tests/jobs/data/test_identity.py)."""
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+
+class BuiltinSeed:
+    """A data dir converted once; `home(dest)` gives a test its own data dir built from it."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+        self._lock = threading.Lock()
+        self._answers = False
+
+    @property
+    def model_cache(self) -> Path:
+        from jobs.io import paths
+        return paths.model_cache_dir(paths.data_dir(self.root))
+
+    def model_folder(self) -> Path:
+        from jobs.models.load import resolve_model
+        from jobs.spec import BUILTIN_MODEL
+        with self._lock:
+            return Path(resolve_model(BUILTIN_MODEL, self.root, log=lambda _line: None))
+
+    def with_answers(self) -> None:
+        """The base model's greedy answers to the general prompts, cached as a first identity or
+        concise job would (jobs/data/builtin/general.py, keyed by the model's path in the cache)."""
+        source = self.model_folder()
+        with self._lock:
+            if not self._answers:
+                from jobs.data.builtin import general
+                general.base_answers(self.model_cache, str(source), log=lambda _line: None)
+                self._answers = True
+
+    def home(self, dest: Path, answers: bool = False) -> Path:
+        """`dest` as a data dir holding the converted model (and, with `answers`, its general
+        answers); returns dest."""
+        self.with_answers() if answers else self.model_folder()
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        target = dest / self.model_cache.relative_to(self.root)
+        shutil.copytree(self.model_cache, target, copy_function=_link_or_copy, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("*.lock", ".*.lock"))
+        return dest
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:   # another file system
+        shutil.copy2(src, dst)
