@@ -28,6 +28,7 @@ from jobs.train.methods import grpo_loss
 from jobs.train import decode, rng_state
 from jobs.train.methods.base import Method, StepCancelled
 from jobs.train.methods.grpo_data import PromptPlan, RolloutBatch, rollout_tensors, rollout_tensors_packed
+from jobs.train.methods.logprobs import logprobs_op, op_line
 from jobs.train.rewards.score import RewardSet
 from jobs.train.rollout import sample_completions
 
@@ -72,6 +73,9 @@ class GroupRelativePolicyOptimization(Method):
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
         self.policy_rows = self._policy_rows()
+        report = op_line(self.spec.fused_kernels, t.device, "completion tokens only, no full logits")
+        t.patch_report.append(report)
+        t.log(report)
         return PromptPlan(t.examples, self.spec.batch_size, self.spec.seed, t.dist.rank, t.dist.world_size), None
 
     def _policy_rows(self) -> int | None:
@@ -214,8 +218,8 @@ class GroupRelativePolicyOptimization(Method):
     # ---- the step ---------------------------------------------------------------------
     def loss(self, model, batch: dict, count: torch.Tensor):
         from kernels.loss_patch import find_causal_lm
-        from kernels.ops.fused_linear_logprobs import fused_linear_logprobs
         spec, peft = self.spec, self.trainer.model
+        logprobs = logprobs_op(spec.fused_kernels)   # the PyTorch reference when fused_kernels is off
         lm = find_causal_lm(peft)
         inputs = {k: batch[k] for k in MODEL_KEYS if k in batch}
         head = dict(weight=lm.lm_head.weight, bias=lm.lm_head.bias, temperature=spec.temperature,
@@ -224,9 +228,9 @@ class GroupRelativePolicyOptimization(Method):
         if spec.beta > 0:
             with torch.no_grad(), peft.disable_adapter():
                 hidden = _completion_hidden(peft, lm, inputs, batch["gather"])
-                ref = fused_linear_logprobs(hidden, labels=batch["labels"], **head)
+                ref = logprobs(hidden, labels=batch["labels"], **head)
         hidden = _completion_hidden(model, lm, inputs, batch["gather"])
-        logp = fused_linear_logprobs(hidden, labels=batch["labels"], **head)
+        logp = logprobs(hidden, labels=batch["labels"], **head)
         loss, kl = grpo_loss.grpo_loss(
             logp, batch["seq_index"], batch["lengths"], batch["advantages"].to(logp.device), count, ref_logp=ref,
             beta=spec.beta, eps_low=spec.epsilon, eps_high=spec.epsilon_high or spec.epsilon,

@@ -14,9 +14,9 @@ import contextlib
 
 import torch
 
+from jobs.train.methods.logprobs import logprobs_op
 from kernels.loss_patch import find_causal_lm
-from kernels.ops.fused_linear_logprobs import (fused_linear_logprobs, fused_linear_logprobs_reference,
-                                               kernel_unavailable_reason, sequence_logps)
+from kernels.ops.fused_linear_logprobs import sequence_logps
 
 PREF_KEYS = ("pref_rows", "pref_targets", "pref_seq", "pref_units", "pref_label", "pref_valid")
 
@@ -24,16 +24,6 @@ PREF_KEYS = ("pref_rows", "pref_targets", "pref_seq", "pref_units", "pref_label"
 def unwrap(model):
     """The PEFT model inside a DDP wrapper (or the model itself)."""
     return getattr(model, "module", model)
-
-
-def op_line(fused: bool, device: torch.device) -> str:
-    """The kernel report's line for the log-probs op (which path runs, and why)."""
-    if not fused:
-        return "  torch   fused_linear_logprobs: fused_kernels is off (full logits, PyTorch)"
-    reason = kernel_unavailable_reason(torch.empty(0, device=device))
-    if reason:
-        return f"  torch   fused_linear_logprobs: {reason}"
-    return "  triton  fused_linear_logprobs (chosen + rejected in one forward, label rows only)"
 
 
 def _decoder_hidden(model, kwargs: dict) -> torch.Tensor:
@@ -62,8 +52,7 @@ def sequence_sums(model, batch: dict, fused: bool) -> tuple[torch.Tensor, torch.
     softcap = getattr(text, "final_logit_softcapping", None)
     # only the label rows reach the head (indices made with the batch on the host: no sync)
     rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["pref_rows"])
-    op = fused_linear_logprobs if fused else fused_linear_logprobs_reference
-    token_logp = op(rows, head.weight, batch["pref_targets"], getattr(head, "bias", None), softcap)
+    token_logp = logprobs_op(fused)(rows, head.weight, batch["pref_targets"], getattr(head, "bias", None), softcap)
     return sequence_logps(token_logp, batch["pref_seq"], 2 * batch["pref_units"].numel())
 
 

@@ -35,6 +35,8 @@ def test_a_reward_file_that_rewards_one_letter_raises_that_reward(tmp_path, tiny
     assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-3000:]
     log = (out / "train.log").read_text()
     assert ("grpo packing: on" if packing == "on" else "grpo packing: auto -> off on CPU") in log
+    # fused_kernels off: the log-probs in PyTorch too (it interpreted the Triton op under TRITON_INTERPRET)
+    assert "torch   fused_linear_logprobs: fused_kernels is off" in log
     summary = summarize(out)
     assert summary.start["packing"] is (packing == "on")
     steps = summary.steps
@@ -64,10 +66,14 @@ def test_a_reward_that_raises_fails_the_job_naming_it_with_the_traceback_in_the_
 
 
 def test_builtin_arithmetic_with_kl_runs_and_resumes_from_its_checkpoint(tmp_path, tiny_model):
+    """With the fused engine on (the Triton interpreter here): the policy and reference log-probs
+    go through the fused op."""
     config = grpo_config(tmp_path, dataset="builtin:arithmetic", reward_file="", max_steps=2, save_steps=1,
-                         beta=0.1, loss_type="grpo", num_generations=4)
+                         beta=0.1, loss_type="grpo", num_generations=4, fused_kernels=True)
     proc, out = run_job(tmp_path, "arith", tiny_model, **config)
     assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-3000:]
+    assert any(line.strip().startswith("triton  fused_linear_logprobs (completion tokens")
+               for line in summarize(out).start["patch_report"]), summarize(out).start["patch_report"]
     step = summarize(out).steps[0]
     assert {"reward/answer", "reward/format", "kl"} <= set(step) and step["kl"] >= 0
     again, out2 = run_job(tmp_path, "arith-resumed", tiny_model, **{**config, "max_steps": 3,
