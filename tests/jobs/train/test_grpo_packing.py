@@ -23,7 +23,8 @@ def _method(model, loss_type: str, beta: float, tokenizer=None):
     method = GroupRelativePolicyOptimization.__new__(GroupRelativePolicyOptimization)
     method.trainer = SimpleNamespace(model=model, tokenizer=tokenizer)
     method.spec = SimpleNamespace(temperature=0.9, beta=beta, epsilon=0.2, epsilon_high=0.0, loss_type=loss_type,
-                                  max_completion_length=8, num_generations=GROUP)
+                                  max_completion_length=8, num_generations=GROUP,
+                                  fused_kernels=True)   # the fused log-probs op (interpreted on CPU)
     return method
 
 
