@@ -23,7 +23,6 @@ class BuiltinSeed:
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
         self._lock = threading.Lock()
-        self._answers = False
 
     @property
     def model_cache(self) -> Path:
@@ -39,12 +38,10 @@ class BuiltinSeed:
     def with_answers(self) -> None:
         """The base model's greedy answers to the general prompts, cached as a first identity or
         concise job would (jobs/data/builtin/general.py, keyed by the model's path in the cache)."""
+        from jobs.data.builtin import general
         source = self.model_folder()
-        with self._lock:
-            if not self._answers:
-                from jobs.data.builtin import general
-                general.base_answers(self.model_cache, str(source), log=lambda _line: None)
-                self._answers = True
+        with self._lock:   # generated on the first call, read from the cache after
+            general.base_answers(self.model_cache, str(source), log=lambda _line: None)
 
     def home(self, dest: Path, answers: bool = False) -> Path:
         """`dest` as a data dir holding the converted model (and, with `answers`, its general

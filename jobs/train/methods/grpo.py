@@ -28,7 +28,7 @@ from jobs.train.methods import grpo_loss
 from jobs.train import decode, rng_state
 from jobs.train.methods.base import Method, StepCancelled
 from jobs.train.methods.grpo_data import PromptPlan, RolloutBatch, rollout_tensors, rollout_tensors_packed
-from jobs.train.methods.logprobs import logprobs_op, op_line
+from jobs.train.methods.logprobs import logprobs_op, report_op
 from jobs.train.rewards.score import RewardSet
 from jobs.train.rollout import sample_completions
 
@@ -73,9 +73,7 @@ class GroupRelativePolicyOptimization(Method):
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
         self.policy_rows = self._policy_rows()
-        report = op_line(self.spec.fused_kernels, t.device, "completion tokens only, no full logits")
-        t.patch_report.append(report)
-        t.log(report)
+        report_op(t, "completion tokens only, no full logits")
         return PromptPlan(t.examples, self.spec.batch_size, self.spec.seed, t.dist.rank, t.dist.world_size), None
 
     def _policy_rows(self) -> int | None:

@@ -27,3 +27,10 @@ def op_line(fused: bool, device: torch.device, what: str) -> str:
     if reason:
         return f"  torch   fused_linear_logprobs: {reason}"
     return f"  triton  fused_linear_logprobs ({what})"
+
+
+def report_op(trainer, what: str) -> None:
+    """The op's line into the trainer's kernel report (the start event) and its log."""
+    line = op_line(trainer.spec.fused_kernels, trainer.device, what)
+    trainer.patch_report.append(line)
+    trainer.log(line)

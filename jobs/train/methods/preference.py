@@ -20,7 +20,7 @@ from jobs.data.pairs import PairPlan, load_units
 from jobs.train import evaluate
 from jobs.train.methods import preference_losses as losses
 from jobs.train.methods.base import Method
-from jobs.train.methods.logprobs import op_line
+from jobs.train.methods.logprobs import report_op
 from jobs.train.methods.preference_forward import reference_sums, sequence_sums
 
 PAIR_METRICS = ("chosen_reward", "rejected_reward", "reward_margin", "reward_accuracy")
@@ -60,9 +60,7 @@ class PreferenceMethod(Method):
                         **ranks)
         eval_plan = (PairPlan(t.eval_examples, size, row, t.packed, spec.seed, shuffle=False, **ranks)
                      if t.eval_examples else None)
-        report = op_line(spec.fused_kernels, t.device, "chosen + rejected in one forward, label rows only")
-        t.patch_report.append(report)
-        t.log(report)
+        report_op(t, "chosen + rejected in one forward, label rows only")
         return plan, eval_plan
 
     # ---- reference ------------------------------------------------------------------
