@@ -87,7 +87,13 @@ def _resume(runner: Any, action: str, job_id: str, lang: str, more_steps: int) -
     record = runner.get(job_id)
     found = newest_checkpoint(record.job_dir) if record else None
     try:
-        runner.resume(job_id, more)
+        if action == MORE:   # a new job in its own folder: the done job's adapter stays as it was
+            again = runner.train_more(job_id, more)
+        else:
+            runner.resume(job_id)
     except RunnerError as exc:
         return "error", t("action.resume_refused", lang, job=job_id, error=translated(str(exc), lang))
-    return "ok", t("action.resumed", lang, job=job_id, step=found[1] if found else 0)
+    step = found[1] if found else 0
+    if action == MORE:
+        return "ok", t("action.continued", lang, job=job_id, new=again.id, name=again.name, step=step)
+    return "ok", t("action.resumed", lang, job=job_id, step=step)

@@ -81,6 +81,7 @@ def _detail_values(ctx: StudioContext, record: Any, lang: str) -> tuple:
     progress = render.progress_html(record.state, numbers["step"], numbers["max_steps"],
                                     numbers["progress"], numbers["eta_s"], numbers["elapsed_s"], lang,
                                     phase=numbers["phase"])
+    progress += view.outcome_html(summary, lang) + view.lineage_html(record, lang)
     progress += view.tracking_html(record, lang)
     failure = view.failure_text(record, summary, lang)
     util, mem = view.gpu_frames(summary)

@@ -19,6 +19,7 @@ import pandas as pd
 from jobs.io.events import EventTail, JobSummary, read_events, summarize_events
 from jobs.io.layout import JobLayout
 from jobs.queue.outcome import FINISHED_BEFORE_CANCEL
+from jobs.queue.resume import continued_from
 from jobs.queue.store import JobState
 from studio.i18n import t
 from studio.server_text import report_line, translated
@@ -140,6 +141,29 @@ def tracking_html(record: Any, lang: str = "en") -> str:
     command = html.escape(tensorboard_command(record.job_dir))
     return (f'<div class="ft-tracking">{html.escape(t("jobs.tensorboard", lang))} '
             f'<code>{command}</code></div>')
+
+
+def outcome_html(summary: JobSummary, lang: str = "en") -> str:
+    """A done job's headline loss: the mean of its last steps (one step's loss is noisy), said so,
+    with its last eval loss beside it; "" before the end or for GRPO (its reward tells more)."""
+    done = summary.final if summary.final and summary.final.get("type") == "done" else {}
+    loss, averaged = done.get("final_loss"), done.get("final_loss_steps")
+    if not isinstance(loss, (int, float)) or "reward_mean" in (summary.last_step or {}):
+        return ""
+    text = t("jobs.final_loss", lang, loss=format_loss(loss), steps=averaged or 1)
+    if isinstance(done.get("eval_loss"), (int, float)):
+        text += t("jobs.eval_loss_beside", lang, loss=format_loss(done["eval_loss"]))
+    return f'<div class="ft-outcome" id="ft-final-loss">{html.escape(text)}</div>'
+
+
+def lineage_html(record: Any, lang: str = "en") -> str:
+    """For a "train more steps" job: which job it continues, and from which step, else ""."""
+    link = continued_from(record.job_dir)
+    if link is None:
+        return ""
+    text = t("jobs.continues", lang, job=str(link.get("job_id", "")), name=str(link.get("name", "")),
+             step=link["step"])
+    return f'<div class="ft-lineage">{html.escape(text)}</div>'
 
 
 def failure_text(record: Any, summary: JobSummary, lang: str = "en") -> str:

@@ -76,23 +76,39 @@ TRAINING_LINE = "- Training: "
 PREFERENCE_NUMBERS = ("reward_accuracy", "reward_margin")   # what DPO/ORPO/SimPO/KTO steps report beside the loss
 
 
+SMOOTHED_STEPS = 10   # "final loss" is the mean over this many last steps: one step's loss is noisy
+
+
+def smoothed_loss(losses) -> tuple[float | None, int]:
+    """The headline loss of a run: the mean of its last SMOOTHED_STEPS step losses, and how many."""
+    kept = list(losses)[-SMOOTHED_STEPS:]
+    return (sum(kept) / len(kept), len(kept)) if kept else (None, 0)
+
+
 def training_summary(spec: JobSpec, final_loss: float | None, steps: int, status: str,
-                     last_step: dict | None = None) -> str:
+                     last_step: dict | None = None, **loss_notes) -> str:
     """The card's training line: the method, how training ended, and `training_outcome`."""
-    return f"{TRAINING_LINE}{spec.method}, {status} after {steps} steps, {training_outcome(spec, final_loss, last_step)}"
+    outcome = training_outcome(spec, final_loss, last_step, **loss_notes)
+    return f"{TRAINING_LINE}{spec.method}, {status} after {steps} steps, {outcome}"
 
 
-def training_outcome(spec: JobSpec, final_loss: float | None, last_step: dict | None = None) -> str:
-    """The last step's numbers that say how training went (the card's line and train.log's done line).
+def training_outcome(spec: JobSpec, final_loss: float | None, last_step: dict | None = None,
+                     averaged: int = 1, eval_loss: float | None = None) -> str:
+    """The numbers that say how training went (the card's line and train.log's done line).
     GRPO shows its reward instead of its loss, which says little: on-policy the group advantages
     about cancel out, so it stays near 0 whatever was learned ("final loss 0.0000").
     `last_step`: the last step event's method fields (reward_mean, reward_accuracy, ...); None where
-    unknown."""
+    unknown. `final_loss` is the mean of the last `averaged` steps' losses (smoothed_loss), said so
+    when more than one; `eval_loss`: the last held-out loss, shown beside it."""
     last = last_step or {}
     if spec.method == "grpo":
         reward = last.get("reward_mean")
         return "reward_mean " + ("n/a" if reward is None else f"{reward:.4f} at the last step")
     result = "final loss " + ("n/a" if final_loss is None else f"{final_loss:.4f}")
+    if final_loss is not None and averaged > 1:
+        result += f" (mean of the last {averaged} steps)"
+    if eval_loss is not None:
+        result += f", eval loss {eval_loss:.4f}"
     shown = [f"{name} {last[name]:.4f}" for name in PREFERENCE_NUMBERS if last.get(name) is not None]
     return result + (f" ({', '.join(shown)} at the last step)" if shown else "")
 
@@ -104,7 +120,7 @@ def adapter_training_line(card_text: str) -> str | None:
 
 
 def model_card(spec: JobSpec, base_source: str, final_loss: float | None, steps: int,
-               status: str = "finished", last_step: dict | None = None) -> str:
+               status: str = "finished", last_step: dict | None = None, **loss_notes) -> str:
     """The README.md written beside the adapter."""
     return f"""{front_matter(spec.model, "adapter", ["lora"])}
 # LoRA adapter trained with Fusetune Studio
@@ -112,7 +128,7 @@ def model_card(spec: JobSpec, base_source: str, final_loss: float | None, steps:
 - Base model: `{portable_base_model(spec.model)}`
 - Trained from: {trained_from(spec.model, base_source)}
 - Dataset: `{spec.dataset}` ({spec.dataset_format})
-{training_summary(spec, final_loss, steps, status, last_step)}
+{training_summary(spec, final_loss, steps, status, last_step, **loss_notes)}
 - LoRA: r={spec.lora_r}, alpha={spec.lora_alpha}, dropout={spec.lora_dropout}, targets={spec.target_modules}
 
 ## Use it

@@ -14,6 +14,7 @@ LOG_FILE = "train.log"
 EVENTS_FILE = "events.jsonl"
 COMPLETIONS_FILE = "completions.jsonl"   # grpo: a few sampled completions per step, with their rewards
 CANCEL_FILE = "cancel.request"
+CONTINUES_FILE = "continues.json"   # "train more steps": the finished job this one continues
 CHECKPOINTS_DIR = "checkpoints"
 ADAPTER_DIR = "adapter"
 BEST_ADAPTER_DIR = "adapter-best"
@@ -54,6 +55,10 @@ class JobLayout:
     @property
     def cancel_request(self) -> Path:
         return self.root / CANCEL_FILE
+
+    @property
+    def continues(self) -> Path:
+        return self.root / CONTINUES_FILE
 
     @property
     def checkpoints(self) -> Path:

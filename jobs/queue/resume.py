@@ -1,17 +1,22 @@
-"""(jobs/queue) Resume: the same job continues from its newest checkpoint with its own config.
+"""(jobs/queue) Resume and "train more steps".
 
-A cancelled or failed job goes back to `queued` under its own id, folder and row; a done one can
-"train more steps" (its max_steps raised). The trainer then loads `checkpoints/step-N` through the
-ordinary `resume_from` path and appends to the job's events.jsonl; its start event carries
-`resumed_at`, so the job keeps one loss curve (jobs.io.events.summarize drops what the earlier run
-reported after that step). The same idea as `resume_from_checkpoint=True` in transformers'
-Trainer (the newest checkpoint of the output dir), applied to the queue's job rather than to a new
-run."""
+Resume: a cancelled or failed job goes back to `queued` under its own id, folder and row. The
+trainer loads `checkpoints/step-N` through the ordinary `resume_from` path and appends to the job's
+events.jsonl; its start event carries `resumed_at`, so the job keeps one loss curve
+(jobs.io.events.summarize drops what the earlier run reported after that step). The same idea as
+`resume_from_checkpoint=True` in transformers' Trainer, applied to the queue's job.
+
+Train more steps: a done job is never touched again (its adapter, exports and chat answers stay
+what they were). A new job, in a folder of its own, starts from the done job's final checkpoint
+(the trainer always writes one at the end, jobs/train/saving.finish); its folder starts with a copy
+of the first job's events, so its step count and loss curve continue where the first ended, and
+`continues.json` links it to the first."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from jobs.io.events import read_events
 from jobs.io.layout import TRAINER_STATE, JobLayout
 from jobs.spec import JobSpec, SpecError
 from jobs.io.storage import as_storage_error, write_private_text
@@ -56,8 +61,7 @@ def resumed_spec(record: JobRecord, more_steps: int = 0) -> JobSpec:
     folder, step = found
     # read without the start's file checks: its resume_from (the checkpoint the earlier run itself
     # started from) is replaced below and may be gone; the files the new run reads are checked last
-    saved = {k: v for k, v in (record.spec or {}).items() if k in JobSpec.field_names()}
-    spec = JobSpec.from_dict(saved, to_run=False)
+    spec = _saved_spec(record)
     if state == JobState.DONE and more_steps <= 0:
         raise ResumeError(f"job {record.name!r} is done: say how many more steps to train")
     if more_steps > 0:  # beyond where the job ended (the newest checkpoint may be a little earlier)
@@ -65,6 +69,57 @@ def resumed_spec(record: JobRecord, more_steps: int = 0) -> JobSpec:
     spec.resume_from = str(folder)
     spec.validate()
     return spec
+
+
+def _saved_spec(record: JobRecord) -> JobSpec:
+    """The job's own config, read without the start's file checks: its resume_from (the checkpoint
+    the earlier run itself started from) is replaced by the caller and may be gone; the files the
+    new run reads are checked by the caller's validate()."""
+    saved = {k: v for k, v in (record.spec or {}).items() if k in JobSpec.field_names()}
+    return JobSpec.from_dict(saved, to_run=False)
+
+
+def continued_spec(record: JobRecord, more_steps: int) -> tuple[JobSpec, int]:
+    """The config of a new job that trains `more_steps` beyond where the done job `record` ended,
+    from its newest checkpoint; and that checkpoint's step."""
+    if JobState(record.state) != JobState.DONE:
+        raise ResumeError(f"job {record.name!r} is not done: resume it instead of training more steps")
+    if more_steps <= 0:
+        raise ResumeError(f"job {record.name!r} is done: say how many more steps to train")
+    found = newest_checkpoint(record.job_dir)
+    if found is None:
+        raise ResumeError(f"job {record.name!r} saved no checkpoint to continue from; start a new job "
+                          "from the Train tab")
+    folder, step = found
+    spec = _saved_spec(record)
+    spec.max_steps = max(step, spec.max_steps) + more_steps
+    spec.resume_from = str(folder)
+    spec.name = f"{record.name} +{more_steps}"
+    spec.output_dir = ""
+    spec.validate()
+    return spec, step
+
+
+def seed_continuation(layout: JobLayout, parent: JobRecord, step: int) -> None:
+    """Start a continuing job's folder with the first job's events (so that its curve and step count
+    go on from `step`) and the link to that job. Checkpoint events are left out: they name the first
+    job's folders, not this one's."""
+    events = []
+    for event in read_events(parent.job_dir):
+        if event.get("type") != "checkpoint":
+            events.append(json.dumps(event, ensure_ascii=False) + "\n")
+    write_private_text(layout.events, "".join(events))
+    link = {"job_id": parent.id, "name": parent.name, "job_dir": str(parent.job_dir), "step": step}
+    write_private_text(layout.continues, json.dumps(link, ensure_ascii=False))
+
+
+def continued_from(job_dir: str | Path) -> dict | None:
+    """The link a "train more steps" job keeps to the job it continues ({job_id, name, step}), or None."""
+    try:
+        link = json.loads(JobLayout(job_dir).continues.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return link if isinstance(link, dict) and isinstance(link.get("step"), int) else None
 
 
 def requeue(store: JobStore, job_id: str, more_steps: int = 0) -> None:

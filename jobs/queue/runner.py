@@ -34,20 +34,16 @@ from jobs.io.layout import JobLayout, new_job_folder
 from jobs.io.storage import PRIVATE_UMASK, as_storage_error, open_private, write_private_text
 from jobs.launch import launch_argv
 from jobs.messages import say
-from jobs.queue import placement, procs, resume
+from jobs.queue import placement, procs, removal, resume
 from jobs.queue.outcome import outcome as _outcome, spawn_failure as _spawn_failure
-from jobs.queue.runner_log import _guarded, _log, default_name
-from jobs.spec import JobSpec
-from jobs.queue.store import FINISHED, JobRecord, JobState, JobStore
+from jobs.queue.runner_log import RunnerError, _guarded, _log, default_name
+from jobs.spec import JobSpec, SpecError
+from jobs.queue.store import JobRecord, JobState, JobStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CANCEL_GRACE_S = 60.0
 CLAIM_GRACE_S = 120.0  # a claim with no trainer after this long is abandoned (its owner hung or died)
 MAX_BACKOFF_S = 30.0
-
-
-class RunnerError(RuntimeError):
-    """A request the runner refuses (deleting a running job, ...); the message says why and what to do."""
 
 
 class Runner:
@@ -86,11 +82,13 @@ class Runner:
             held.setdefault(index, []).append(name)
         return gpus.inventory(held)
 
-    def submit(self, spec: JobSpec, need_gb: float | None = None) -> JobRecord:
+    def submit(self, spec: JobSpec, need_gb: float | None = None,
+               continues: tuple[JobRecord, int] | None = None) -> JobRecord:
         """Validate, record and start (or queue) a job; `need_gb`: its predicted peak GPU memory
-        (the fit check's), which the queue waits for (None: a whole GPU). Raises SpecError before
-        anything exists, and a StorageError (one line: path, free space, fix) when the data dir
-        cannot be written."""
+        (the fit check's), which the queue waits for (None: a whole GPU); `continues`: the done job
+        (and its checkpoint's step) that this one trains further. Raises SpecError before anything
+        exists, and a StorageError (one line: path, free space, fix) when the data dir cannot be
+        written."""
         spec.validate()
         gpus.check_request(spec.gpus, spec.processes, gpus.read_gpus())
         spec.name = spec.name.strip() or default_name(spec)
@@ -100,6 +98,8 @@ class Runner:
             spec.output_dir = str(layout.root)
             write_private_text(layout.config, spec.to_yaml())
             placement.write_need(layout.root, need_gb)
+            if continues is not None:   # before the row exists: no runner can start it unseeded
+                resume.seed_continuation(layout, *continues)
         except OSError as exc:
             if layout is not None:
                 shutil.rmtree(layout.root, ignore_errors=True)
@@ -149,38 +149,22 @@ class Runner:
         self._reconcile_quietly()
         return self.store.get(job_id)
 
-    def delete(self, job_id: str) -> bool:
-        """Remove a job and its folder: a finished one, or a queued one (which is first cancelled so
-        that no runner can claim it meanwhile). A running job is refused with a RunnerError: cancel
-        it first. False when there is no such job. Only folders inside <data dir>/jobs/ are deleted
-        (a row pointing elsewhere loses its row, never someone else's folder)."""
+    def train_more(self, job_id: str, more_steps: int) -> JobRecord:
+        """A new job that trains a done job `more_steps` further from its final checkpoint, in a
+        folder of its own (the done job's adapter is never overwritten); RunnerError says why not."""
         record = self.store.get(job_id)
         if record is None:
-            return False
-        if record.state == JobState.QUEUED:
-            self.store.transition(job_id, (JobState.QUEUED,), state=JobState.CANCELLED,
-                                  finished_at=time.time(), reason="removed before it started")
-            record = self.store.get(job_id) or record
-        if not record.finished:
-            raise RunnerError(f"job {record.name!r} is running: cancel it first, then delete it")
-        folder = Path(record.job_dir)
-        trash = folder.with_name(f".deleting-{folder.name}")
-        owned = folder.parent.resolve() == paths.jobs_dir(self.data_dir).resolve()
-        if owned and folder.is_dir():
-            from jobs.export.busy import ExportRunning, rename_unless_exporting
-            try:
-                rename_unless_exporting(folder, trash)  # gone from view at once; recoverable until rmtree
-            except ExportRunning:
-                raise RunnerError(f"job {record.name!r} is being exported right now: wait until the export "
-                                  "ends (the Export tab shows its progress), then delete it") from None
-            except OSError as exc:
-                raise RunnerError(f"cannot delete {folder}: {exc.strerror or exc}") from None
-        if not self.store.delete(job_id, FINISHED):
-            if owned and trash.is_dir():
-                trash.rename(folder)
-            raise RunnerError(f"job {record.name!r} changed state while being deleted; try again")
-        shutil.rmtree(trash, ignore_errors=True)
-        return True
+            raise RunnerError(f"there is no job {job_id}")
+        try:
+            spec, step = resume.continued_spec(record, more_steps)
+        except (resume.ResumeError, SpecError) as exc:
+            raise RunnerError(f"job {record.name!r} cannot train further: {exc}") from None
+        return self.submit(spec, placement.read(record.job_dir)["need_gb"], continues=(record, step))
+
+    def delete(self, job_id: str) -> bool:
+        """Remove a finished or queued job and its folder (jobs/queue/removal.py); a running job is
+        refused with a RunnerError; False when there is no such job."""
+        return removal.delete_job(self.store, paths.jobs_dir(self.data_dir), job_id)
 
     def list_jobs(self) -> list[JobRecord]:
         self._ensure_monitor()

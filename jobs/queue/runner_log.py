@@ -1,4 +1,4 @@
-"""A job's default display name, the runner's own lines on stderr, and an action guarded so that one job's failure never stops the queue
+"""The runner's refusals (RunnerError), a job's default display name, the runner's own lines on stderr, and an action guarded so that one job's failure never stops the queue
 (a full disk is one line; anything else gets its traceback)."""
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import traceback
 from jobs.io.storage import as_storage_error, is_disk_error
 from jobs.queue.store import JobRecord
 from jobs.spec import BUILTIN_DATASET, JobSpec, short_name
+
+
+class RunnerError(RuntimeError):
+    """A request the runner refuses (deleting a running job, ...); the message says why and what to do."""
 
 
 def _guarded(record: JobRecord, action) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -25,6 +26,7 @@ import torch
 from jobs.data import encode
 from jobs.io import phases
 from jobs.io import telemetry
+from jobs.export.card import SMOOTHED_STEPS
 from jobs.io.events import EventWriter
 from jobs.models import load as models
 from jobs.spec import JobSpec
@@ -59,6 +61,8 @@ class Trainer:
         self.stop_requested, self.step = False, 0
         self.micro_index = 0
         self.last_loss: float | None = None
+        self.recent_losses: deque[float] = deque(maxlen=SMOOTHED_STEPS)   # the headline loss averages these
+        self.last_eval_loss: float | None = None
         self.last_fields: dict = {}   # the last step's method numbers (reward_mean, ...), for the model card
         self.best_eval: tuple[float, int] | None = None   # (eval loss, step) of the best adapter
         self.fit_estimate = None
@@ -345,6 +349,7 @@ class Trainer:
             raise NonFiniteLoss(f"the loss became {loss} at step {step}; lower learning_rate "
                                 "(now {:g}) or use dtype fp32/bf16".format(self.spec.learning_rate))
         self.last_loss, self.last_fields = loss, self.method.step_fields(metrics)
+        self.recent_losses.append(loss)
         self._emit_step(step, loss, grad_norm, pending, step_s, self.last_fields)
 
     def _emit_step(self, step: int, loss: float, grad_norm: float, pending: PendingStep, step_s: float,
@@ -371,6 +376,7 @@ class Trainer:
         loss, tokens = fields["eval_loss"], fields["eval_tokens"]
         best = self.best_eval is None or loss < self.best_eval[0]
         self.events.emit("eval", step=self.step, **fields, best=best)
+        self.last_eval_loss = loss
         self.log(f"eval at step {self.step}: loss {loss:.4f} over {tokens} answer tokens" + (" (best)" if best else ""))
         if best and math.isfinite(loss):
             self.best_eval = (loss, self.step)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from jobs.export import model_card
-from jobs.export.card import training_outcome
+from jobs.export.card import smoothed_loss, training_outcome
 from jobs.train import checkpoints, rng_state
 
 
@@ -40,7 +40,9 @@ def save_adapter(trainer, status: str, best: bool = False) -> Path:
     """The adapter with its model card (`status` says how training ended); adapter-best/ for `best`."""
     if not trainer.dist.is_main:
         return trainer.job_dir / ("adapter-best" if best else "adapter")
-    card = model_card(trainer.spec, trainer.source, trainer.last_loss, trainer.step, status, trainer.last_fields)
+    loss, averaged = smoothed_loss(trainer.recent_losses)
+    card = model_card(trainer.spec, trainer.source, loss, trainer.step, status, trainer.last_fields,
+                      averaged=averaged, eval_loss=trainer.last_eval_loss)
     return checkpoints.save_adapter(trainer.job_dir, trainer.model, trainer.tokenizer, card, best=best,
                                     base_model=trainer.spec.model)
 
@@ -56,9 +58,10 @@ def save_on_stop(trainer) -> str:
 def finish(trainer) -> Path:
     """The end of a job that ran all its steps: the last checkpoint and adapter, the `done` event."""
     spec, best_eval = trainer.spec, trainer.best_eval
-    if not spec.save_steps and not (spec.keep_best and best_eval is not None):
-        # "0: only at the end", resumable (the studio's "train more steps"); on every rank at once,
-        # since each rank's random state is gathered into it
+    if not (spec.keep_best and best_eval is not None):
+        # every finished job keeps its final state, whatever save_steps is (the loop's periodic saves
+        # stop before the last step): the studio's "train more steps" continues from exactly here.
+        # On every rank at once, since each rank's random state is gathered into it
         save_checkpoint(trainer)
     if not trainer.dist.is_main:
         adapter = trainer.job_dir / "adapter"
@@ -69,11 +72,14 @@ def finish(trainer) -> Path:
                     f"{best_eval[1]}; the last step's weights are in checkpoints/step-{trainer.step}")
     else:
         adapter = save_adapter(trainer, "finished")
-    trainer.events.emit("done", step=trainer.step, final_loss=trainer.last_loss, adapter_dir=str(adapter),
+    loss, averaged = smoothed_loss(trainer.recent_losses)
+    trainer.events.emit("done", step=trainer.step, final_loss=loss, final_loss_steps=averaged,
+                        last_loss=trainer.last_loss, eval_loss=trainer.last_eval_loss, adapter_dir=str(adapter),
                         best_eval_loss=best_eval[0] if best_eval else None,
                         best_step=best_eval[1] if best_eval else None,
                         mean_gpu_util=trainer.sampler.mean_gpu_util(),
                         elapsed_s=round(time.time() - trainer.began, 2))
-    outcome = training_outcome(trainer.spec, trainer.last_loss, trainer.last_fields)   # GRPO: its reward
+    outcome = training_outcome(trainer.spec, loss, trainer.last_fields, averaged,   # GRPO: its reward
+                               trainer.last_eval_loss)
     trainer.log(f"done: {trainer.step} steps, {outcome}, adapter in {adapter}")
     return adapter

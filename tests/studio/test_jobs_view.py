@@ -37,6 +37,16 @@ def test_row_shows_last_step_and_loss(tmp_path):
     assert view.job_row(rec, done, "zh-CN")[2] == "运行中"
 
 
+def test_a_done_job_states_its_smoothed_final_loss_with_the_eval_loss_beside_it(tmp_path):
+    rec = record(tmp_path, "done")
+    running = write(rec, ("start", {"device": "cpu"}), ("step", step(1, 2.5)))
+    assert view.outcome_html(running) == ""
+    done = write(rec, ("done", {"final_loss": 1.08, "final_loss_steps": 10, "last_loss": 2.017, "eval_loss": 1.2}))
+    assert "Final loss 1.0800 (mean of the last 10 steps), eval loss 1.2000" in view.outcome_html(done)
+    assert "1.0800" in view.outcome_html(done, "zh-CN") and "验证损失 1.2000" in view.outcome_html(done, "zh-CN")
+    assert view.job_row(rec, done)[4] == "1.0800"   # the table shows the same smoothed value
+
+
 def test_plot_frames_are_numeric_even_when_empty(tmp_path):
     nothing = summarize(tmp_path / "none")
     for frame in (view.loss_frame(nothing), view.rss_frame(nothing), view.cpu_frame(nothing),

@@ -9,7 +9,7 @@ import yaml
 
 from jobs.models import builtin as smollm2
 from jobs.export import ExportError, export_adapter_zip, model_card
-from jobs.export.card import hub_id, portable_base_model
+from jobs.export.card import hub_id, portable_base_model, smoothed_loss
 from jobs.spec import BUILTIN_MODEL, JobSpec
 
 
@@ -134,3 +134,11 @@ def test_the_training_line_names_the_method_and_what_its_numbers_mean():
     merged = merged_card(JobSpec(model=BUILTIN_MODEL, method="kto"), "merged", ["weights: bf16"], line)
     assert f"\n{line}\n- weights: bf16\n\n## Config that ran\n```yaml\n" in merged
     assert adapter_training_line("# an adapter card from before") is None
+    loss, averaged = smoothed_loss([9.0] + [2.0, 1.0] * 5)
+    smoothed = model_card(JobSpec(model=BUILTIN_MODEL), "/x", loss, 60, averaged=averaged, eval_loss=1.25)
+    assert "final loss 1.5000 (mean of the last 10 steps), eval loss 1.2500\n" in smoothed
+
+
+def test_the_headline_loss_is_the_mean_of_the_last_ten_steps():
+    assert smoothed_loss([]) == (None, 0) and smoothed_loss([3.0, 1.0]) == (2.0, 2)
+    assert smoothed_loss(range(20)) == (14.5, 10)
