@@ -20,23 +20,31 @@ TRACKERS = ("tensorboard", "mlflow", "wandb")
 TENSORBOARD_DIR, MLFLOW_DIR, WANDB_DIR = "tensorboard", "mlruns", "wandb"
 PIP_NAMES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
 _STEP_SCALARS = {"loss": "train/loss", "lr": "train/learning_rate", "grad_norm": "train/grad_norm",
-                 "tokens_per_s": "train/tokens_per_s", "rss_gb": "system/rss_gb"}
+                 "tokens_per_s": "train/tokens_per_s", "rss_gb": "system/rss_gb", "cpu_pct": "system/cpu_pct",
+                 "peak_gb": "system/peak_gpu_gb"}
 _GPU_SCALARS = ("mem_used_gb", "util_pct")
+# step fields that place a step rather than measure it; every other number a method reports
+# (DPO's reward_margin and reward_accuracy, GRPO's reward_mean and reward/<name>, ...) goes to
+# the trackers as train/<its event name>, so they hold every number the Jobs tab plots
+_NOT_MEASURES = {"type", "time", "step", "max_steps", "elapsed_s", "eta_s", "gpus", "step_s"}
 
 
 def scalars(event: dict[str, Any]) -> dict[str, float]:
     """The numbers of one step or eval event under their tracker tags (None and non-numbers left out)."""
     found: dict[str, float] = {}
     if event.get("type") == "step":
-        for key, tag in _STEP_SCALARS.items():
-            _put(found, tag, event.get(key))
+        for key, value in event.items():
+            if key not in _NOT_MEASURES:
+                _put(found, _STEP_SCALARS.get(key, f"train/{key}"), value)
         for gpu in event.get("gpus") or []:
             if isinstance(gpu, dict):
                 name = f"gpu{gpu.get('index', 0)}" + (f"@{gpu['host']}" if gpu.get("host") else "")
                 for key in _GPU_SCALARS:
                     _put(found, f"{name}/{key}", gpu.get(key))
     elif event.get("type") == "eval":
-        _put(found, "eval/loss", event.get("eval_loss"))
+        for key, value in event.items():   # eval_loss -> eval/loss, eval_reward_accuracy -> eval/reward_accuracy
+            if key.startswith("eval_"):
+                _put(found, "eval/" + key.removeprefix("eval_"), value)
     return found
 
 

@@ -75,6 +75,29 @@ def test_tensorboard_scalars_equal_the_events_of_a_listener_fed_writer(tmp_path)
     assert tensorboard_command(tmp_path) == f"tensorboard --logdir {tmp_path / 'tensorboard'}"
 
 
+def test_the_method_numbers_the_jobs_tab_plots_go_to_the_trackers_too(tmp_path):
+    """DPO's rewards, margin and accuracy and GRPO's rewards (issue 40: TensorBoard had the loss only)."""
+    dpo = scalars({"type": "step", "step": 2, "max_steps": 9, "loss": 0.6, "chosen_reward": 0.25,
+                   "rejected_reward": -0.5, "reward_margin": 0.75, "reward_accuracy": 1.0, "elapsed_s": 3.0})
+    assert dpo == {"train/loss": 0.6, "train/chosen_reward": 0.25, "train/rejected_reward": -0.5,
+                   "train/reward_margin": 0.75, "train/reward_accuracy": 1.0}
+    grpo = scalars({"type": "step", "step": 1, "reward_mean": 0.5, "reward_std": 0.25, "reward/correct": 1.0,
+                    "completion_length": 40.0, "kl": 0.01, "cpu_pct": 90.0})
+    assert grpo == {"train/reward_mean": 0.5, "train/reward_std": 0.25, "train/reward/correct": 1.0,
+                    "train/completion_length": 40.0, "train/kl": 0.01, "system/cpu_pct": 90.0}
+    assert scalars({"type": "eval", "step": 4, "eval_loss": 1.5, "eval_reward_accuracy": 0.5, "eval_tokens": 9}) == {
+        "eval/loss": 1.5, "eval/reward_accuracy": 0.5, "eval/tokens": 9.0}
+    config = JobSpec.from_dict({"report_to": "tensorboard", "name": "tb"}).to_dict()
+    events = EventWriter(tmp_path, sinks=[Trackers(tmp_path, config, ["tensorboard"])])
+    events.emit("start", max_steps=2, resumed_at=0)   # the trackers open on the start event
+    events.emit("step", step=1, max_steps=2, loss=0.7, reward_margin=0.1, reward_accuracy=0.5)
+    events.emit("step", step=2, max_steps=2, loss=0.6, reward_margin=0.3, reward_accuracy=1.0)
+    events.emit("done", step=2, final_loss=0.65)
+    got = _scalars_of(tmp_path / "tensorboard")
+    assert_same_scalars(got, _expected(read_events(tmp_path)))
+    assert set(got) >= {"train/reward_margin", "train/reward_accuracy"}
+
+
 def test_a_real_job_reports_to_tensorboard_what_events_jsonl_says(tmp_path, tiny_model, in_process_cli):
     """A training run through jobs.train with report_to: tensorboard; the hyperparameters are there too."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
