@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from jobs.io.gpus import read_gpus
+
 if TYPE_CHECKING:
     from jobs.checks.preflight import DatasetSummary, PreflightReport
 
@@ -29,12 +31,21 @@ def summary_text(report: "PreflightReport") -> str:
     train = next((d for d in report.datasets if d.key == "dataset"), None)
     if train is not None:
         lines.append(_line("this run", _run_text(spec, train)))
-    lines.append(_line("GPU memory", report.predicted_memory or "no estimate (jobs/models/fit.py is not available)"))
+    lines.append(_line("GPU memory", _gpu_memory_text(report.predicted_memory)))
     lines += [_line("note", note) for note in report.notes]
     if report.problems:
         lines.append("problems:")
         lines += [f"  {problem}" for problem in report.problems]
     return "\n".join(lines)
+
+
+def _gpu_memory_text(predicted: str | None) -> str:
+    """The predicted GPU peak; on a machine without a GPU, first that the job runs on the CPU (a GPU
+    peak printed alone there reads as this machine's need)."""
+    text = predicted or "no estimate (jobs/models/fit.py is not available)"
+    if read_gpus():
+        return text
+    return "none on this machine: the job runs on the CPU" + (f" (on a GPU: {predicted})" if predicted else "")
 
 
 def _dataset_lines(summary: "DatasetSummary", max_seq_length: int) -> list[str]:

@@ -182,12 +182,17 @@ def test_the_gpu_memory_estimate_comes_from_jobs_fit_when_present(tmp_path, tiny
         seen.append((spec.batch_size, config.num_hidden_layers))
         return types.SimpleNamespace(summary=lambda: "1.23 GiB peak")
     fake.estimate_peak = estimate_peak
+    fake.budget_refusal = lambda spec, config: None
     monkeypatch.setitem(sys.modules, "jobs.models.fit", fake)
     import jobs.models
     monkeypatch.setattr(jobs.models, "fit", fake, raising=False)
     report = run_preflight(_spec(tiny_model, _jsonl(tmp_path / "d.jsonl", [ROW])), log=lambda _: None)
     assert report.predicted_memory == "1.23 GiB peak" and seen == [(4, 2)]
+    from jobs.checks import summary
+    monkeypatch.setattr(summary, "read_gpus", lambda: ["a GPU"])
     assert "GPU memory     1.23 GiB peak" in report.summary()
+    monkeypatch.setattr(summary, "read_gpus", lambda: [])   # a CPU-only machine says so first
+    assert "GPU memory     none on this machine: the job runs on the CPU (on a GPU: 1.23 GiB peak)" in report.summary()
 
 
 def test_dry_run_refuses_deep_nesting_by_row_without_a_traceback(tmp_path, tiny_model):
