@@ -3,9 +3,12 @@ the actions it offers (cancel, remove from the queue, delete, resume / train mor
 confirmed first. The action notice is cleared when another job is picked or the job it is about
 ends (a "Cancelling job A" must not stay above job B, nor above A once it is cancelled).
 
-A gr.Timer polls every POLL_S seconds. All state is read from disk (the SQLite store and the job's
-events.jsonl / train.log), so a reopened browser shows exactly what the job is doing; the job
-never depends on the page. Each poll re-sends only what changed (a per-browser signature).
+A gr.Timer polls every POLL_S seconds while a job runs or waits, or something changed; an idle page
+(nothing running or queued, nothing new) polls ever more slowly, up to IDLE_POLL_MAX_S, and any click
+brings it back to POLL_S (an open, idle Jobs page cost a third of a core in the browser at 1.5 s).
+All state is read from disk (the SQLite store and the job's events.jsonl / train.log), so a
+reopened browser shows exactly what the job is doing; the job never depends on the page. Each poll
+re-sends only what changed (a per-browser signature).
 
 Only the user picks the job shown and acted on (a table row or the list; Start picks the job it
 started): a poll never changes the selection, so an action never lands on a job the user did
@@ -28,6 +31,7 @@ from studio.context import StudioContext
 from studio.i18n import t
 
 POLL_S = 1.5
+IDLE_POLL_MAX_S = 12.0
 SHARED_TTL_S = 0.5   # a poll may show the table and a job this much late; a click reads them afresh
 LOG_LINES = 200
 GB_FORMAT = ".2~f"  # d3 format: 1.83, not 1.827000 on a flat curve
@@ -112,12 +116,30 @@ DETAIL_LEN = 11 + len(ACTIONS)
 
 
 def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any, lang: str = "en",
-            pick: bool = False, shared: bool = False) -> list[Any]:
-    """[table, select, *detail(DETAIL_LEN), notice, table_sig, detail_sig]; unchanged parts are gr.skip().
+            pick: bool = False, shared: bool = False, interval: float | None = None) -> list[Any]:
+    """[table, select, *detail(DETAIL_LEN), notice, table_sig, detail_sig, timer]; unchanged parts are
+    gr.skip().
 
     `pick` sets the list's value to `job_id` (the user or Start picked it); a poll only updates
-    the list's choices, except that a job which no longer exists is unpicked.
+    the list's choices, except that a job which no longer exists is unpicked. `shared`: a poll,
+    whose timer `interval` backs off while the page is idle; anything else sets it back to POLL_S.
     """
+    out = _refresh(ctx, job_id, table_sig, detail_sig, lang, pick, shared)
+    if not shared:
+        return [*out, gr.update(value=POLL_S) if interval != POLL_S else gr.skip()]
+    changed = (out[-2], out[-1]) != (table_sig, detail_sig)
+    records = ctx.shared.get(("table", lang), lambda: table_and_choices(ctx, lang), SHARED_TTL_S)[0]
+    return [*out, _next_poll(interval, changed or any(not r.finished for r in records))]
+
+
+def _next_poll(interval: float | None, busy: bool) -> Any:
+    """The timer's next interval: POLL_S while something runs, waits or changes; else twice the last."""
+    wanted = POLL_S if busy else min(IDLE_POLL_MAX_S, 2 * (interval or POLL_S))
+    return gr.skip() if wanted == interval else gr.update(value=wanted)
+
+
+def _refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any, lang: str,
+             pick: bool, shared: bool) -> list[Any]:
     if shared:   # a poll: every open page shares one reading of the store per SHARED_TTL_S
         records, table, choices = ctx.shared.get(("table", lang), lambda: table_and_choices(ctx, lang), SHARED_TTL_S)
     else:
@@ -231,7 +253,8 @@ def build_jobs_tab(ctx: StudioContext) -> JobsTab:
     table_sig, detail_sig, pending = gr.State(None), gr.State(None), gr.State(None)
     timer = gr.Timer(POLL_S)
     plots_sent = gr.State(None)  # the loss plot's colour map as last sent
-    outputs = [table, select, progress, failure, *plots, report, log, *buttons, notice, table_sig, detail_sig]
+    outputs = [table, select, progress, failure, *plots, report, log, *buttons, notice, table_sig, detail_sig,
+               timer]
     tab = JobsTab(table=table, select=select, timer=timer, refresh_outputs=outputs)
     polled = _wire_view(ctx, tab, table_sig, detail_sig)
     _wire_colors(ctx, tab, polled, plots[0], plots_sent)
@@ -243,8 +266,8 @@ def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig
     """The poll and the picks; returns the poll's event (for what must follow each poll)."""
     lang, outputs = ctx.lang, tab.refresh_outputs
 
-    def on_tick(job_id: str | None, t_sig: Any, d_sig: Any, language: str) -> list[Any]:
-        return refresh(ctx, job_id, t_sig, d_sig, language, shared=True)
+    def on_tick(job_id: str | None, t_sig: Any, d_sig: Any, language: str, interval: float | None) -> list[Any]:
+        return refresh(ctx, job_id, t_sig, d_sig, language, shared=True, interval=interval)
 
     def on_select(job_id: str | None, t_sig: Any, language: str) -> list[Any]:
         return refresh(ctx, job_id, t_sig, None, language, pick=True)
@@ -253,7 +276,8 @@ def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig
         job_id = evt.row_value[0] if evt.row_value else None
         return refresh(ctx, job_id, None, None, language, pick=True)
 
-    polled = tab.timer.tick(on_tick, [tab.select, table_sig, detail_sig, lang], outputs, show_progress="hidden")
+    polled = tab.timer.tick(on_tick, [tab.select, table_sig, detail_sig, lang, tab.timer], outputs,
+                            show_progress="hidden")
     tab.select.input(on_select, [tab.select, table_sig, lang], outputs, show_progress="hidden",
                      api_name="job_detail")   # named: bench/page_check.py follows a job through it
     tab.table.select(on_row, [lang], outputs, show_progress="hidden")

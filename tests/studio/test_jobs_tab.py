@@ -17,8 +17,8 @@ def step(n):
 
 def unpack(out):
     table, select, progress, failure, loss, rss, cpu, gpu_util, gpu_mem, rewards, completions, report, log, *rest = out
-    cancel, remove, delete, start_anyway, resume, more, notice, t_sig, d_sig = rest
-    return dict(table=table, select=select, progress=progress, failure=failure, loss=loss, gpu_util=gpu_util,
+    cancel, remove, delete, start_anyway, resume, more, notice, t_sig, d_sig, timer = rest
+    return dict(timer=timer, table=table, select=select, progress=progress, failure=failure, loss=loss, gpu_util=gpu_util,
                 rewards=rewards, completions=completions, report=report, cancel=cancel, remove=remove, delete=delete,
                 start_anyway=start_anyway, resume=resume, more=more, notice=notice, t_sig=t_sig, d_sig=d_sig)
 
@@ -55,6 +55,25 @@ def test_refresh_reads_disk_and_skips_unchanged_parts(tmp_path):
     finished = unpack(refresh(ctx, "a", moved["t_sig"], moved["d_sig"]))
     assert 'data-state="done"' in finished["progress"]
     assert (finished["cancel"]["visible"], finished["delete"]["visible"]) == (False, True)
+
+
+def test_an_idle_page_polls_ever_more_slowly_and_a_running_job_or_a_click_brings_it_back(tmp_path):
+    """Issue 40: an open, idle Jobs page polled every 1.5 s (a third of a core in chromium)."""
+    rec = job(tmp_path, "a", "done")
+    EventWriter(rec.job_dir).emit("start", device="cpu")
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([rec]))
+    first = unpack(refresh(ctx, "a", None, None, pick=True))
+    assert first["timer"]["value"] == 1.5                     # a click: back to the fast poll
+    sigs, interval, seen = (first["t_sig"], first["d_sig"]), 1.5, []
+    for _ in range(5):
+        out = unpack(refresh(ctx, "a", *sigs, shared=True, interval=interval))
+        interval = interval if is_skip(out["timer"]) else out["timer"]["value"]
+        seen.append(interval)
+    assert seen == [3.0, 6.0, 12.0, 12.0, 12.0]               # nothing runs, nothing changes
+    running = job(tmp_path, "b", "running")
+    busy = StudioContext(data_dir=tmp_path, runner=ListRunner([rec, running]))
+    out = unpack(refresh(busy, "a", *sigs, shared=True, interval=12.0))
+    assert out["timer"]["value"] == 1.5                        # another job runs: follow it closely
 
 
 def test_nothing_is_picked_for_the_user(tmp_path):
