@@ -9,6 +9,7 @@ import os
 import sqlite3
 import sys
 import threading
+import time
 
 # Before torch loads: see jobs/train/cli.py (two OpenMP runtimes must not busy-wait against each other).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -95,6 +96,28 @@ def guards(auth, upload_dir: str | None = None, max_upload_mb: int = 0) -> list:
     return found + ([Middleware(LoginGuard)] if auth else [])
 
 
+def patient_launch_check(limit_s: float = 90.0) -> None:
+    """Gradio's launch asks its own page once with a 3 s timeout and, when that one request times out,
+    fails with "When localhost is not accessible, a shareable link must be created". On a loaded
+    2-core machine (a job training, a browser open) rendering the page took longer than that and
+    the studio did not start; this is the same check (a HEAD of the page, the same answers count)
+    with patience. Set on gradio.networking, where Blocks.launch looks it up."""
+    import httpx
+    from gradio import networking
+
+    def url_ok(url: str) -> bool:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            try:
+                if httpx.head(url, timeout=15, verify=False).status_code in (200, 401, 301, 302, 303, 307, 308):
+                    return True
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        return False
+    networking.url_ok = url_ok
+
+
 def refuse_busy_port(host: str, port: int) -> None:
     """SystemExit with one line when something already listens on host:port (another studio?),
     instead of Gradio's OSError traceback after every module has loaded."""
@@ -170,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     # Gradio hands out only files in its cache, the working directory, the temp dir (now inside the
     # data dir) or allowed_paths. Downloads (the adapter zips) live in the job folders, whose
     # contents the UI shows anyway; uploads, the model cache and everything else stay refused.
+    patient_launch_check()
     try:
         demo.queue(default_concurrency_limit=4).launch(
             server_name=args.host, server_port=args.port, auth=auth, show_error=True, css=PAGE_CSS,

@@ -2,6 +2,7 @@
 line naming the path and the fix, before anything heavy loads."""
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -144,3 +145,28 @@ def test_the_built_in_models_warm_up_on_a_full_disk_says_so_in_one_line(tmp_path
     target = tmp_path / "models" / "x.safetensors"
     assert line.startswith(f"[studio] built-in model not prepared: cannot write {target}: No space left on device (")
     assert "free some space on that disk" in line
+
+
+def test_the_launch_check_waits_for_a_page_slower_than_gradios_three_seconds(monkeypatch):
+    """On a loaded 2-core machine the page took over 3 s to render and Gradio's one-shot check failed
+    the start ("When localhost is not accessible ..."); the studio's check waits for it."""
+    import http.server
+    import threading
+    from gradio import networking
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            time.sleep(3.5)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(networking, "url_ok", networking.url_ok)   # put back after the test
+    try:
+        app.patient_launch_check(limit_s=30)
+        assert networking.url_ok(f"http://127.0.0.1:{server.server_address[1]}/") is True
+    finally:
+        server.shutdown()
