@@ -271,14 +271,14 @@ MESSAGES: dict[str, str] = {
     "processes_vs_gpus": "is {processes}, but the job gets {wanted} GPU(s) (gpus: {key}); use one process per "
                          "GPU, or 0 for one per chosen GPU",
     "processes_over_gpus": "asks for {wanted} processes, one per GPU, but this machine has {count} GPU(s) ({have})",
-    "gpu_chat_generating": "GPU {index}: the Chat tab holds {held:.1f} GB (a reply is being generated); unload it "
+    "gpu_chat_generating": "GPU {index}: the Chat tab holds {held:.1f} GiB (a reply is being generated); unload it "
                            "or wait for the reply",
-    "gpu_used_by_others": "GPU {index} has {used:.1f} of {total:.1f} GB in use by other processes",
-    "gpu_too_small": "GPU {index}: needs {need:.1f} GB, more than its {total:.1f} GB; lower the settings (see the "
+    "gpu_used_by_others": "GPU {index} has {used:.1f} of {total:.1f} GiB in use by other processes",
+    "gpu_too_small": "GPU {index}: needs {need:.1f} GiB, more than its {total:.1f} GiB; lower the settings (see the "
                      "fit check) or Start anyway",
-    "gpu_short": "GPU {index}: needs {need:.1f} GB, {free:.1f} GB free ({used:.1f} GB held by other processes)",
-    "gpu_short_chat": "GPU {index}: needs {need:.1f} GB, {free:.1f} GB free ({used:.1f} GB held by other "
-                      "processes, the Chat tab {held:.1f} GB)",
+    "gpu_short": "GPU {index}: needs {need:.1f} GiB, {free:.1f} GiB free ({used:.1f} GiB held by other processes)",
+    "gpu_short_chat": "GPU {index}: needs {need:.1f} GiB, {free:.1f} GiB free ({used:.1f} GiB held by other "
+                      "processes, the Chat tab {held:.1f} GiB)",
     "gpu_held_by_job": "GPU {index} is in use by job '{job}'",
     "gpu_kept_for_queue": "GPU {index} is kept for a job queued earlier",
     "gpu_wait": "waiting: {gpu_reasons}",

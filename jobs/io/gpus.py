@@ -42,8 +42,8 @@ class GpuInfo:
         return round(max(0.0, self.total_gb - self.free_gb), 3)
 
     def label(self) -> str:
-        """'GPU 1 · NVIDIA H200 · 139.8 of 140.4 GB free' (for checkboxes and messages)."""
-        text = f"GPU {self.index} · {self.name} · {self.free_gb:.1f} of {self.total_gb:.1f} GB free"
+        """'GPU 1 · NVIDIA H200 · 139.8 of 140.4 GiB free' (for checkboxes and messages)."""
+        text = f"GPU {self.index} · {self.name} · {self.free_gb:.1f} of {self.total_gb:.1f} GiB free"
         return text + (f" · used by {', '.join(self.busy_by_jobs)}" if self.busy_by_jobs else "")
 
 
@@ -126,9 +126,9 @@ def need_with_margin(need_gb: float) -> float:
 
 
 def waits_for_memory(reason: str) -> bool:
-    """Whether a queued job's reason is GPU memory held by others (every such reason names GB),
+    """Whether a queued job's reason is GPU memory held by others (every such reason names GiB),
     which "Start anyway" overrides, rather than our own job on the GPU or the CPU queue."""
-    return bool(re.search(r"\d GB\b", reason or ""))
+    return bool(re.search(r"\d Gi?B\b", reason or ""))   # GB: a reason stored before GiB was written
 
 
 def budget_for_free(free_gb: float) -> float:

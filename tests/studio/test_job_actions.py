@@ -103,7 +103,7 @@ def test_delete_refuses_in_words_while_an_export_runs_and_works_after(runner):
 
 def test_a_job_waiting_for_gpu_memory_offers_start_anyway(runner):
     job_dir = add_job(runner, "w", JobState.QUEUED)
-    runner.store.update("w", reason="waiting for a free GPU: GPU 0: needs 20.0 GB, 10.0 GB free")
+    runner.store.update("w", reason="waiting for a free GPU: GPU 0: needs 20.0 GiB, 10.0 GiB free")
     assert job_actions.actions_for(runner.store.get("w")) == (job_actions.REMOVE, job_actions.START_ANYWAY)
     level, message = job_actions.perform(runner, job_actions.START_ANYWAY, "w", "en")
     assert level == "ok" and "may run out of memory" in message

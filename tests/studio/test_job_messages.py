@@ -164,13 +164,13 @@ def test_gpu_choice_refusals_and_wait_reasons_come_out_chinese():
         gpus.check_request("3", 0, machine)
     assert form.error_text(refused.value, ZH).endswith("GPU 3 不存在；这台机器有 GPU 0, 1")
     wait = gpus.place("0,1", 0, machine, held={1: "job-a"})
-    assert wait.reason == "waiting: GPU 0 has 70.0 of 80.0 GB in use by other processes; GPU 1 is in use by job 'job-a'"
-    assert translated(wait.reason, ZH) == "等待中：GPU 0 的 80.0 GB 中有 70.0 GB 被其他进程占用；GPU 1 正被任务 'job-a' 使用"
+    assert wait.reason == "waiting: GPU 0 has 70.0 of 80.0 GiB in use by other processes; GPU 1 is in use by job 'job-a'"
+    assert translated(wait.reason, ZH) == "等待中：GPU 0 的 80.0 GiB 中有 70.0 GiB 被其他进程占用；GPU 1 正被任务 'job-a' 使用"
     _placed, warning = gpus.place_now("auto", 2, machine)
     assert translated(warning, ZH).startswith("仍在 GPU 0,1 上开始（本需 2 个空闲 GPU（当前空闲 1 个））：GPU 0 的")
     _placed, listed = gpus.place_now("0", 0, machine)
-    assert listed == "starting on GPU 0 anyway: GPU 0 has 70.0 of 80.0 GB in use by other processes"
-    assert translated(listed, ZH) == "仍在 GPU 0 上开始：GPU 0 的 80.0 GB 中有 70.0 GB 被其他进程占用"
+    assert listed == "starting on GPU 0 anyway: GPU 0 has 70.0 of 80.0 GiB in use by other processes"
+    assert translated(listed, ZH) == "仍在 GPU 0 上开始：GPU 0 的 80.0 GiB 中有 70.0 GiB 被其他进程占用"
 
 
 def test_config_refusals_come_out_chinese(tmp_path):

@@ -105,9 +105,9 @@ def test_gpu_boxes_list_each_gpu_with_free_memory_and_write_the_gpus_key(tmp_pat
     machine = [GpuInfo(0, "NVIDIA H200", 139.8, 140.4), GpuInfo(1, "NVIDIA H200", 12.25, 140.4, ("job-7",))]
     ctx = StudioContext(data_dir=tmp_path, runner=GpuRunner(machine))
     labels = gpu_choices(ctx)
-    assert labels == [("GPU 0 · NVIDIA H200 · 139.8 of 140.4 GB free", "0"),
-                      ("GPU 1 · NVIDIA H200 · 12.2 of 140.4 GB free · used by job-7", "1")]
-    assert "可用 139.8 / 140.4 GB" in gpu_choices(ctx, "zh-CN")[0][0]
+    assert labels == [("GPU 0 · NVIDIA H200 · 139.8 of 140.4 GiB free", "0"),
+                      ("GPU 1 · NVIDIA H200 · 12.2 of 140.4 GiB free · used by job-7", "1")]
+    assert "可用 139.8 / 140.4 GiB" in gpu_choices(ctx, "zh-CN")[0][0]
     assert gpus_value(["1", "0"]) == "0,1" and gpus_value([]) == "auto" and gpus_value(None) == "auto"
     names, values = form_values(gpus=gpus_value(["1"]))
     assert JobSpec.from_dict(form.values_to_dict(names, values)).gpu_indices() == [1]
@@ -131,7 +131,7 @@ def test_gpu_labels_follow_a_language_switch(tmp_path):
     on_switch = [fn for fn in demo.fns.values() if fn.outputs == [boxes] and fn.inputs == [ctx.lang]]
     assert len(on_switch) == 1
     update = on_switch[0].fn("zh-CN")
-    assert update["choices"] == [("GPU 0 · NVIDIA H200 · 可用 139.8 / 140.4 GB", "0")]
+    assert update["choices"] == [("GPU 0 · NVIDIA H200 · 可用 139.8 / 140.4 GiB", "0")]
 
 
 def test_upload_notice_refuses_a_deeply_nested_row_by_number(tmp_path):

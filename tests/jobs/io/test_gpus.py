@@ -25,7 +25,7 @@ def test_a_job_waits_for_its_listed_gpus_and_says_why():
     decision = gpus.place("0,1", 0, two, held={0: "tiny · identity"})
     assert isinstance(decision, Wait)
     assert "GPU 0 is in use by job 'tiny · identity'" in decision.reason
-    assert "GPU 1 has 30.0 of 80.0 GB in use by other processes" in decision.reason
+    assert "GPU 1 has 30.0 of 80.0 GiB in use by other processes" in decision.reason
     assert decision.claims == {0, 1}
     assert gpus.place("0,1", 2, machine(0.0, 1.0), held={}) == Placement((0, 1), 2)
 
@@ -108,14 +108,14 @@ def test_the_start_anyway_warning_is_the_wait_reason_with_the_chosen_gpus_said_b
     """The same words the wait reason had, "waiting" turned into where the job starts anyway
     (gpu_anyway / gpu_anyway_for), so the studio can translate it by its template."""
     busy = machine(70.0, 10.0, 50.0)
-    reasons = ("GPU 0 has 70.0 of 80.0 GB in use by other processes; GPU 1 has 10.0 of 80.0 GB in use by other "
-               "processes; GPU 2 has 50.0 of 80.0 GB in use by other processes")
+    reasons = ("GPU 0 has 70.0 of 80.0 GiB in use by other processes; GPU 1 has 10.0 of 80.0 GiB in use by other "
+               "processes; GPU 2 has 50.0 of 80.0 GiB in use by other processes")
     waiting = gpus.place("auto", 2, busy, held={})
     assert waiting.reason == f"waiting for 2 free GPUs (0 free now): {reasons}"
     assert (waiting.need, waiting.gpu_reasons) == ("2 free GPUs (0 free now)", reasons)
     assert gpus.place_now("auto", 2, busy)[1] == f"starting on GPU 1,2 anyway for 2 free GPUs (0 free now): {reasons}"
     assert gpus.place_now("auto", 0, busy)[1] == f"starting on GPU 1 anyway for a free GPU: {reasons}"
-    listed = "GPU 0 has 70.0 of 80.0 GB in use by other processes; GPU 2 has 50.0 of 80.0 GB in use by other processes"
+    listed = "GPU 0 has 70.0 of 80.0 GiB in use by other processes; GPU 2 has 50.0 of 80.0 GiB in use by other processes"
     assert gpus.place("0,2", 0, busy, held={}).reason == f"waiting: {listed}"
     assert gpus.place_now("0,2", 0, busy)[1] == f"starting on GPU 0,2 anyway: {listed}"
 
@@ -124,7 +124,7 @@ def test_inventory_names_our_jobs_on_each_gpu():
     listed = gpus.inventory({1: ["job A", "job B"]}, machine=machine(0.0, 20.0))
     assert [g.busy_by_jobs for g in listed] == [(), ("job A", "job B")]
     assert listed[1].used_gb == 20.0
-    assert listed[1].label() == "GPU 1 · NVIDIA H200 · 60.0 of 80.0 GB free · used by job A, job B"
+    assert listed[1].label() == "GPU 1 · NVIDIA H200 · 60.0 of 80.0 GiB free · used by job A, job B"
 
 
 def test_global_batch_is_per_process_batch_times_accumulation_times_processes():

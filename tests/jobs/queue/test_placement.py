@@ -25,7 +25,7 @@ def test_the_deadlock_case_a_job_without_a_prediction_unloads_the_chat_model():
     assert isinstance(decision, Placement) and decision.unload_chat
     # without the studio's share it waits, as before, naming the other processes
     waiting = gpus.place("auto", 0, [gpu(used=3.2)], held={}, demand=Demand(None))
-    assert isinstance(waiting, Wait) and "3.2 of 140.4 GB in use by other processes" in waiting.reason
+    assert isinstance(waiting, Wait) and "3.2 of 140.4 GiB in use by other processes" in waiting.reason
 
 
 def test_the_chat_model_is_unloaded_only_when_the_job_needs_its_room():
@@ -40,19 +40,19 @@ def test_a_job_waits_while_the_chat_model_is_answering_and_says_so():
     machine = [gpu(used=30.0, total=40.0)]
     decision = gpus.place("0", 0, machine, held={}, demand=Demand(14.0, {0: 8.0}, releasable=False))
     assert isinstance(decision, Wait)
-    assert "the Chat tab holds 8.0 GB" in decision.reason and "unload it" in decision.reason
+    assert "the Chat tab holds 8.0 GiB" in decision.reason and "unload it" in decision.reason
 
 
 def test_a_waiting_job_shows_need_against_free_and_who_holds_the_rest():
     decision = gpus.place("auto", 0, [gpu(used=30.0, total=40.0)], held={}, demand=Demand(25.0, {0: 2.0}))
     assert isinstance(decision, Wait)
-    assert ("GPU 0: needs 25.0 GB, 10.0 GB free (28.0 GB held by other processes, the Chat tab 2.0 GB)"
+    assert ("GPU 0: needs 25.0 GiB, 10.0 GiB free (28.0 GiB held by other processes, the Chat tab 2.0 GiB)"
             in decision.reason)
 
 
 def test_a_job_larger_than_the_gpu_says_it_can_never_fit_there():
     decision = gpus.place("0", 0, [gpu(total=24.0)], held={}, demand=Demand(30.0))
-    assert isinstance(decision, Wait) and "more than its 24.0 GB" in decision.reason
+    assert isinstance(decision, Wait) and "more than its 24.0 GiB" in decision.reason
     assert "Start anyway" in decision.reason
 
 
@@ -127,7 +127,7 @@ def test_a_runner_job_waits_on_what_and_starts_anyway_when_asked(tmp_path, monke
     monkeypatch.setattr(runner, "_spawn", lambda record: spawned.append(record.id))
     job = runner.submit(JobSpec(), need_gb=14.0)
     record = runner.get(job.id)
-    assert record.state == "queued" and "the Chat tab holds 8.0 GB" in record.reason
+    assert record.state == "queued" and "the Chat tab holds 8.0 GiB" in record.reason
     assert placement.read(record.job_dir)["need_gb"] == 14.0
     assert runner.start_anyway(job.id) and spawned == [job.id]
     assert not runner.start_anyway("no-such-job")
