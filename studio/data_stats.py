@@ -74,6 +74,13 @@ def stats_html(summary: dict[str, Any], lang: str = "en") -> str:
             f'{_histogram(stats, "prompt", PROMPT_COLOR, lang)}{_histogram(stats, "answer", ANSWER_COLOR, lang)}</div>')
 
 
+def _ticks(edges: list[int], count: int = 5) -> list[int]:
+    """Token counts under the bars, evenly spaced from the first edge to the last (a histogram with
+    only its two ends labelled could not be read, issue 40)."""
+    last = len(edges) - 1
+    return [edges[round(i * last / (count - 1))] for i in range(count)] if last >= count - 1 else list(edges)
+
+
 def _histogram(stats: dict[str, Any], part: str, color: str, lang: str) -> str:
     """One row of bars: rows per token-length bin; bins past max_seq_length drawn in the cut colour."""
     counts, edges, limit = stats[f"{part}_counts"], stats["edges"], stats["max_seq_length"]
@@ -87,9 +94,11 @@ def _histogram(stats: dict[str, Any], part: str, color: str, lang: str) -> str:
                     f'flex-direction:column;justify-content:flex-end;align-items:center;height:{BAR_HEIGHT_PX + 14}px">'
                     f'<span style="font-size:10px">{count or ""}</span>'
                     f'<div style="width:90%;height:{height}px;background:{fill};border-radius:2px 2px 0 0"></div></div>')
-    axis = (f'<div style="display:flex;justify-content:space-between;font-size:10px;opacity:.7">'
-            f'<span>0</span><span>{html.escape(t("stats.axis", lang, max=limit)) if limit < edges[-1] else ""}</span>'
-            f'<span>{edges[-1] - 1:,}</span></div>')
+    axis = (f'<div class="ft-axis" style="display:flex;justify-content:space-between;font-size:10px;opacity:.7">'
+            f'{"".join(f"<span>{edge:,}</span>" for edge in _ticks(edges))}</div>'
+            f'<div class="ft-axis-title" style="text-align:center;font-size:10px;opacity:.7">'
+            f'{html.escape(t("stats.axis_title", lang))}'
+            f'{html.escape(" · " + t("stats.axis", lang, max=limit)) if limit < edges[-1] else ""}</div>')
     title = html.escape(t("stats.prompt_lengths" if part == "prompt" else "stats.answer_lengths", lang))
     return (f'<div class="ft-histogram" data-part="{part}" style="margin:6px 0"><div style="font-size:12px">{title}</div>'
             f'<div style="display:flex;gap:2px;align-items:flex-end">{"".join(bars)}</div>{axis}</div>')

@@ -40,6 +40,9 @@ def test_long_rows_show_a_histogram_and_a_warning_beside_start(studio, browser_c
     assert "Trained tokens" in stats
     bars = page.locator("#ft-data-stats .ft-histogram[data-part=prompt] .ft-bar")
     assert sum(int(bars.nth(i).get_attribute("data-rows")) for i in range(bars.count())) == 14
+    axis = page.locator("#ft-data-stats .ft-histogram[data-part=prompt] .ft-axis span")   # issue 40: labelled
+    assert axis.count() == 5 and axis.first.inner_text() == "0"
+    assert "tokens per row" in page.locator("#ft-data-stats .ft-histogram[data-part=prompt] .ft-axis-title").inner_text()
     warning = page.locator("#ft-data-warning").inner_text()
     assert "max_seq_length=64 cuts the answers of 2 of 14 rows" in warning, warning
     page.screenshot(path=str(shots / "data-stats.png"), full_page=True)

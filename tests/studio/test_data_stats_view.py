@@ -1,0 +1,19 @@
+"""The Train tab's token-length histograms say what their axis is (issue 40: no x-axis labels)."""
+from studio.data_stats import _ticks, stats_html
+from jobs.data.stats import histogram_edges
+
+
+def test_the_histogram_axis_has_evenly_spaced_token_counts_and_a_title():
+    edges = histogram_edges(900, 512)
+    ticks = _ticks(edges)
+    assert len(ticks) == 5 and ticks[0] == edges[0] == 0 and ticks[-1] == edges[-1]
+    assert ticks == sorted(ticks)
+    counts = [1] * (len(edges) - 1)
+    stats = {"edges": edges, "prompt_counts": counts, "answer_counts": counts, "max_seq_length": 512,
+             "truncated_rows": 0, "trained_share": 0.5}
+    page = stats_html({"name": "d", "rows": 3, "stats": stats, "duplicates": 0})
+    assert page.count('class="ft-axis-title"') == 2 and "tokens per row" in page and "max_seq_length 512" in page
+    assert "".join(f"<span>{tick:,}</span>" for tick in ticks) in page
+    zh = stats_html({"name": "d", "rows": 3, "stats": stats, "duplicates": 0}, "zh-CN")
+    assert "每行的 token 数" in zh
+    assert _ticks([0, 8, 16]) == [0, 8, 16]   # fewer edges than ticks: every edge
