@@ -114,7 +114,10 @@ def phase_text(phase: dict, lang: str = "en") -> str:
     name = t(f"phase.{phase.get('phase', '')}", lang)
     if isinstance(phase.get("done"), int) and isinstance(phase.get("total"), int):
         unit = t(f"phase.unit_{phase['unit']}", lang) if phase.get("unit") else ""
-        return t("phase.counted", lang, phase=name, done=phase["done"], total=phase["total"], unit=unit).strip()
+        text = t("phase.counted", lang, phase=name, done=phase["done"], total=phase["total"], unit=unit).strip()
+        if isinstance(phase.get("eta_s"), (int, float)):
+            text += " · " + t("phase.left", lang, eta=format_duration(phase["eta_s"]))
+        return text
     return name
 
 

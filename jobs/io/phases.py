@@ -25,7 +25,10 @@ def install(reporter: Reporter | None) -> None:
     _reporter, _last = reporter, ("", 0.0)
 
 
-def report(phase: str, done: int | None = None, total: int | None = None, unit: str = "") -> None:
+def report(phase: str, done: int | None = None, total: int | None = None, unit: str = "",
+           eta_s: float | None = None) -> None:
+    """`eta_s`: the phase's own estimate of its remaining seconds, where it has one (the page shows
+    it, so that a long preparation before step 1 does not look stuck)."""
     global _last
     if _reporter is None:
         return
@@ -39,4 +42,6 @@ def report(phase: str, done: int | None = None, total: int | None = None, unit: 
     fields = {"phase": phase}
     if done is not None and total is not None:
         fields.update(done=int(done), total=int(total), unit=unit)
+    if eta_s is not None:
+        fields["eta_s"] = round(max(0.0, float(eta_s)), 1)
     _reporter(**fields)

@@ -202,3 +202,32 @@ def test_any_unicode_bot_name_round_trips_into_the_chat_template_and_tokens(toke
     if isinstance(ids, dict):  # newer transformers return a BatchEncoding
         ids = ids["input_ids"]
     assert line in loaded.decode(ids)
+
+
+def test_generating_the_answers_reports_its_progress_and_time_left_token_by_token(tmp_path, monkeypatch):
+    """Issue 40: "preparing data: 0/121 answers" stood still for the minute of a batch; the phase now
+    moves with each generated token and says how long it has left."""
+    import torch
+    from jobs.io import phases
+    from tests.tiny import make_tiny_model
+    from transformers import AutoTokenizer
+    seen = []
+    phases.install(lambda **fields: seen.append(fields))
+    monkeypatch.setattr(phases, "MIN_INTERVAL_S", 0.0)
+    monkeypatch.setattr(general, "BATCH_SIZE", 2)
+    monkeypatch.setattr(general, "MAX_NEW_TOKENS", 4)
+    try:
+        model_dir = make_tiny_model(tmp_path / "tiny")
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        tokenizer.padding_side = "left"
+        answers = general._generate_batches(model, tokenizer, ["q one", "q two", "q three"], torch.device("cpu"))
+    finally:
+        phases.install(None)
+    assert len(answers) == 3
+    timed = [e for e in seen if "eta_s" in e]
+    assert len(timed) >= 4 and all(e["unit"] == "answers" and e["total"] == 3 for e in timed)
+    assert [e["done"] for e in timed][:2] == [0, 0] and timed[-1]["done"] == 2   # moving inside a batch
+    assert timed[0]["eta_s"] >= timed[-1]["eta_s"] >= 0 and seen[-1] == {
+        "phase": "preparing data", "done": 3, "total": 3, "unit": "answers"}
