@@ -122,7 +122,7 @@ def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: i
     is_vision = config is not None and vision.is_vision_config(config)
     if is_vision:
         vision.check_vision_job(spec, config, tokenizer, report.model_source, data_dir, report, DatasetSummary)
-    elif not vision.check_text_model_data(spec, report):
+    elif not vision.check_text_model_data(spec, report, model_known=config is not None):
         is_vision = True   # refused: the text checks below would only repeat it
     for key in ("dataset", "eval_dataset") if spec.method != "grpo" and not is_vision else ():
         if getattr(spec, key):

@@ -12,7 +12,9 @@ from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.spec import BUILTIN_SHAPES, DATASET_SUFFIXES, JobSpec, is_local_reference
 
-SUPPORTED_TEXT = "Qwen2-VL or Qwen2.5-VL (a local folder or a downloaded hub id)"
+# none ships with Fusetune (no registry package holds one): offline, it must already be on the machine
+SUPPORTED_TEXT = ("Qwen2-VL or Qwen2.5-VL, a local folder or a downloaded hub id; none ships with Fusetune, so "
+                  "offline one must already be on this machine (`hf download Qwen/Qwen2-VL-2B-Instruct` while online)")
 
 
 def is_vision_config(config) -> bool:
@@ -20,8 +22,10 @@ def is_vision_config(config) -> bool:
     return vision.is_vision_config(config)
 
 
-def check_text_model_data(spec: JobSpec, report) -> bool:
-    """False (and a finding) when a text model is given image-text data."""
+def check_text_model_data(spec: JobSpec, report, model_known: bool = True) -> bool:
+    """False (and a finding) when a text model is given image-text data. `model_known` False: the model
+    could not be read (not downloaded, offline: its own finding says so), so it is not called a text
+    model; False is still returned, as the text checks of image rows would only mislead."""
     from jobs.data.dataset import scan_rows
     from jobs.data.vision import is_vision_row
     for key in ("dataset", "eval_dataset"):
@@ -36,8 +40,9 @@ def check_text_model_data(spec: JobSpec, report) -> bool:
                 continue   # the text checks report it
             images = any(is_vision_row(row) for row in rows)
         if images:
-            report.fail(key, say("images_need_vision_model", dataset=reference, model=spec.model,
-                                 supported=SUPPORTED_TEXT))
+            if model_known:
+                report.fail(key, say("images_need_vision_model", dataset=reference, model=spec.model,
+                                     supported=SUPPORTED_TEXT))
             return False
     return True
 

@@ -60,6 +60,7 @@ def test_a_text_model_is_refused_image_data(tiny_model, tmp_path):
     assert [p.key for p in report.problems] == ["dataset"]
     assert "is a text model: pick a vision-language model (Qwen2-VL or Qwen2.5-VL" in str(report.problems[0])
     rows = write_dataset(tmp_path / "rows", [PARTS_ROW])
+    assert "none ships with Fusetune" in str(report.problems[0])   # issue 40: offline, a dead end said why
     from_file = run_preflight(JobSpec(model=str(tiny_model), dataset=str(rows)), data_dir=tmp_path, log=lambda _: None)
     assert [p.key for p in from_file.problems] == ["dataset"] and "holds images" in str(from_file.problems[0])
 
@@ -88,3 +89,12 @@ def test_a_llama_3_2_vision_folder_is_refused_at_preflight_with_the_reason(tmp_p
     assert not report.ok and [p.key for p in report.problems] == ["model"]
     assert str(report.problems[0]) == ("model: 'mllama' is a vision-language model that Fusetune does not train "
                                        "yet (its image tokens are not wired in); supported: Qwen2-VL, Qwen2.5-VL")
+
+
+def test_a_vision_model_not_downloaded_is_called_that_not_a_text_model(tmp_path, monkeypatch):
+    """Issue 40: offline, an un-downloaded Qwen2-VL was also refused as "a text model"."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    report = run_preflight(JobSpec(model="Qwen/Qwen2-VL-2B-Instruct", dataset="builtin:shapes"), data_dir=tmp_path,
+                           log=lambda _: None)
+    assert [p.key for p in report.problems] == ["model"], report.problems
+    assert "is not in the local Hugging Face cache" in str(report.problems[0])
