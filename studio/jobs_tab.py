@@ -198,15 +198,18 @@ def _log_size(record: Any) -> int:
 def _plots(ctx: StudioContext) -> list[gr.LinePlot]:
     """loss, rss, cpu, gpu util, gpu mem, rewards, completions (grpo): axes from zero where a zero means
     something. The rewards chart (a preference job's margin and accuracy, a grpo job's rewards) sits beside
-    the loss, hidden for SFT."""
+    the loss, hidden for SFT; the memory and CPU charts take the next row. Four charts in one row left
+    the rewards chart, with its legend of four series, ~65 px of plotting width at 1440 px (issue 40)."""
     bind = ctx.page.bind
     with gr.Row():
-        loss = bind(gr.LinePlot(x="step", y="loss", color="series", elem_id="ft-loss-plot", height=260),
+        loss = bind(gr.LinePlot(x="step", y="loss", color="series", elem_id="ft-loss-plot", height=260,
+                                min_width=360),
                     title="plot.loss_title", x_title="plot.step", y_title="plot.loss", color_title="plot.series")
         rewards = bind(gr.LinePlot(x="step", y="value", color="series", elem_id="ft-reward-plot", height=260,
-                                   visible=False),
+                                   visible=False, min_width=360),
                        title="plot.reward_title", x_title="plot.step", y_title="plot.reward",
                        color_title="plot.series")
+    with gr.Row():
         rss = bind(gr.LinePlot(x="elapsed_s", y="rss_gb", elem_id="ft-rss-plot", height=260,
                                y_lim=[0, None], y_axis_format=GB_FORMAT),
                    title="plot.rss_title", x_title="plot.seconds", y_title="plot.gb")
@@ -219,8 +222,10 @@ def _plots(ctx: StudioContext) -> list[gr.LinePlot]:
         gpu_mem = bind(gr.LinePlot(x="elapsed_s", y="mem_used_gb", color="gpu", elem_id="ft-gpu-mem", height=240,
                                    visible=False, y_lim=[0, None], y_axis_format=GB_FORMAT),
                        title="plot.gpu_mem_title", x_title="plot.seconds", y_title="plot.gb")
+    # fixed shares of the box's width, wrapped: the reward columns stay on screen however long a completion
     completions = bind(gr.Dataframe(interactive=False, elem_id="ft-completions", visible=False, wrap=True,
-                                    max_height=320), label="jobs.completions_label")
+                                    max_height=320, column_widths=["7%", "28%", "41%", "8%", "16%"]),
+                       label="jobs.completions_label")
     return [loss, rss, cpu, gpu_util, gpu_mem, rewards, completions]
 
 

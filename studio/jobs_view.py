@@ -272,10 +272,19 @@ def reward_frame(summary: JobSummary, lang: str = "en") -> pd.DataFrame:
     return _frame(rows, REWARD_COLUMNS)
 
 
+PROMPT_SHOWN = 160   # characters of a prompt's end: the question, after the template's system part
+
+
+def _prompt_tail(prompt: str) -> str:
+    """The end of a rendered prompt, where its question is (the whole template is long)."""
+    prompt = prompt.strip()
+    return prompt if len(prompt) <= PROMPT_SHOWN else "…" + prompt[-PROMPT_SHOWN:]
+
+
 def completions_frame(job_dir: str, lang: str = "en") -> pd.DataFrame:
     """grpo: the latest sampled completions (completions.jsonl) with their rewards, newest first."""
-    headers = [t("jobs.col_step", lang), t("jobs.col_completion", lang), t("jobs.col_reward", lang),
-               t("jobs.col_rewards", lang)]
+    headers = [t("jobs.col_step", lang), t("jobs.col_prompt", lang), t("jobs.col_completion", lang),
+               t("jobs.col_reward", lang), t("jobs.col_rewards", lang)]
     try:
         lines = JobLayout(job_dir).completions.read_text(encoding="utf-8").splitlines()[-COMPLETIONS_SHOWN:]
     except OSError:
@@ -287,5 +296,6 @@ def completions_frame(job_dir: str, lang: str = "en") -> pd.DataFrame:
         except ValueError:
             continue   # a line being written
         each = ", ".join(f"{k} {v:g}" for k, v in (record.get("rewards") or {}).items())
-        rows.append([record.get("step"), str(record.get("completion", ""))[:300], record.get("reward"), each])
+        rows.append([record.get("step"), _prompt_tail(str(record.get("prompt", ""))),
+                     str(record.get("completion", ""))[:300], record.get("reward"), each])
     return pd.DataFrame(rows, columns=headers)

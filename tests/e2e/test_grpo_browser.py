@@ -29,5 +29,11 @@ def test_grpo_on_the_builtin_task_shows_the_reward_curve_and_completions(studio,
     table = page.locator("#ft-completions")
     table.wait_for(state="visible", timeout=30_000)
     text = table.inner_text()
-    assert "completion" in text and "answer" in text and "format" in text, text
+    assert "completion" in text and "answer" in text and "format" in text and "prompt" in text, text
+    for width in (1280, 1440, 1920):   # issue 40: the reward columns were off-screen, past the box
+        page.set_viewport_size({"width": width, "height": 1000})
+        overflow = page.evaluate("""() => { const box = document.querySelector('#ft-completions').getBoundingClientRect();
+            return [...document.querySelectorAll('#ft-completions th')].map(th => th.getBoundingClientRect().right - box.right)
+                .filter(past => past > 1); }""")
+        assert overflow == [], (width, overflow)
     page.close()

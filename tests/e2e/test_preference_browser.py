@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tests.e2e.studio_page import (command_has, fill_job_form, open_studio, pick_option, start_job,
+from tests.e2e.studio_page import (command_has, fill_job_form, open_studio, pick_job, pick_option, start_job,
                                    wait_for_state)
 from tests.e2e.test_browser import upload_dataset
 
@@ -15,6 +15,16 @@ STEPS = 12
 LINE_POINTS = """(id) => {
   const paths = [...document.querySelectorAll('#' + id + ' g.mark-line path')];
   return Math.max(0, ...paths.map((p) => ((p.getAttribute('d') || '').match(/L/g) || []).length + 1));
+}"""
+
+
+# The plotted area of a chart: the box its lines span (width, height), in CSS pixels.
+PLOTTED = """(id) => {
+  const boxes = [...document.querySelectorAll('#' + id + ' g.mark-line path')].map((e) => e.getBoundingClientRect())
+    .filter((b) => b.width || b.height);
+  if (!boxes.length) return [0, 0];
+  return [Math.max(...boxes.map((b) => b.right)) - Math.min(...boxes.map((b) => b.left)),
+          Math.max(...boxes.map((b) => b.bottom)) - Math.min(...boxes.map((b) => b.top))];
 }"""
 
 
@@ -30,7 +40,11 @@ def test_dpo_from_the_form_previews_pairs_and_plots_the_margin(studio, browser_c
     page = open_studio(browser_context, url)
     fill_job_form(page, model_dir, STEPS, name="dpo run")
     page.wait_for_selector("#ft-field-beta", state="hidden", timeout=10_000)  # sft: no preference keys
+    page.locator("#ft-preview-btn").click()   # the identity rows, previewed under sft
+    page.wait_for_selector("#ft-preview-rows", timeout=90_000)
     pick_option(page, "ft-field-method", "dpo")
+    # issue 40: the identity preview stayed under the swapped-in preference set
+    page.wait_for_selector("#ft-preview-rows", state="detached", timeout=30_000)
     page.wait_for_selector("#ft-field-beta", state="visible", timeout=30_000)
     assert not page.locator("#ft-field-simpo_gamma").is_visible()  # SimPO's key, not DPO's
     command_has(page, "method: dpo", "dataset: builtin:concise")  # the built-in set that fits DPO
@@ -54,4 +68,16 @@ def test_dpo_from_the_form_previews_pairs_and_plots_the_margin(studio, browser_c
     legend = page.locator("#ft-reward-plot").inner_text()
     assert "reward margin" in legend and "reward accuracy" in legend
     assert page.evaluate(LINE_POINTS, "ft-loss-plot") >= STEPS  # the loss beside it
+    job_id = page.locator("#ft-job-select input").input_value().split(" · ")[0]
+    for width in (1280, 1440, 1920):   # issue 40: 74 px tall at 1440, 0 px after a reload
+        page.set_viewport_size({"width": width, "height": 1000})
+        for reloaded in (False, True):
+            if reloaded:
+                page.reload()
+                page.wait_for_function("() => document.body.dataset.ftReady === '1'", timeout=90_000)
+                page.get_by_role("tab", name="Jobs").click()
+                pick_job(page, job_id)
+            page.wait_for_function(f"(id) => ({LINE_POINTS})(id) >= {STEPS}", arg="ft-reward-plot", timeout=30_000)
+            wide, tall = page.evaluate(PLOTTED, "ft-reward-plot")
+            assert wide >= 250 and tall >= 100, (width, reloaded, wide, tall)
     page.close()

@@ -23,7 +23,12 @@ def test_completions_frame_shows_the_latest_first_with_their_rewards(tmp_path):
     (tmp_path / "completions.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n{\"step\": 12, ")
     frame = view.completions_frame(str(tmp_path), "zh-CN")
     assert len(frame) == view.COMPLETIONS_SHOWN - 1   # the half-written last line is skipped
-    assert frame.iloc[0].tolist() == [11, "c11", 11, "answer 11"] and "回答" in frame.columns
+    assert frame.iloc[0].tolist() == [11, "p", "c11", 11, "answer 11"] and "回答" in frame.columns
+    assert list(frame.columns[:2]) == ["步数", "提示"]
+    long = {"step": 1, "prompt": "system part " * 40 + "What is 2 + 3?", "completion": "5", "reward": 1}
+    (tmp_path / "completions.jsonl").write_text(json.dumps(long) + "\n")
+    shown = view.completions_frame(str(tmp_path), "en").iloc[0, 1]
+    assert shown.endswith("What is 2 + 3?") and shown.startswith("…") and len(shown) == view.PROMPT_SHOWN + 1
     assert view.completions_frame(str(tmp_path / "none"), "en").empty
 
 
