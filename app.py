@@ -39,7 +39,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "is also refused before it is written when the data dir's disk lacks the space")
     parser.add_argument("--allow-reward-code", action="store_true",
                         help="let the page upload a GRPO reward file (Python code that jobs run); without it a "
-                             "reward file must already be in <data dir>/rewards or an --allow-dir folder")
+                             "reward file must already be in <data dir>/rewards or an --allow-dir folder outside "
+                             "the data dir (docs/SECURITY.md)")
+    parser.add_argument("--trusted-proxy", action="append", default=None, metavar="ADDRESS",
+                        help="the address (or network, e.g. 10.0.0.0/8) of a reverse proxy in front of the studio, "
+                             "whose X-Forwarded-For header names the real client (repeatable); by default no "
+                             "forwarded header is believed, and each connection counts by its own address")
     parser.add_argument("--auth", default=None,
                         help="USER:PASS required to use the studio. Prefer the FUSETUNE_AUTH environment "
                              "variable: a command-line argument is visible to every user in `ps`")
@@ -83,6 +88,10 @@ def open_data_dir(chosen: str | None) -> tuple[object, Runner]:
     except sqlite3.Error as exc:
         raise SystemExit(f"fusetune: cannot open the job database {data_dir / 'jobs.sqlite'}: {exc}; fix its "
                          "permissions or free space, or pass another --data-dir") from None
+    from jobs.export.leftovers import remove_leftovers   # what exports killed mid-write left (issue 36)
+    removed = remove_leftovers(paths.jobs_dir(data_dir))
+    if removed:
+        print(f"[studio] removed {len(removed)} unfinished export file(s) left by stopped exports", flush=True)
     return data_dir, runner
 
 
@@ -94,6 +103,21 @@ def guards(auth, upload_dir: str | None = None, max_upload_mb: int = 0) -> list:
     from studio.upload_guard import UploadGuard
     found = [Middleware(UploadGuard, upload_dir=upload_dir, max_bytes=max_upload_mb * 1024 ** 2)] if upload_dir else []
     return found + ([Middleware(LoginGuard)] if auth else [])
+
+
+def trust_proxies(proxies: list[str] | None) -> None:
+    """--trusted-proxy: tell uvicorn (which reads FORWARDED_ALLOW_IPS when Gradio makes its Config)
+    whose X-Forwarded-For to believe. Without the flag nobody's, not even loopback's (uvicorn's default
+    trusts 127.0.0.1, so any local client could pick the address the login throttle counts, issue 36).
+    SystemExit naming a value that is no address or network (uvicorn would silently ignore it)."""
+    import ipaddress
+    for proxy in proxies or []:
+        try:
+            ipaddress.ip_network(proxy.strip(), strict=False)
+        except ValueError:
+            raise SystemExit(f"fusetune: --trusted-proxy {proxy!r}: not an IP address or network; name the proxy "
+                             "by its address, e.g. --trusted-proxy 127.0.0.1 or --trusted-proxy 10.0.0.0/8") from None
+    os.environ["FORWARDED_ALLOW_IPS"] = ",".join(p.strip() for p in proxies or [])
 
 
 def patient_launch_check(limit_s: float = 90.0) -> None:
@@ -167,6 +191,7 @@ def warm_builtin_model(data_dir, start_check=None) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     use_allowed_dirs(args.allow_dir)  # the studio's read policy (jobs/checks/access.py) picks them up
+    trust_proxies(args.trusted_proxy)  # whose X-Forwarded-For the login throttle believes (studio/login_guard.py)
     if args.allow_reward_code:
         os.environ[ALLOW_REWARD_CODE_ENV] = "1"
     os.umask(PRIVATE_UMASK)  # uploads, jobs and caches are the user's alone (0600 files, 0700 folders)

@@ -21,10 +21,11 @@ from jobs.spec_values import BUILTIN_SHAPES  # noqa: F401  (re-exported: image-t
 from jobs.spec_values import (  # noqa: F401  (re-exported: importers name jobs.spec)
     BASE_PRECISIONS, BUILTIN_CONCISE, BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, BUILTIN_PROMPT_DATASETS, BUILTIN_REWARDS, CHECKPOINTING,
     DATASET_FORMATS, DATASET_SUFFIXES, DTYPES, GRPO_LOSS_TYPES, HUB_ID, METHODS, MODULE_NAME_CHARS, PACKING,
-    PREFERENCE_METHODS, REFERENCE_FREE_METHODS, REPORT_TO, _PART, _check_base_precision, _check_builtin_method, _check_dataset_path,
-    _check_grpo, _check_model_path, _check_preference, _check_run_inputs, _looks_like_path, _normalise_gpus,
+    PREFERENCE_METHODS, REFERENCE_FREE_METHODS, REPORT_TO, SHARDINGS, _PART, _check_base_precision, _check_builtin_method, _check_cluster, _check_dataset_path,
+    _check_grpo, _check_model_path, _check_preference, _check_run_inputs, _check_sharding, _looks_like_path, _normalise_gpus,
     _normalise_report_to, _normalise_targets, _parse_rewards, hub_id_problem, is_local_reference,
     reward_entries, short_name, trackers)
+from jobs.spec_values import MAX_NAME_CHARS, text_problem  # noqa: F401  (shown names: jobs/spec_values.py)
 from jobs.yaml_bounded import load_config_yaml
 
 
@@ -47,7 +48,8 @@ def _f(default: Any, help: str, **extra: Any) -> Any:
 class JobSpec:
     """Everything a training job needs. Defaults are the built-in CPU quick start."""
 
-    name: str = _f("", "The job's display name (empty: model · dataset, plus the bot name for identity jobs).")
+    name: str = _f("", "The job's display name (empty: model · dataset, plus the bot name for identity jobs).",
+                   max_chars=MAX_NAME_CHARS)
     model: str = _f(BUILTIN_MODEL, "Base model: a hub id, a local Hugging Face folder, a .gguf file, "
                     f"or {BUILTIN_MODEL} (ships with Fusetune, runs offline).")
     method: str = _f("sft", "Training method: sft (supervised fine-tuning on answers); preference tuning on "
@@ -63,8 +65,10 @@ class JobSpec:
     dataset_format: str = _f("auto", "Row format: auto-detect, alpaca (instruction/input/output), "
                              "sharegpt (conversations from/value), messages (role/content) or text.",
                              choices=DATASET_FORMATS)
-    bot_name: str = _f("Fusetune", "The name the identity dataset teaches the model to call itself.")
-    bot_author: str = _f("Fusetune Studio", "Who the identity dataset says built the model.")
+    bot_name: str = _f("Fusetune", "The name the identity dataset teaches the model to call itself.",
+                       max_chars=MAX_NAME_CHARS, allow_chars="\n\t")
+    bot_author: str = _f("Fusetune Studio", "Who the identity dataset says built the model.",
+                         max_chars=MAX_NAME_CHARS, allow_chars="\n\t")
     output_dir: str = _f("", "Folder the job writes its log, events, checkpoints and adapter to. "
                          "The studio fills it in; empty means ./outputs/<model>-<time>.")
     lora_r: int = _f(16, "LoRA rank: the size of the trainable low-rank update.", min=1, max=1024)
@@ -82,7 +86,7 @@ class JobSpec:
     gradient_checkpointing: str = _f("auto", "Recompute activations in backward to save memory: auto, "
                                      "on, off, or offload (layer inputs kept in CPU memory).",
                                      choices=CHECKPOINTING)
-    max_gpu_memory_gb: float = _f(0.0, "GPU memory the job may use, in GiB (0: no budget). With gradient_checkpointing auto the fused engine picks the fastest plan that fits it (which layers keep their activations, which are recomputed or offloaded), and the queue waits for that much free memory. For GPUs only.", min=0.0, max=100_000.0)
+    max_gpu_memory_gb: float = _f(0.0, "GPU memory the job may allocate, in GiB (0: no budget): the peak of torch's allocated memory, as the bench rows and peers are measured; the CUDA context (~0.75 GiB) comes on top. With gradient_checkpointing auto the fused engine picks the fastest plan that fits it (which layers keep their activations, which are recomputed or offloaded; a preference job may train each micro-batch in passes), a budget no plan can meet is refused before the job starts, and the queue waits for the predicted peak. For GPUs only.", min=0.0, max=100_000.0)
     base_precision: str = _f("bf16", "Precision of the frozen base weights: bf16, or fp8 (float8 e4m3 with "
                              "per-channel scales: half the base memory, faster matrix products; Hopper GPUs "
                              "and newer).", choices=BASE_PRECISIONS)
@@ -113,6 +117,18 @@ class JobSpec:
     gpus: str = _f("auto", "GPUs the job may use: auto (the first free one), all, or a list such as 0,1.")
     processes: int = _f(0, "Data-parallel processes: 0 means one per chosen GPU (1 on CPU); on CPU, "
                         "several processes use gloo (for tests).", min=0, max=1024)
+    sharding: str = _f("none", "Sharded training over the job's processes: none (each holds the whole model, data "
+                       "parallel), fsdp (PyTorch FSDP2: each decoder layer's base weights and LoRA split across the "
+                       "processes, so a model too big for one GPU trains on several), or auto (fsdp when the fit check "
+                       "says one GPU cannot hold the job and several are chosen). SFT and the preference methods; "
+                       "not yet grpo, vision-language models, load_in_4bit or fp8.", choices=SHARDINGS)
+    cluster: str = _f("", "Where the job trains: empty for this machine, or a Ray cluster's dashboard address "
+                      "such as http://head-node:8265 (what `ray job submit` takes). The job folder and the data "
+                      "dir must be at the same path on every node (shared storage).")
+    workers: int = _f(1, "Ray cluster: training processes (Ray Train workers, data parallel between them); "
+                      "batch_size stays per worker.", min=1, max=1024)
+    gpus_per_worker: int = _f(1, "Ray cluster: GPUs each worker trains on: 1 (NCCL between workers) or 0 to "
+                              "train on CPUs (gloo).", min=0, max=1)
     seed: int = _f(42, "Random seed for LoRA init, shuffling and dropout.", min=0, max=2**32 - 1)
     resume_from: str = _f("", "A checkpoints/step-N folder to resume from (empty: start fresh).")
     report_to: Any = _f("none", "Experiment tracking, written into the job folder: none, or one or more of "
@@ -148,8 +164,9 @@ class JobSpec:
     rewards: str = _f("", "grpo: rewards, a list of name or name:weight (answer, format, think_format, length, "
                       "json, or a function of reward_file); empty: the dataset's preset (answer, format).")
     reward_file: str = _f("", "grpo: a Python file whose top-level functions not starting with _ are rewards "
-                          "(prompts, completions, **columns) -> list[float]; the studio runs it only from its "
-                          "data dir or an --allow-dir folder.")
+                          "(prompts, completions, **columns) -> list[float]; the studio runs it only from "
+                          "<data dir>/rewards/, an --allow-dir folder outside the data dir, or as an upload "
+                          "with --allow-reward-code (docs/SECURITY.md).")
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -220,6 +237,7 @@ class JobSpec:
             if self.eval_fraction > 0:
                 raise SpecError("eval_fraction", say("eval_both"))
         _check_base_precision(self)
+        _check_sharding(self)
         _check_preference(self)
         _check_grpo(self)
         _check_builtin_method(self)   # after the method's own keys: a bad key is named before the dataset kind
@@ -229,6 +247,7 @@ class JobSpec:
         gpu_list = self.gpu_indices()
         if self.processes and gpu_list is not None and self.processes != len(gpu_list):
             raise SpecError("processes", say("processes_gpus", processes=self.processes, count=len(gpu_list)))
+        _check_cluster(self)
         if to_run:
             _check_run_inputs(self)
 
@@ -296,3 +315,7 @@ def _check_bounds(f: dataclasses.Field, value: Any) -> None:
         raise SpecError(f.name, say("value_below_min", value=value, min=meta["min"]))
     if "max" in meta and value > meta["max"]:
         raise SpecError(f.name, say("value_above_max", value=value, max=meta["max"]))
+    if "max_chars" in meta:   # a shown name: bounded, and no control character that hides or reorders text
+        problem = text_problem(value, meta["max_chars"], meta.get("allow_chars", ""))
+        if problem:
+            raise SpecError(f.name, problem)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ DTYPES = ("auto", "bf16", "fp16", "fp32")
 CHECKPOINTING = ("auto", "on", "off", "offload")
 PACKING = ("auto", "on", "off")
 BASE_PRECISIONS = ("bf16", "fp8")
+SHARDINGS = ("none", "fsdp", "auto")   # jobs/train/sharding.py
 REPORT_TO = ("none", "tensorboard", "mlflow", "wandb")
 DATASET_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 # training methods (jobs/train/methods/): each new one adds its name here and its class there
@@ -36,12 +38,30 @@ BUILTIN_DATASETS = (BUILTIN_DATASET, BUILTIN_CONCISE, *BUILTIN_PROMPT_DATASETS, 
 GRPO_LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
 BUILTIN_REWARDS = ("answer", "format", "think_format", "length", "json")   # jobs/train/rewards/builtin.py
 MODULE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+# Names shown on the page and in labels (name, bot_name, bot_author): a length limit, checked before
+# anything reads the text, and no character that makes the shown text lie: C0/C1 controls, and the
+# bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069; "Trojan Source",
+# CVE-2021-42574), which reorder the text around them, e.g. the job dropdown's labels. Marks
+# (U+200E/U+200F) only set the direction of neutral characters and stay allowed.
+MAX_NAME_CHARS = 200
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 # owner/name as the Hub spells it: letters, digits, '-', '_' and '.', not starting or ending with
 # '-' or '.', at most 96 characters each; '..' anywhere is refused by hub_id_problem.
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 HUB_ID = re.compile(rf"{_PART}/{_PART}")
+
+
+def text_problem(value: str, limit: int, allowed: str = "") -> str | None:
+    """Why `value` cannot be a shown name (None when it can): over `limit` characters, or holding a
+    control or bidi-override character that is not in `allowed` (named by its code point and place)."""
+    if len(value) > limit:   # first: a 50 MB name is refused by its length, never scanned
+        return say("text_too_long", length=len(value), limit=limit)
+    for index, char in enumerate(value, 1):
+        if (char in BIDI_CONTROLS or unicodedata.category(char) == "Cc") and char not in allowed:
+            return say("text_control_char", char=f"U+{ord(char):04X}", index=index)
+    return None
 
 
 def hub_id_problem(value: str) -> str | None:
@@ -120,6 +140,36 @@ def _check_base_precision(spec: "JobSpec") -> None:
         raise SpecError("base_precision", say("fp8_with_4bit"))
     if not spec.fused_kernels:
         raise SpecError("base_precision", say("fp8_needs_fused_kernels"))
+
+
+# A Ray dashboard (Jobs API) address, as `ray job submit --address` takes it: http(s)://host[:port]
+CLUSTER_ADDRESS = re.compile(r"^https?://[A-Za-z0-9.\-]+(:\d{1,5})?/?$|^https?://\[[0-9A-Fa-f:.]+\](:\d{1,5})?/?$")
+
+
+def _check_cluster(spec: "JobSpec") -> None:
+    """cluster, workers, gpus_per_worker: a dashboard address; on a cluster Ray places the job, so
+    this machine's gpus/processes keep their defaults; workers only with a cluster."""
+    spec.cluster = spec.cluster.strip()
+    if not spec.cluster:
+        if spec.workers > 1:
+            raise SpecError("workers", say("workers_need_cluster", workers=spec.workers))
+        return
+    if not CLUSTER_ADDRESS.match(spec.cluster):
+        raise SpecError("cluster", say("cluster_address_invalid", value=spec.cluster))
+    if spec.processes > 1:
+        raise SpecError("processes", say("cluster_places_job", default=0))
+    if spec.gpus != "auto":
+        raise SpecError("gpus", say("cluster_places_job", default="auto"))
+
+
+def _check_sharding(spec: "JobSpec") -> None:
+    """sharding fsdp: what does not train sharded yet is refused here (auto leaves such a job unsharded)."""
+    if spec.sharding != "fsdp":
+        return
+    unsupported = ("method: grpo" if spec.method == "grpo" else "load_in_4bit: true" if spec.load_in_4bit
+                   else "base_precision: fp8" if spec.base_precision == "fp8" else "")
+    if unsupported:
+        raise SpecError("sharding", say("sharding_unsupported", setting=unsupported))
 
 
 def _check_preference(spec: "JobSpec") -> None:

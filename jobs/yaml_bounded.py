@@ -23,12 +23,13 @@ MAX_YAML_NESTING = 100
 
 
 class _TooBig(Exception):
-    """What is too big about a value, and the fix (a jobs/messages.py sentence)."""
+    """What is too big about a value, and the fix (a jobs/messages/ sentence)."""
 
 
 def load_config_yaml(text: str, source: str) -> Any:
     """The document in `text` (None when empty); a SpecError naming the key whose aliases expand
-    past MAX_YAML_VALUES, or that refers to itself, or nests past MAX_YAML_NESTING."""
+    past MAX_YAML_VALUES, or that refers to itself, or nests past MAX_YAML_NESTING, or that is
+    written twice in one mapping."""
     loader = yaml.SafeLoader(text)
     try:
         try:
@@ -37,10 +38,33 @@ def load_config_yaml(text: str, source: str) -> Any:
             raise SpecError(None, say("yaml_too_deep", source=source, limit=MAX_YAML_NESTING)) from None
         if node is None:
             return None
-        _check_size(node, source)
+        _check_size(node, source)   # first: an alias bomb is refused before any walk of its values
+        _refuse_duplicate_keys(node, source)
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def _refuse_duplicate_keys(node: yaml.Node, source: str, depth: int = 0) -> None:
+    """A key written twice in one mapping is refused, naming it and both lines: PyYAML keeps the last
+    silently, so the first value (perhaps the one the user meant) would be dropped without a word.
+    (YAML 1.2 says keys are unique; ruamel.yaml refuses duplicates the same way.)"""
+    if depth > MAX_YAML_NESTING or not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        return
+    if isinstance(node, yaml.SequenceNode):
+        for child in node.value:
+            _refuse_duplicate_keys(child, source, depth + 1)
+        return
+    first_lines: dict[tuple[str, str], int] = {}
+    for key_node, value_node in node.value:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+            key, line = str(key_node.value), key_node.start_mark.line + 1
+            if (key_node.tag, key) in first_lines:
+                message = say("yaml_duplicate_key", source=source, key=key, line=line,
+                              first_line=first_lines[key_node.tag, key])
+                raise SpecError(key if depth == 0 else None, message)   # a nested key is no config key
+            first_lines[key_node.tag, key] = line
+        _refuse_duplicate_keys(value_node, source, depth + 1)
 
 
 def _check_size(node: yaml.Node, source: str) -> None:

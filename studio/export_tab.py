@@ -17,13 +17,16 @@ from typing import Any, Callable, Iterator
 import gradio as gr
 import yaml
 
-from jobs.export import ExportError, estimate_sizes, export_adapter_zip
+from jobs.export import ExportError, default_zip_path, estimate_sizes, export_adapter_zip
 from jobs.export.files import human_size
 from jobs.export.protocol import ERROR_PREFIX, NOTE_PREFIX, PROGRESS_LINE, RESULT_PREFIX
 from jobs.io.layout import JobLayout
+from jobs.messages import say
+from jobs.io.storage import describe, is_disk_error
 from studio import jobs_view as view
 from studio import render
 from studio.context import StudioContext
+from studio.export_runs import ExportRuns
 from studio.i18n import t
 from studio.server_text import translated
 
@@ -109,14 +112,32 @@ def prepare(ctx: StudioContext, job_id: str | None, lang: str = "en") -> tuple[A
                 render.notice_html(t("export.no_job", lang, job=job_id), "error"), "")
     try:
         archive = export_adapter_zip(record.job_dir)
+        offered = offered_copy(archive)
     except ExportError as exc:
         return gr.update(value=None, interactive=False), render.notice_html(translated(str(exc), lang), "error"), ""
-    size_mb = archive.stat().st_size / 1e6
+    except OSError as exc:   # a full disk: a sentence for people, not Gradio's raw "[Errno 28]" toast
+        if not is_disk_error(exc):
+            raise
+        return (gr.update(value=None, interactive=False),
+                render.notice_html(t("export.zip_not_offered", lang, name=default_zip_path(Path(record.job_dir)).name,
+                                     error=describe(getattr(exc, "filename", None) or record.job_dir, exc)),
+                                   "error"), model_card_text(record.job_dir, lang))
+    size_mb = archive.stat().st_size / 2 ** 20   # MiB, as every size on the page is binary
     estimate = sizes_text(estimate_sizes(record.job_dir, ctx.data_dir), lang)
     status = render.notice_html(t("export.ready", lang, name=archive.name, size=f"{size_mb:.1f}")
                                 + (f"\n{estimate}" if estimate else ""), "ok")
-    return (gr.update(value=str(archive), interactive=True, label=t("export.download_named", lang, name=archive.name)),
+    return (gr.update(value=str(offered), interactive=True, label=t("export.download_named", lang, name=archive.name)),
             status, model_card_text(record.job_dir, lang))
+
+
+def offered_copy(archive: Path) -> Path:
+    """The zip's copy in Gradio's cache, made here: the download button serves files from there, and
+    Gradio made that copy after this tab's handler returned (every page load offers the newest job's
+    zip), where a full disk could only end as a raw "[Errno 28]" toast. A path already in the cache
+    is served as it is; the same bytes are copied once (Gradio names the copy by their hash)."""
+    from gradio import processing_utils
+    from gradio.utils import get_upload_folder
+    return Path(processing_utils.save_file_to_cache(archive, get_upload_folder()))
 
 
 def export_command(ctx: StudioContext, job_dir: str, fmt: str, quant: str) -> list[str]:
@@ -124,11 +145,24 @@ def export_command(ctx: StudioContext, job_dir: str, fmt: str, quant: str) -> li
             "--data-dir", str(ctx.data_dir)]
 
 
-def run_export(command: list[str], on_progress: Callable[[float, str], None]) -> ExportOutcome:
-    """Run the export CLI, reporting its progress lines; its result and note lines, or its error."""
+def run_export(command: list[str], on_progress: Callable[[float, str], None], runs: ExportRuns | None = None,
+               key: str = "", job_dir: str | None = None) -> ExportOutcome:
+    """Run the export CLI, reporting its progress lines; its result and note lines, or its error.
+    It runs in its own process group, which `runs.cancel(key)` stops (studio/export_runs.py)."""
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)
+    runs = runs or ExportRuns()
+    run = runs.start(key, command, job_dir or ".", cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                     text=True, env=env)
+    try:
+        outcome = _read_outcome(run.proc, on_progress)
+    finally:
+        runs.done(key, run)
+    if run.cancelled:   # a SIGKILL after the grace time prints no line of its own
+        outcome.error = say("export_cancelled")
+    return outcome
+
+
+def _read_outcome(proc: subprocess.Popen, on_progress: Callable[[float, str], None]) -> ExportOutcome:
     outcome, tail = ExportOutcome(), []
     for line in proc.stdout:
         line = line.rstrip("\n")
@@ -205,12 +239,14 @@ def folder_downloads(folder: Path) -> list[str]:
 
 
 def start_export(ctx: StudioContext, job_id: str | None, fmt: str, quant: str,
-                 on_progress: Callable[[float, str], None], lang: str = "en") -> tuple[str, list[str]]:
-    """(status HTML, downloadable files) after running one export of the picked job."""
+                 on_progress: Callable[[float, str], None], lang: str = "en", runs: ExportRuns | None = None,
+                 key: str = "") -> tuple[str, list[str]]:
+    """(status HTML, downloadable files) after running one export of the picked job; `runs.cancel(key)`
+    stops it."""
     record = ctx.runner.get(job_id) if job_id else None
     if record is None:
         return render.notice_html(t("export.pick_job", lang), "warn"), []
-    outcome = run_export(export_command(ctx, record.job_dir, fmt, quant), on_progress)
+    outcome = run_export(export_command(ctx, record.job_dir, fmt, quant), on_progress, runs, key, record.job_dir)
     return outcome_html(fmt, outcome, lang), downloadable(outcome)
 
 
@@ -231,6 +267,8 @@ def build_export_tab(ctx: StudioContext) -> ExportTab:
         quant = bind(gr.Dropdown(quant_choices(), value="q8_0", elem_id="ft-export-quant", scale=1),
                      label="export.quant", choices=quant_choices)
         run = bind(gr.Button(variant="primary", elem_id="ft-export-run", scale=0, min_width=140), value="export.run")
+        cancel = bind(gr.Button(variant="stop", elem_id="ft-export-cancel", scale=0, min_width=140),
+                      value="export.cancel")
     result = gr.HTML(elem_id="ft-export-result")
     files = bind(gr.File(file_count="multiple", interactive=False, elem_id="ft-export-files"), label="export.files")
     card = gr.Markdown(elem_id="ft-model-card", container=True)
@@ -241,16 +279,23 @@ def build_export_tab(ctx: StudioContext) -> ExportTab:
     def on_select(job_id: str | None, language: str) -> tuple[Any, str, str]:
         return prepare(ctx, job_id, language)
 
-    def on_run(job_id: str | None, chosen: str, tensor_type: str, language: str,
+    runs = ExportRuns()   # by page: Cancel stops the export its own page started
+
+    def on_run(job_id: str | None, chosen: str, tensor_type: str, language: str, request: gr.Request,
                progress: gr.Progress = gr.Progress()) -> Iterator[tuple[str, Any]]:
         yield render.notice_html(t("export.running", language), "info"), gr.update(value=None)
         status_html, paths = start_export(ctx, job_id, chosen, tensor_type,
-                                          lambda fraction, message: progress(fraction, desc=message), language)
+                                          lambda fraction, message: progress(fraction, desc=message), language,
+                                          runs, request.session_hash or "")
         yield status_html, gr.update(value=paths or None)
+
+    def on_cancel(request: gr.Request) -> None:
+        runs.cancel(request.session_hash or "")
 
     select.change(on_select, [select, ctx.lang], [download, status, card])
     fmt.change(lambda chosen: gr.update(visible=chosen == "gguf"), fmt, quant)
     run.click(on_run, [select, fmt, quant, ctx.lang], [result, files], api_name="export")
+    cancel.click(on_cancel, None, None, api_name="export_cancel", show_progress="hidden")
     refresh_btn.click(lambda picked, language: tab.refresh(ctx, picked, language), [tab.picked, ctx.lang], select)
     ctx.lang.change(lambda picked, language: tab.refresh(ctx, picked, language), [tab.picked, ctx.lang], select,
                     show_progress="hidden")

@@ -12,7 +12,7 @@ mapping of dotted keys to text with ``{name}`` placeholders (str.format). Two wa
 The Train form's field labels are the keys ``field.<name>``; their help texts come from JobSpec's
 ``metadata["help"]`` (the English source, never copied) and, in other languages, from
 ``help.<name>``. Sentences from jobs/ (bad rows, preflight findings, export refusals, job end
-reasons) are jobs/messages.py templates, translated by studio/server_text.py from ``msg.<key>``.
+reasons) are jobs/messages/ templates, translated by studio/server_text.py from ``msg.<key>``.
 tests/studio/test_i18n.py checks that every key the studio uses exists in both
 catalogues with the same placeholders, so add a key to en.json and zh-CN.json together.
 """
@@ -54,7 +54,7 @@ def normalize(lang: str | None) -> str:
 @functools.cache
 def catalogue(lang: str) -> dict[str, str]:
     """The catalogue of `lang`; English also holds help.<field> from JobSpec's metadata and
-    msg.<key> from jobs/messages.py (the English sources, never copied)."""
+    msg.<key> from jobs/messages/ (the English sources, never copied)."""
     lang = normalize(lang)
     entries = json.loads((LOCALES_DIR / f"{lang}.json").read_text(encoding="utf-8"))
     if lang == DEFAULT_LANG:

@@ -4,7 +4,7 @@ pattern and rendered from the catalogue with the pattern's groups; anything unkn
 written. jobs/ and kernels/ stay free of the studio's languages (dependencies point studio -> jobs).
 
 Two sources of patterns: the hand-written `reason.<name>` ones below (kernels, telemetry), and one
-derived from each template of jobs/messages.py (rendered from `msg.<key>`), so a new message needs
+derived from each template of jobs/messages/ (rendered from `msg.<key>`), so a new message needs
 no pattern here, only its Chinese in studio/locales/zh-CN.json."""
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def report_line(line: str, lang: str | None) -> str:
     return line
 
 
-# What a jobs/messages.py placeholder can hold, by its name (see that module's docstring): numbers,
+# What a jobs/messages/ placeholder can hold, by its name (see that module's docstring): numbers,
 # a row's place, and the "; "-joined lists the code makes (split again at the same join).
 NUMBER = r"\d[\d,]*"
 NUMBER_NAMES = {"number", "line", "count", "column", "offset", "limit", "shown", "turn", "header_count", "length",
@@ -107,7 +107,7 @@ def _group(name: str, spec: str) -> str:
 
 
 def message_pattern(template: str) -> re.Pattern:
-    """A jobs/messages.py template as a pattern: the words as written, each placeholder a named
+    """A jobs/messages/ template as a pattern: the words as written, each placeholder a named
     group (a placeholder used twice must hold the same text twice)."""
     parts, seen = [], set()
     for literal, name, spec, _conversion in Formatter().parse(template):

@@ -5,9 +5,10 @@
 2. The preflight `python -m jobs.train CONFIG --dry-run` runs (jobs/preflight.run_preflight): the
    model resolves, target modules exist, the whole dataset is read and every bad row counted.
    Small data is checked in the studio process with the model's config and tokenizer kept between
-   clicks (jobs.checks.preflight.ModelFiles); a data file over IN_PROCESS_BYTES, or a hub dataset, is
-   checked by a child process (studio/preflight_child.py) that answers with the report as JSON and
-   exits, so a huge file never sits in the studio's memory (issue 12's bounded reading).
+   clicks (jobs.checks.preflight.ModelFiles); a data file over IN_PROCESS_BYTES, a hub dataset, or
+   any image-text job is checked by a child process (studio/preflight_child.py) that answers with
+   the report as JSON and exits, so a huge file or a decompression bomb never sits in the studio's
+   memory (issue 12's bounded reading; issue 36: no image is opened in the studio's process).
 3. The predicted peak GPU memory (jobs/models/fit.py) against the free memory of the job's GPU.
 """
 from __future__ import annotations
@@ -91,9 +92,11 @@ class StartCheck:
             from jobs.checks.preflight import run_preflight
             with self._lock:
                 report = run_preflight(spec, data_dir=self.data_dir, access=DataAccess.for_studio(self.data_dir),
-                                       log=lambda _line: None, model_files=self._files)
+                                       log=lambda _line: None, model_files=self._files, open_images=False)
             verdict = Verdict([(p.key, p.message) for p in report.problems], report.model_source,
                               [dict(vars(d)) for d in report.datasets])
+            if report.images_deferred:   # an image-text job: its images are opened by the child alone
+                verdict = self._in_child(spec)
         if verdict.model_source:
             self._sources[spec.model] = verdict.model_source
         self._remember(spec, verdict.datasets)
@@ -147,6 +150,9 @@ class StartCheck:
                 # on a CPU: the job's tensors in RAM (fp32, PyTorch path), against this machine's RAM
                 kwargs = _gpu_bytes(free) if free is not None else {"cuda": False, "fused": False}
                 estimate = fit.estimate_peak(spec, self._files.config(source), **kwargs)
+                if free is not None:   # per GPU when sharded; how many GPUs it needs (jobs/models/fit_shard.py)
+                    from jobs.models import fit_shard
+                    estimate = fit_shard.for_job(spec, self._files.config(source), estimate, free)
             except (ModelError, ValueError, AttributeError, KeyError, TypeError):
                 estimate = None   # an architecture jobs/models/fit.py cannot size: no number rather than a wrong one
         view = FitView(estimate, gpu, free)

@@ -54,10 +54,10 @@ class UploadGuard:
         """(HTTP status, message) when an upload of `size` bytes must not start, else None."""
         if size > self.max_bytes:
             return 413, t("upload.too_large", lang, size=human_bytes(size), limit=human_bytes(self.max_bytes))
-        free = self.free(self.upload_dir)
-        if free is not None and free < COPIES * size + SPARE_BYTES:
+        free, need = self.free(self.upload_dir), COPIES * size + SPARE_BYTES
+        if free is not None and free < need:   # the message says what it keeps back, so the numbers add up
             return 507, t("upload.no_space", lang, size=human_bytes(size), free=human_bytes(free),
-                          folder=str(self.upload_dir))
+                          folder=str(self.upload_dir), need=human_bytes(need), reserve=human_bytes(SPARE_BYTES))
         return None
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:

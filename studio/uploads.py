@@ -93,15 +93,17 @@ def known_datasets(data_dir: Path) -> list[str]:
 
 
 def store_reward_upload(data_dir: Path, uploaded: str) -> Path:
-    """Copy an uploaded reward file into <data_dir>/rewards/; refused unless the studio was started
-    with --allow-reward-code (a reward file is code every job that names it runs)."""
-    from jobs.checks.access import reward_uploads_allowed
+    """Copy an uploaded reward file into <data_dir>/rewards/uploads/; refused unless the studio was
+    started with --allow-reward-code (a reward file is code every job that names it runs). Kept apart
+    from the operator's own rewards/ files, so that a later start without the flag runs none of them
+    (jobs/checks/reward_code.py)."""
+    from jobs.checks.reward_code import reward_uploads_allowed, reward_uploads_dir
     source = Path(uploaded)
     if not reward_uploads_allowed():
         raise form.FieldError("reward_file", "reward_upload_off")
     if source.suffix.lower() != ".py":
         raise form.FieldError("reward_file", "upload_type", name=source.name, types=".py")
-    folder = Path(data_dir) / "rewards"
+    folder = reward_uploads_dir(data_dir)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / safe_upload_name(source.name)
     shutil.copyfile(source, target)
@@ -125,12 +127,27 @@ def describe_dataset(path: Path, lang: str = "en") -> tuple[str, int | None, boo
         raise error
     if not rows:
         raise data.DataError(f"{rows.name} has no rows: add at least one example")
-    from jobs.data.preference import preference_format
-    kind = preference_format(rows[0])
-    fmt = t("train.preference_format", lang, kind=kind) if kind is not None else data.detect_format(rows)
+    fmt = _row_format(rows, lang)
     if len(rows) + problems.count <= UPLOAD_SAMPLE_ROWS:
         return fmt, len(rows), True
     return fmt, estimate_rows(path), False
+
+
+def _row_format(rows, lang: str) -> str:
+    """What the first row is: preference rows (their kind), an SFT format, or GRPO prompt rows (a
+    prompt and the columns its rewards read, e.g. prompt/answer: TRL's GRPO "prompt" column)."""
+    from jobs.data import dataset as data
+    from jobs.data.preference import preference_format
+    from jobs.data.prompts import is_prompt_row
+    kind = preference_format(rows[0])
+    if kind is not None:
+        return t("train.preference_format", lang, kind=kind)
+    try:
+        return data.detect_format(rows)
+    except data.DataError:
+        if not is_prompt_row(rows[0]):
+            raise
+        return t("train.prompt_format", lang)
 
 
 def upload_notice(path: Path, lang: str) -> str:

@@ -93,7 +93,8 @@ def test_a_data_dir_readable_by_others_is_made_private(tmp_path, capsys):
 
 def test_the_running_studio_slows_failed_logins_and_sets_lax_cookies(tmp_path):
     """The real app.py with a password: wrong guesses from one client wait longer after the first
-    few, the right password still logs in, and its cookies are SameSite=Lax."""
+    few, even when each names another client in X-Forwarded-For (uvicorn believes it from no one
+    without --trusted-proxy), the right password still logs in, and its cookies are SameSite=Lax."""
     import os
     import socket
     import time
@@ -117,9 +118,10 @@ def test_the_running_studio_slows_failed_logins_and_sets_lax_cookies(tmp_path):
                 assert time.time() < deadline and proc.poll() is None
                 time.sleep(1)
         took = []
-        for _ in range(FREE_FAILURES + 2):
+        for attempt in range(FREE_FAILURES + 2):
             began = time.time()
-            assert httpx.post(url, data={"username": "me", "password": "wrong"}, timeout=60).status_code == 400
+            assert httpx.post(url, data={"username": "me", "password": "wrong"}, timeout=60,
+                              headers={"x-forwarded-for": f"203.0.113.{attempt}"}).status_code == 400
             took.append(time.time() - began)
         # lower bounds only: on a loaded machine any request can be slow, never faster than its delay
         assert took[FREE_FAILURES] >= 1.0 and took[FREE_FAILURES + 1] >= 2.0

@@ -17,13 +17,12 @@ from pathlib import Path
 from jobs.spec import (BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, DATASET_SUFFIXES, JobSpec, SpecError,  # noqa: F401
                        hub_id_problem, is_local_reference)
 
+from jobs.checks.reward_code import (ALLOW_REWARD_CODE_ENV, reward_code_problem,  # noqa: F401
+                                     reward_uploads_allowed)
+
 ALLOW_DIRS_ENV = "FUSETUNE_ALLOW_DIRS"
-ALLOW_REWARD_CODE_ENV = "FUSETUNE_ALLOW_REWARD_CODE"   # app.py --allow-reward-code: reward files may be uploaded
 
 
-def reward_uploads_allowed() -> bool:
-    """Whether the page may take a reward file (Python code the job runs) as an upload."""
-    return os.environ.get(ALLOW_REWARD_CODE_ENV) == "1"
 class AccessError(SpecError):
     """A reference the studio may not read (or that does not exist: the same answer for both)."""
 
@@ -77,7 +76,15 @@ class DataAccess:
         return (self.data_dir / "rewards", *self.allowed)
 
     def reward_file(self, value: str, key: str = "reward_file") -> str:
-        return str(self._inside(value.strip(), self.reward_roots(), key, want_dir=False))
+        """An allowed reward file's real path. The rule for code (jobs/checks/reward_code.py) comes
+        first, on the resolved path: a file the studio wrote is refused even inside an --allow-dir
+        folder that contains the data dir, whether or not it exists."""
+        value = value.strip()
+        candidate = value if os.path.isabs(value) else str(self.reward_roots()[0] / value)
+        problem = reward_code_problem(candidate, self.data_dir)
+        if problem:
+            raise AccessError(key, problem)
+        return str(self._inside(value, self.reward_roots(), key, want_dir=False))
 
     def checkpoint_roots(self) -> tuple[Path, ...]:
         return (self.data_dir / "jobs", *self.allowed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from jobs.checks.reward_code import reward_code_problem
 from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.spec import BUILTIN_REWARDS, JobSpec, reward_entries
@@ -32,6 +33,10 @@ def check_grpo(spec: JobSpec, data_dir, report, summary_cls) -> None:
         report.notes.append(f"grpo: {len(rows)} prompts; the rewards get the columns "
                             f"{', '.join(columns) if columns else '(none)'}")
     known = set(BUILTIN_REWARDS)
+    problem = spec.reward_file and data_dir and reward_code_problem(spec.reward_file, data_dir)
+    if problem:   # the rule for code, as the trainer will apply it (--dry-run says so too)
+        report.fail("reward_file", problem)
+        return
     if spec.reward_file:
         try:
             functions = reward_file_functions(spec.reward_file)

@@ -64,6 +64,7 @@ class PreflightReport:
     datasets: list[DatasetSummary] = field(default_factory=list)
     predicted_memory: str | None = None
     seconds: float = 0.0
+    images_deferred: bool = False  # an image-text job whose images were left to a child (open_images False)
 
     @property
     def ok(self) -> bool:
@@ -95,15 +96,18 @@ class PreflightReport:
         return {"ok": self.ok, "problems": [{"key": p.key, "message": p.message} for p in self.problems],
                 "notes": self.notes, "model_source": self.model_source, "chat_template": self.chat_template,
                 "max_positions": self.max_positions, "predicted_memory": self.predicted_memory,
-                "datasets": [vars(d) for d in self.datasets], "seconds": round(self.seconds, 2)}
+                "datasets": [vars(d) for d in self.datasets], "seconds": round(self.seconds, 2),
+                "images_deferred": self.images_deferred}
 
 
 def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: int | None = None,
-                  model_files: "ModelFiles | None" = None) -> PreflightReport:
+                  model_files: "ModelFiles | None" = None, open_images: bool = True) -> PreflightReport:
     """Check `spec` as far as possible without training; never raises for bad input (the report
     lists it, each finding naming its JobSpec field). `access` (a jobs.checks.access.DataAccess) makes the
     studio's read policy part of the check; `limit` overrides the row size limit; `model_files`
-    keeps configs and tokenizers between calls (the studio's Start clicks)."""
+    keeps configs and tokenizers between calls (the studio's Start clicks). `open_images` False (the
+    studio's own process): an image-text job stops at the model checks with `images_deferred` set,
+    so that its images are opened only by a child process (studio/start_check.py, issue 36)."""
     began = time.time()
     spec = JobSpec.from_dict(spec.to_dict())  # checks below may normalise paths: never the caller's
     report = PreflightReport(spec=spec)
@@ -120,6 +124,10 @@ def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: i
     config, tokenizer = _check_model(spec, data_dir, report, log, model_files or ModelFiles(size=0))
     from jobs.checks import vision   # image-text jobs are checked apart (jobs/checks/vision.py)
     is_vision = config is not None and vision.is_vision_config(config)
+    if is_vision and not open_images:
+        report.images_deferred = True
+        report.seconds = time.time() - began
+        return report
     if is_vision:
         vision.check_vision_job(spec, config, tokenizer, report.model_source, data_dir, report, DatasetSummary)
     elif not vision.check_text_model_data(spec, report, model_known=config is not None):
@@ -356,9 +364,16 @@ def _predicted_memory(spec: JobSpec, config, report: PreflightReport) -> str | N
     """Hook into jobs/models/fit.py (the peak GPU memory estimate), used only when that module exists."""
     if importlib.util.find_spec("jobs.models.fit") is None:
         return None
-    from jobs.models import fit
+    from jobs.models import fit, fit_shard
     try:
-        return fit.estimate_peak(spec, config).summary()
+        refusal = fit.budget_refusal(spec, config)   # a budget no plan can meet: refused before the job starts
+        if refusal:
+            report.fail("max_gpu_memory_gb", refusal)
+        estimate = fit.estimate_peak(spec, config)
+        free, _ = fit._cuda_memory()
+        planned = fit_shard.for_job(spec, config, estimate, free / 2 ** 30 if free else None)
+        report.notes.extend(planned.notes[len(estimate.notes):])   # sharded per GPU; how many GPUs it needs
+        return planned.summary()
     except (ValueError, AttributeError, KeyError, TypeError) as exc:
         report.notes.append(f"no GPU memory estimate for this model: {exc}")
         return None

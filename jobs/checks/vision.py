@@ -1,7 +1,8 @@
 """Preflight of a vision-language job (jobs/models/vision.py): the model is one Fusetune trains,
 the method takes images, target_modules exist (the image-text model built on the meta device),
 and every row of the data is read, every image opened (missing, corrupt, not an image, a URL,
-outside the dataset's folder: counted and named by row) and every row encoded with its image
+outside the dataset's folder, over the pixel or byte budgets of jobs/data/image_budget.py, checked
+from its header before decoding: counted and named by row) and every row encoded with its image
 tokens, so a row past max_seq_length is refused by number before the job starts.
 
 A text model given image-text data (builtin:shapes, or rows with image parts) is refused too,

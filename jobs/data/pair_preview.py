@@ -16,7 +16,7 @@ def preview_preference(spec: JobSpec, n: int = 3, data_dir=None, access=None) ->
     studio's), the dataset and model must be ones the studio may read."""
     from jobs.data import dataset as data
     from jobs.data import encode
-    from jobs.data.preference import preview_pairs
+    from jobs.data.preference import csv_rows, preview_pairs
     from jobs.models import load as models
     if access is not None:
         spec = access.check_spec(JobSpec.from_dict(spec.to_dict()))
@@ -32,4 +32,4 @@ def preview_preference(spec: JobSpec, n: int = 3, data_dir=None, access=None) ->
             raise error
     if not rows:
         raise DataError(say("no_pair_rows", name=rows.name))
-    return preview_pairs(list(rows[:n]), tokenizer, spec.max_seq_length, n)
+    return preview_pairs(list(rows[:n]), tokenizer, spec.max_seq_length, n, text_labels=csv_rows(rows))

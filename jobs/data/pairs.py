@@ -15,7 +15,7 @@ only label rows reach the LM head (kernels/ops/fused_linear_logprobs.py).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,7 +24,7 @@ from jobs.data.conversation import DataError
 from jobs.data.dataset import Problems, Rows, _raise_for, _read
 from jobs.data.encode import IGNORE_INDEX, Example, collate
 from jobs.data.packing import Batch, BatchPlan, collate_packed
-from jobs.data.preference import UNPAIRED_FORMAT, PreferenceRow, encode_answer, preference_format, read_row
+from jobs.data.preference import UNPAIRED_FORMAT, PreferenceRow, csv_rows, encode_answer, preference_format, read_row
 
 
 @dataclass
@@ -43,7 +43,7 @@ def read_preference_rows(rows: Rows, unpaired: bool, method: str, problems: Prob
                          wheres: list[str] | None = None) -> list[PreferenceRow]:
     """Every row read; a row of the wrong kind for `method` (or unreadable) is a named problem.
     `wheres` (optional) gets each read row's place ("row 3 (line 5)"), one for one."""
-    out = []
+    out, text_labels = [], csv_rows(rows)
     for number, where, row in zip(rows.numbers, rows.wheres, rows):
         fmt = preference_format(row)
         if fmt is None:
@@ -58,7 +58,7 @@ def read_preference_rows(rows: Rows, unpaired: bool, method: str, problems: Prob
                                                                      need=need, kind=kind)), number)
             continue
         try:
-            out.append(read_row(row, fmt))
+            out.append(read_row(row, fmt, text_labels))
             if wheres is not None:
                 wheres.append(where)
         except DataError as exc:
@@ -135,12 +135,40 @@ def collate_units(units: list[PairUnit], pad_id: int, packed_rows: list[list[int
     return batch
 
 
+@dataclass
+class Passes(Batch):
+    """A micro-batch that trains in several forward + backward passes, its `parts` (within
+    max_gpu_memory_gb: jobs/models/fit_passes.py); its counts are the parts' sums."""
+
+    parts: list[Batch] = field(default_factory=list)
+
+    def pinned(self) -> "Passes":
+        return Passes({}, {}, self.real_tokens, self.label_tokens, [part.pinned() for part in self.parts])
+
+
+def passes_of(batch: Batch) -> list[Batch]:
+    """The batches one micro-batch trains as: its parts, or itself."""
+    return batch.parts if isinstance(batch, Passes) else [batch]
+
+
 class PairPlan(BatchPlan):
     """BatchPlan over units: the same packing, length grouping, epochs, resume and ranks; a batch
     holds both sequences of each unit. `label_tokens` of a batch counts its units (the loss is
-    normalised per pair, so the loop divides by the global batch's units)."""
+    normalised per pair, so the loop divides by the global batch's units). `pass_units`: at most
+    this many units (packed rows, or pairs) a forward; a larger micro-batch becomes `Passes`."""
+
+    def __init__(self, *args, pass_units: int | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pass_units = pass_units
 
     def _collate(self, group: list[int]) -> Batch:
+        step = self.pass_units
+        if step and len(group) > step:
+            parts = [self._collate_one(group[i:i + step]) for i in range(0, len(group), step)]
+            return Passes({}, {}, sum(p.real_tokens for p in parts), sum(p.label_tokens for p in parts), parts)
+        return self._collate_one(group)
+
+    def _collate_one(self, group: list[int]) -> Batch:
         if self.packed:
             members = [self.rows[r] for r in group]
             flat = [i for row in members for i in row]

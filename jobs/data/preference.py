@@ -96,22 +96,30 @@ def _split_implicit(chosen: list[Message], rejected: list[Message]) -> tuple[lis
     return chosen[:shared], chosen[shared:], rejected[shared:]
 
 
-def _label(value: Any) -> bool:
+def _label(value: Any, text_labels: bool = False) -> bool:
+    """A KTO label: a boolean only (TRL's KTO `label` column is bool). "true" or 1 is refused, not
+    guessed at: a quoted "false" read as text, or a 0/1 score column, would flip a row silently. A CSV
+    has no booleans, so there (`text_labels`) the words true/false are read, as pandas reads them."""
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+    if text_labels and isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    if value in (0, 1):
-        return bool(value)
     raise DataError(say("label_not_bool", value=value))
 
 
-def read_row(row: dict[str, Any], fmt: str | None = None) -> PreferenceRow:
-    """One row as a PreferenceRow, or a DataError naming the field."""
+def csv_rows(rows) -> bool:
+    """Whether `rows` (jobs.data.dataset.Rows) are a CSV file's: every value is text there."""
+    return str(getattr(rows, "name", "")).lower().endswith(".csv")
+
+
+def read_row(row: dict[str, Any], fmt: str | None = None, text_labels: bool = False) -> PreferenceRow:
+    """One row as a PreferenceRow, or a DataError naming the field. `text_labels`: the row is from a
+    CSV, whose KTO labels are the words true/false."""
     fmt = fmt or preference_format(row)
     if fmt == UNPAIRED_FORMAT:
         return PreferenceRow(_turns(row["prompt"], "prompt", "user"),
-                             _turns(row["completion"], "completion", "assistant"), None, _label(row["label"]))
+                             _turns(row["completion"], "completion", "assistant"), None,
+                             _label(row["label"], text_labels))
     if fmt == "sharegpt_pairs":
         prompt = _turns(row["conversations"], "conversations", "user")
     elif fmt == "explicit":
@@ -172,7 +180,8 @@ def _clip(tokenizer, text: str, budget: int) -> tuple[str, int]:
     return (text, len(ids)) if len(ids) <= budget else (tokenizer.decode(ids[:max(0, budget)]), budget)
 
 
-def preview_pairs(rows: list[dict[str, Any]], tokenizer, max_seq_length: int, limit: int = 3) -> list[dict]:
+def preview_pairs(rows: list[dict[str, Any]], tokenizer, max_seq_length: int, limit: int = 3,
+                  text_labels: bool = False) -> list[dict]:
     """The first `limit` preference rows as the model sees them, for the studio's pair preview:
     {prompt, chosen, rejected} (KTO rows: {prompt, completion, label}) of strings. `prompt` is the
     chat-templated prompt (with the generation prompt), each answer the trained text that follows
@@ -180,7 +189,7 @@ def preview_pairs(rows: list[dict[str, Any]], tokenizer, max_seq_length: int, li
     out = []
     for row in rows[:limit]:
         try:
-            pref = read_row(row)
+            pref = read_row(row, text_labels=text_labels)
             sides = {"chosen": pref.chosen} if pref.rejected is None else {"chosen": pref.chosen,
                                                                           "rejected": pref.rejected}
             item: dict[str, Any] = {}

@@ -14,8 +14,6 @@ from jobs.data.conversation import DataError
 from jobs.spec import BUILTIN_PROMPT_DATASETS
 
 TEXT_KEYS = ("question", "problem", "instruction", "query")
-PROMPT_DATA_HINT = ("a row needs a prompt: a `prompt` column (text or messages), `messages`, or a `question` / "
-                    "`problem` / `instruction` column")
 
 
 @dataclass
@@ -25,13 +23,13 @@ class PromptRow:
     input_ids: list[int] = field(default_factory=list)
 
 
-def prompt_of(row: dict, number: int):
-    """The prompt of one row, or DataError naming the row."""
+def prompt_of(row: dict):
+    """The prompt of one row, or a DataError saying what is wrong with it (the caller names the row)."""
     if "prompt" in row:
         value = row["prompt"]
         if isinstance(value, str) and value.strip() or isinstance(value, list) and value:
             return value
-        raise DataError(say("row_problem", where=say("at_row", number=number), problem=say("prompt_empty")))
+        raise DataError(say("prompt_empty"))
     for key in ("messages", "conversations"):
         if isinstance(row.get(key), list):
             turns = [{"role": t.get("role") or {"human": "user", "gpt": "assistant"}.get(t.get("from"), "user"),
@@ -40,31 +38,53 @@ def prompt_of(row: dict, number: int):
                 turns.pop()
             if turns:
                 return turns
-            raise DataError(say("row_problem", where=say("at_row", number=number),
-                                problem=say("prompt_no_user_turn", key=key)))
+            raise DataError(say("prompt_no_user_turn", key=key))
     for key in TEXT_KEYS:
         if isinstance(row.get(key), str) and row[key].strip():
             text = row[key] + (f"\n\n{row['input']}" if isinstance(row.get("input"), str) and row["input"] else "")
             return [{"role": "user", "content": text}]
-    raise DataError(f"row {number}: {PROMPT_DATA_HINT}")
+    raise DataError(say("prompt_missing"))
 
 
-def to_prompt_rows(rows: list[dict], numbers: list[int] | None = None) -> list[PromptRow]:
+def is_prompt_row(row: dict) -> bool:
+    """Whether GRPO can prompt with this row (the upload notice's test for prompt data)."""
+    try:
+        prompt_of(row)
+    except DataError:
+        return False
+    return True
+
+
+def to_prompt_rows(rows: list[dict], problems=None) -> list[PromptRow]:
+    """Every row as a PromptRow. Every bad row is found, as SFT's to_conversations finds them: without
+    `problems` a DataError names them (the first 10, and how many); with it they are added there."""
+    from jobs.data.dataset import Problems, Rows
+    rows = rows if isinstance(rows, Rows) else Rows(rows)
+    found = problems if problems is not None else Problems()
     used = ("prompt", "messages", "conversations")
     out = []
-    for i, row in enumerate(rows):
-        prompt = prompt_of(row, numbers[i] if numbers else i + 1)
-        out.append(PromptRow(prompt, {k: v for k, v in row.items() if k not in used}))
+    for number, where, row in zip(rows.numbers, rows.wheres, rows):
+        try:
+            out.append(PromptRow(prompt_of(row), {k: v for k, v in row.items() if k not in used}))
+        except DataError as exc:
+            found.add(say("row_problem", where=where, problem=exc), number)
+    error = found.error(rows.name)
+    if error and problems is None:
+        raise error
     return out
 
 
 def load_prompt_rows(spec, data_dir=None, log=print) -> list[PromptRow]:
+    """Every prompt of spec.dataset, or one DataError naming every bad row: the ones the reader
+    refused and the ones without a prompt together (the first 10 by number, and how many)."""
     if spec.dataset in BUILTIN_PROMPT_DATASETS:
         from jobs.data.builtin.arithmetic import arithmetic_rows
         return to_prompt_rows(arithmetic_rows(seed=spec.seed))
-    from jobs.data.dataset import load_rows
-    rows = load_rows(spec, data_dir, log=log)
-    return to_prompt_rows(list(rows), rows.numbers)
+    from jobs.data.dataset import _raise_for, _read
+    rows, problems = _read(spec, "dataset", data_dir, False, None, log)
+    prompts = to_prompt_rows(rows, problems)
+    _raise_for(rows, problems)
+    return prompts
 
 
 def render(tokenizer, prompt) -> str:
@@ -101,7 +121,7 @@ def preview_rows(spec, n: int = 3, data_dir=None, access=None) -> list[dict]:
         error = problems.error(found.name)
         if error:
             raise error
-        rows = to_prompt_rows(list(found), found.numbers)
+        rows = to_prompt_rows(found)
     rows = encode_prompts(tokenizer, rows, spec.max_seq_length)
     return [{"segments": [(render(tokenizer, row.prompt), False)], "tokens": len(row.input_ids),
              "columns": row.columns} for row in rows]

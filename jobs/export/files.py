@@ -1,9 +1,13 @@
 """Writing an export so that nothing half-written ever sits under its final name.
 
 Everything is written to a hidden temporary sibling (same folder, so the final rename is atomic on
-one filesystem) and renamed into place only when complete; on any failure the temporary is removed.
-A full disk (or another disk failure, recognised by jobs.io.storage) is reported as such, and too
-little free space is refused before anything is written."""
+one filesystem) and renamed into place only when complete; on any failure the temporary is removed,
+and so is every folder the export created for it (a refused export leaves no empty folder). An
+export of several files (a GGUF and its Modelfile) is written into one temporary folder
+(`staged_folder`) that becomes the destination folder. A full disk (or another disk failure,
+recognised by jobs.io.storage) is reported as such, and too little free space is refused before
+anything is written. What a killed export leaves (`.<name>.partial-<pid>`) is removed at the
+studio's next start (jobs/export/leftovers.py)."""
 from __future__ import annotations
 
 import os
@@ -33,9 +37,11 @@ def human_size(n_bytes: float) -> str:
 
 
 def check_free_space(folder: Path, needed_bytes: int) -> None:
-    """Refuse before writing anything when the disk cannot hold the export."""
-    folder.mkdir(parents=True, exist_ok=True)
-    free = free_bytes(folder)
+    """Refuse before writing anything (no folder made) when the disk cannot hold the export."""
+    existing = Path(folder)
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    free = free_bytes(existing)
     if free is not None and free < needed_bytes + MARGIN_BYTES:
         raise ExportError(say("export_no_disk_space", folder=folder, need=human_size(needed_bytes),
                               free=human_size(free)))
@@ -45,11 +51,32 @@ def _temporary_name(final: Path) -> Path:
     return final.with_name(f".{final.name}.partial-{os.getpid()}")
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists() or path.is_symlink():
         path.unlink(missing_ok=True)
+
+
+def make_parents(folder: Path) -> list[Path]:
+    """mkdir -p, returning the folders it created (deepest last), for remove_empty on failure."""
+    missing = []
+    folder = Path(folder)
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir(exist_ok=True)
+    return list(reversed(missing))
+
+
+def remove_empty(created: list[Path]) -> None:
+    """Remove the folders make_parents created, deepest first, where they are still empty."""
+    for path in reversed(created):
+        try:
+            path.rmdir()
+        except OSError:
+            return
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:
@@ -58,30 +85,60 @@ def _move_into_place(tmp: Path, final: Path) -> None:
         os.replace(tmp, final)
         return
     old = final.with_name(f".{final.name}.old-{os.getpid()}")
-    _remove(old)
+    remove_path(old)
     os.replace(final, old)
     os.replace(tmp, final)
-    _remove(old)
+    remove_path(old)
 
 
 @contextmanager
 def atomic_output(final: Path, folder: bool) -> Iterator[Path]:
     """Yield a temporary path (a created folder, or a file path) that becomes `final` on success."""
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    created = make_parents(final.parent)
     tmp = _temporary_name(final)
-    _remove(tmp)
-    if folder:
-        tmp.mkdir()
+    remove_path(tmp)
     try:
+        if folder:
+            tmp.mkdir()
         yield tmp
         _move_into_place(tmp, final)
     except BaseException as exc:
-        _remove(tmp)
-        # safetensors and torch report a full disk as RuntimeError, hence jobs.io.storage's test
-        if isinstance(exc, Exception) and not isinstance(exc, ExportError) and is_disk_error(exc):
-            raise ExportError(say("export_disk_failed", name=final.name, detail=describe(final, exc))) from exc
+        remove_path(tmp)
+        remove_empty(created)
+        _raise_disk_error(exc, final)
         raise
+
+
+@contextmanager
+def staged_folder(final: Path) -> Iterator[Path]:
+    """Yield a temporary folder whose files all appear in `final` together, or none of them do: a new
+    `final` is the temporary folder renamed; into an existing one (a folder --out named, a repeated
+    export) each finished file is renamed in turn from a temporary folder inside it."""
+    final = Path(final)
+    if not final.is_dir():
+        with atomic_output(final, folder=True) as tmp:
+            yield tmp
+        return
+    tmp = _temporary_name(final / "staged")
+    remove_path(tmp)
+    try:
+        tmp.mkdir()
+        yield tmp
+        for path in sorted(tmp.iterdir()):
+            _move_into_place(path, final / path.name)
+    except BaseException as exc:
+        _raise_disk_error(exc, final)
+        raise
+    finally:
+        remove_path(tmp)
+
+
+def _raise_disk_error(exc: BaseException, final: Path) -> None:
+    """A full disk as an ExportError naming the export (safetensors and torch report it as
+    RuntimeError, hence jobs.io.storage's test); anything else is left to the caller."""
+    if isinstance(exc, Exception) and not isinstance(exc, ExportError) and is_disk_error(exc):
+        raise ExportError(say("export_disk_failed", name=final.name, detail=describe(final, exc))) from exc
 
 
 def tree_size(path: Path) -> int:

@@ -140,8 +140,22 @@ def check(fmt: ChatFormat, render: Render, bos: str) -> None:
 
 
 def _go_text(text: str) -> str:
-    """Literal text for a Go template (only `{{` would start an action)."""
-    return text.replace("{{", '{{ "{{" }}')
+    """Literal text for a Go template inside the Modelfile's triple quotes: `{{` would start an
+    action (written as the action `{{ "{{" }}`), and the rest goes through _go_char."""
+    return '{{ "{{" }}'.join("".join(map(_go_char, piece)) for piece in text.split("{{"))
+
+
+def _go_char(char: str) -> str:
+    """Ollama's Modelfile parser (parser/parser.go in ollama/ollama) ends a value at three quotes
+    followed by a space or a line end, and silently drops each rune that Go's strconv.IsPrint
+    rejects (a right-to-left mark, the zero-width joiner inside an emoji; Python's isprintable is
+    the same test). So a quote and each such rune become a Go string action with the rune's escape,
+    which renders the same text; backslashes, newlines and printable text (emoji, CJK, Arabic
+    letters) stay literal: neither the parser nor Go's template text reads escapes."""
+    if char != '"' and (char == "\n" or char.isprintable()):
+        return char
+    code = ord(char)
+    return '{{ "\\u%04x" }}' % code if code < 0x10000 else '{{ "\\U%08x" }}' % code
 
 
 def go_template(fmt: ChatFormat) -> str:
@@ -177,8 +191,9 @@ def stop_words(fmt: ChatFormat, eos: str | None) -> list[str]:
 
 
 def _quoted(text: str) -> str:
-    if '"""' in text:
-        raise TemplateNotTranslatable(say("template_triple_quotes"))
+    """A Modelfile value in triple quotes; go_template's text never holds a `"` outside its own
+    actions (_go_text), and those never make three in a row."""
+    assert '"""' not in text, "go_template wrote three quotes in a row"
     return f'"""{text}"""'
 
 
@@ -234,8 +249,17 @@ def chat_format_of(tokenizer, adds_bos: bool | None = None) -> ChatFormat:
 
 def write_modelfile(gguf_path: Path, tokenizer_dir: Path, config: dict, generation: dict
                     ) -> tuple[Path, list[str]]:
-    """Write `Modelfile` beside the GGUF; returns (path, notes). `generation` is the base's
-    generation_config.json (sampling defaults), possibly empty."""
+    """Write `Modelfile` beside the GGUF; returns (path, notes)."""
+    text, notes = modelfile_for(gguf_path.name, tokenizer_dir, config, generation)
+    path = gguf_path.parent / "Modelfile"
+    with atomic_output(path, folder=False) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path, notes
+
+
+def modelfile_for(gguf_name: str, tokenizer_dir: Path, config: dict, generation: dict) -> tuple[str, list[str]]:
+    """(the Modelfile's text, notes for the user). `generation` is the base's generation_config.json
+    (sampling defaults), possibly empty."""
     from jobs.data.encode import ensure_chat_template
     from jobs.models.load import load_tokenizer
     tokenizer = load_tokenizer(str(tokenizer_dir))
@@ -246,8 +270,4 @@ def write_modelfile(gguf_path: Path, tokenizer_dir: Path, config: dict, generati
     except TemplateNotTranslatable as exc:
         fmt, reason = None, str(exc)
         notes.append(say("export_note_no_template", message=reason))
-    text = modelfile_text(gguf_path.name, fmt, tokenizer.eos_token, config, generation, reason)
-    path = gguf_path.parent / "Modelfile"
-    with atomic_output(path, folder=False) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    return path, notes
+    return modelfile_text(gguf_name, fmt, tokenizer.eos_token, config, generation, reason), notes

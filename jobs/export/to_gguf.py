@@ -20,7 +20,7 @@ import torch
 
 from jobs.models import builtin as smollm2
 from jobs.export import card, families, ollama, vocab
-from jobs.export.files import ExportResult, Progress, atomic_output, check_free_space, no_progress
+from jobs.export.files import ExportResult, Progress, check_free_space, no_progress, staged_folder
 from jobs.export.merge import merge_device, merged_tensors
 from jobs.export.source import JobSource
 from jobs.messages import say
@@ -136,37 +136,41 @@ def stream_entries(source: JobSource, family: families.Family, entries: list[Pla
 
 def write_file(source: JobSource, family: families.Family, quant: str, entries: list[Planned],
                target: Path, progress: Progress) -> list[str]:
+    """Write the GGUF to `target` (a path in export_gguf's temporary folder); notes for the user."""
     writer, notes = build_writer(source, family, quant, entries)
     total, done = sum(e.nbytes for e in entries), 0
-    check_free_space(target.parent, total)
-    with atomic_output(target, folder=False) as tmp:
-        try:
-            writer.write_header_to_file(path=tmp)
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
-            for index, (entry, tensor) in enumerate(stream_entries(source, family, entries)):
-                writer.write_tensor_data(encode(tensor, entry))
-                done += entry.nbytes
-                if index % 16 == 0 or done == total:
-                    progress(0.98 * done / total, f"wrote {entry.gguf_name} ({index + 1}/{len(entries)})")
-        finally:
-            writer.close()
+    try:
+        writer.write_header_to_file(path=target)
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for index, (entry, tensor) in enumerate(stream_entries(source, family, entries)):
+            writer.write_tensor_data(encode(tensor, entry))
+            done += entry.nbytes
+            if index % 16 == 0 or done == total:
+                progress(0.98 * done / total, f"wrote {entry.gguf_name} ({index + 1}/{len(entries)})")
+    finally:
+        writer.close()
     return notes
 
 
 def export_gguf(source: JobSource, target: Path, quant: str, progress: Progress = no_progress) -> ExportResult:
-    """Write `target` (.gguf) and an Ollama Modelfile in the same folder."""
+    """Write `target` (.gguf) and an Ollama Modelfile in the same folder, both or neither: the
+    Modelfile is made first (nothing is written when it cannot be), then the two files are written
+    into a temporary folder that becomes the destination only when both are complete."""
     family = families.family_of(source.config)
     entries = plan(source, family, quant)
-    notes = write_file(source, family, quant, entries, target, progress)
+    generation_file = source.base_dir / "generation_config.json"
+    generation = json.loads(generation_file.read_text(encoding="utf-8")) if generation_file.is_file() else {}
+    modelfile, template_notes = ollama.modelfile_for(target.name, source.adapter_dir, source.config, generation)
+    check_free_space(target.parent, sum(e.nbytes for e in entries))
+    with staged_folder(target.parent) as folder:
+        notes = write_file(source, family, quant, entries, folder / target.name, progress)
+        (folder / "Modelfile").write_text(modelfile, encoding="utf-8")
     if source.qlora:
         from jobs.export.merge import QLORA_NOTE
         notes.append(QLORA_NOTE)
     fallback = [e.gguf_name for e in entries if e.qtype == gguf.GGMLQuantizationType.F16 and quant != "f16"]
     if fallback:
         notes.append(say("export_note_f16_tensors", count=len(fallback), quant=quant, tensor=fallback[0]))
-    generation_file = source.base_dir / "generation_config.json"
-    generation = json.loads(generation_file.read_text(encoding="utf-8")) if generation_file.is_file() else {}
-    modelfile, template_notes = ollama.write_modelfile(target, source.adapter_dir, source.config, generation)
     progress(1.0, f"GGUF in {target}")
-    return ExportResult([target, modelfile], notes + template_notes)
+    return ExportResult([target, target.parent / "Modelfile"], notes + template_notes)

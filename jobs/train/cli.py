@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(PRIVATE_UMASK)  # everything the job writes is the user's alone
     try:
         spec, data_dir = parse(argv)
-        processes = _processes(spec)
+        processes = 1 if spec.cluster else _processes(spec)  # Ray places a cluster job, not this machine
     except SpecError as exc:
         print(f"fusetune: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -214,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_IO
     layout = JobLayout(spec.output_dir)
     with tee_to_log(layout.log):
+        if spec.cluster:  # submitted to the Ray cluster, its logs followed here (jobs/train/cluster.py)
+            from jobs.train.cluster import submit_and_follow
+            return submit_and_follow(spec, layout, root)
         return _run(spec, layout, root)
 
 
@@ -225,7 +229,22 @@ class _QuietEvents:
         return {"type": type, **fields}
 
 
-def _run(spec: JobSpec, layout: JobLayout, data_dir: Path) -> int:
+class _NotStarted:
+    """What `_report_failure` reads of a trainer that could not be made."""
+    step = 0
+
+
+def _make_trainer(spec: JobSpec, layout: JobLayout, events, data_dir: Path, dist):
+    from jobs.train.loop import Trainer
+    if dist.is_main:
+        _attach_trackers(spec, events, layout.root)
+        return Trainer(spec, layout.root, events, data_dir=data_dir, log=lambda line: print(line, flush=True),
+                       dist=dist)
+    return Trainer(spec, layout.root, _QuietEvents(), data_dir=data_dir, log=lambda line: None, dist=dist)
+
+
+def _run(spec: JobSpec, layout: JobLayout, data_dir: Path, on_trainer=None) -> int:
+    """Train in this process (one rank); `on_trainer(trainer)`: a Ray worker's cancel watch (ray_worker.py)."""
     try:
         if os.environ.get("RANK", "0") == "0":  # under torchrun the ranks share the folder
             write_private_text(layout.config, spec.to_yaml())
@@ -239,7 +258,6 @@ def _run(spec: JobSpec, layout: JobLayout, data_dir: Path) -> int:
     warnings.simplefilter("once")
     from jobs.train import distributed
     from jobs.io.events import EventWriter
-    from jobs.train.loop import Trainer
     events = EventWriter(layout.root)
     try:
         dist = distributed.init()
@@ -248,18 +266,20 @@ def _run(spec: JobSpec, layout: JobLayout, data_dir: Path) -> int:
         events.emit("error", kind="internal", message=message, step=0, rank=int(os.environ.get("RANK", 0)))
         print(f"fusetune: {message}", file=sys.stderr, flush=True)
         return EXIT_FAILED
-    if dist.is_main:
-        _attach_trackers(spec, events, layout.root)
-        trainer = Trainer(spec, layout.root, events, data_dir=data_dir, log=lambda line: print(line, flush=True),
-                          dist=dist)
-    else:
-        trainer = Trainer(spec, layout.root, _QuietEvents(), data_dir=data_dir, log=lambda line: None, dist=dist)
+    try:
+        trainer = _make_trainer(spec, layout, events, data_dir, dist)
+    except SpecError as exc:  # e.g. a reward file the rule for code refuses (jobs/checks/reward_code.py)
+        return _report_failure(exc, _NotStarted(), events, layout.root, dist)
 
     def request_stop(signum, _frame):
         if dist.is_main:
             print(f"received {signal.Signals(signum).name}: stopping after this step", flush=True)
         trainer.stop_requested = True
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # a Ray Train worker trains in a thread of its actor, where signals cannot be handled (nor are sent)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT) if in_main}
+    if on_trainer is not None:
+        on_trainer(trainer)
 
     if dist.is_main:
         print(f"fusetune: job config {layout.config}", flush=True)

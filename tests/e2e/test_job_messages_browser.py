@@ -1,5 +1,5 @@
 """Issue 24's last item in a real browser: in the 简体中文 page, the upload notice of a dataset with
-bad rows names each row in Chinese (jobs/messages.py templates, studio/server_text.py), while the
+bad rows names each row in Chinese (jobs/messages/ templates, studio/server_text.py), while the
 parser's own words stay as written; the page is set back to English at the end."""
 from __future__ import annotations
 

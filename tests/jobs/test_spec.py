@@ -68,6 +68,24 @@ def test_unknown_key_lists_the_known_ones():
     assert "num_epochs" in str(info.value)
 
 
+def test_names_are_bounded_and_hold_no_control_or_bidi_override_character():
+    """Issue 36 item 6: a 50 MB name was accepted (refused now by its length alone, at once), and a
+    right-to-left override (U+202E) flipped the job dropdown's labels."""
+    import time
+    began = time.perf_counter()
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict({"name": "x" * (50 << 20)})
+    assert time.perf_counter() - began < 1
+    assert str(info.value) == "name: is 52,428,800 characters long, over the limit of 200: shorten it"
+    for key, text, char, index in (("name", "run\u202egpj.exe", "U+202E", 4), ("name", "a\nb", "U+000A", 2),
+                                   ("bot_name", "Bot\u2066", "U+2066", 4), ("bot_author", "\x1b[31mMe", "U+001B", 1)):
+        with pytest.raises(SpecError) as info:
+            JobSpec.from_dict({key: text})
+        assert info.value.key == key and f"control character {char} at character {index}" in str(info.value)
+    spec = JobSpec.from_dict({"name": "שלום \u200f run 1 ✨", "bot_name": "Line one\nline two"})
+    assert spec.name.startswith("שלום") and spec.bot_name == "Line one\nline two"   # marks, emoji, a bot's newline
+
+
 def test_values_from_forms_and_cli_are_coerced():
     spec = JobSpec.from_dict({"lora_r": "8", "load_in_4bit": "false", "learning_rate": "1e-3",
                               "target_modules": "[q_proj, 'v_proj']", "max_steps": 10.0})

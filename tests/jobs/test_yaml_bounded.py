@@ -50,3 +50,18 @@ def test_the_cli_refuses_an_alias_bomb_in_one_line(tmp_path):
     assert proc.returncode == 2
     assert one_line(proc.stderr).startswith(f"fusetune: config error: target_modules: {config}: key "
                                             "'target_modules' expands through aliases to more than")
+
+
+def test_a_key_written_twice_is_refused_naming_it_and_both_lines(tmp_path):
+    """Issue 36 item 6: PyYAML keeps the last of two equal keys without a word."""
+    config = tmp_path / "job.yaml"
+    config.write_text("learning_rate: 0.001\nmethod: sft\n# tuned later\nlearning_rate: 0.1\n")
+    with pytest.raises(SpecError) as refused:
+        JobSpec.from_yaml(config)
+    assert refused.value.key == "learning_rate"
+    assert f"{config}: the key 'learning_rate' is written twice, on line 1 and on line 4" in str(refused.value)
+    with pytest.raises(SpecError, match="the key 'a' is written twice, on line 2 and on line 3"):
+        load_config_yaml("x:\n  a: 1\n  a: 2\n", "nested.yaml")
+    with pytest.raises(SpecError, match="the key 'seed' is written twice, on line 1 and on line 1"):
+        load_config_yaml("{seed: 1, seed: 2}", "flow.yaml")
+    assert load_config_yaml("base: &b {a: 1}\nother:\n  <<: *b\n  b: 2\n", "merge.yaml")["other"] == {"a": 1, "b": 2}

@@ -36,3 +36,35 @@ PARTS_ROW = {"messages": [
     {"role": "assistant", "content": "red"}]}
 LLAMA_FACTORY_ROW = {"messages": [{"role": "user", "content": "<image>What colour?"},
                                   {"role": "assistant", "content": "red"}], "images": ["imgs/a.png"]}
+
+
+def bomb_png(path: Path, side: int = 30000) -> Path:
+    """A valid 1-bit grey PNG of side x side black pixels, a few hundred kB on disk (a decompression
+    bomb: 2.7 GB as RGB), written row by row without ever holding its pixels."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    packer, row = zlib.compressobj(9), b"\0" * (1 + (side + 7) // 8)   # filter byte + packed bits
+    body = b"".join(packer.compress(row) for _ in range(side)) + packer.flush()
+    header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b""))
+    return path
+
+
+def big_png(path: Path, side: int = 8192) -> Path:
+    """A side x side 1-bit PNG, small on disk (8192 a side: 64 Mi pixels, 192 MiB as RGB)."""
+    from PIL import Image
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("1", (side, side)).save(path)
+    return path
+
+
+def image_row(*references: str) -> dict:
+    """An image-text row whose user turn holds these image references."""
+    parts = [{"type": "image", "image": ref} for ref in references]
+    return {"messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "How many?"}]},
+                         {"role": "assistant", "content": "one"}]}

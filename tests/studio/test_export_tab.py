@@ -127,6 +127,27 @@ def test_picking_a_job_offers_the_zip_and_estimates_every_export(ctx):
 
 
 
+def test_a_full_disk_when_the_page_offers_the_zip_is_a_sentence_not_a_raw_errno(ctx, tmp_path, monkeypatch):
+    """Issue 36 item 6: every page load offers the newest job's zip, which Gradio copied into its cache
+    after the handler returned; on a full disk that ended as a raw "[Errno 28]" toast."""
+    import errno
+    from gradio import processing_utils
+    from studio.export_tab import prepare
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "cache"))   # a cache without the zip yet
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with monkeypatch.context() as patched:
+        patched.setattr(processing_utils.shutil, "copy2", full_disk)
+        download, status, card = prepare(ctx, "job1")
+        assert download["interactive"] is False and "ft-error" in status and "[Errno" not in status
+        assert "job1-adapter.zip) cannot be offered for download: cannot write" in status
+        assert "No space left on device" in status and "Free some space, then pick the job again." in status
+        assert "无法提供下载" in prepare(ctx, "job1", "zh-CN")[1] and "LoRA adapter" in card
+    download, _, _ = prepare(ctx, "job1")   # space again: the copy the button serves is made here
+    assert download["interactive"] is True and download["value"].startswith(str(tmp_path / "cache"))
+
+
 def finished(tmp_path, job_id, state="done", adapter=True):
     layout = JobLayout(tmp_path / job_id)
     if adapter:
@@ -167,3 +188,69 @@ def test_cards_without_front_matter_are_unchanged():
     assert split_front_matter("# Title\ntext") == ({}, "# Title\ntext")
     assert split_front_matter("---\n: : bad\n---\nbody")[0] == {}
     assert split_front_matter("---\nonly open") == ({}, "---\nonly open")
+
+
+# An export that waits a minute inside its first tensor, mid-write (the CLI itself, slowed down).
+SLOW_EXPORT = ("import sys, time\nimport jobs.export.to_gguf as g\nreal = g.encode\n"
+               "def slow(*args):\n    time.sleep(60)\n    return real(*args)\n"
+               "g.encode = slow\nfrom jobs.export.__main__ import main\nsys.exit(main(sys.argv[1:]))")
+
+
+def _slow_export(job_dir) -> list[str]:
+    return [sys.executable, "-c", SLOW_EXPORT, str(job_dir), "--format", "gguf", "--device", "cpu"]
+
+
+def _wait_for_partial(job_dir: Path) -> Path:
+    import time
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        found = list((job_dir / "exports").glob(".*.partial-*")) if (job_dir / "exports").is_dir() else []
+        if found and any(found[0].iterdir()):
+            return found[0]
+        time.sleep(0.2)
+    raise AssertionError("the export never started writing")
+
+
+def test_cancel_stops_a_running_export_within_seconds_and_leaves_nothing(ctx, tmp_path):
+    """Issue 36 item 5: Cancel on the page (ExportRuns.cancel with the page's key) stops the export
+    CLI's process group while it writes; its temporary folder and the folders it made are gone."""
+    import shutil
+    import threading
+    import time
+    from studio.export_runs import GRACE_S, ExportRuns
+    job = Path(shutil.copytree(ctx.runner.get("job1").job_dir, tmp_path / "job1"))
+    shutil.rmtree(job / "exports", ignore_errors=True)   # the earlier tests' exports
+    runs, done = ExportRuns(), {}
+    worker = threading.Thread(target=lambda: done.update(outcome=run_export(
+        _slow_export(job), lambda *_: None, runs, "page-1", str(job))))
+    worker.start()
+    _wait_for_partial(job)
+    began = time.time()
+    assert runs.cancel("page-1")
+    worker.join(30)
+    # within the grace time: SIGTERM unwound the CLI itself (a SIGKILL comes only after GRACE_S)
+    assert time.time() - began < GRACE_S and not worker.is_alive()
+    assert done["outcome"].error == "the export was cancelled; nothing of it was left behind"
+    assert not (job / "exports").exists()
+    assert not runs.cancel("page-1")   # nothing runs any more
+
+
+def test_a_killed_export_leaves_nothing_after_the_studio_restarts(ctx, tmp_path):
+    """SIGKILL half-way through a GGUF export leaves its `.partial-<pid>` folder; the studio's start
+    (app.open_data_dir) removes it, and the exports/ folder the export had made."""
+    import shutil
+    import signal
+    import subprocess
+    import app
+    from tests.conftest import ROOT
+    data = tmp_path / "data"
+    job = Path(shutil.copytree(ctx.runner.get("job1").job_dir, data / "jobs" / "job1"))
+    shutil.rmtree(job / "exports", ignore_errors=True)   # the earlier tests' exports
+    proc = subprocess.Popen(_slow_export(job), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    partial = _wait_for_partial(job)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert partial.exists() and partial.name.endswith(f".partial-{proc.pid}")
+    app.open_data_dir(str(data))
+    assert not (job / "exports").exists()
+    assert (job / "adapter").is_dir()   # the job itself is untouched

@@ -58,5 +58,5 @@ def test_a_reward_file_is_uploaded_only_with_allow_reward_code(tmp_path, monkeyp
         store_reward_upload(tmp_path / "data", str(source))
     monkeypatch.setenv(ALLOW_REWARD_CODE_ENV, "1")
     stored = store_reward_upload(tmp_path / "data", str(source))
-    assert stored.parent == tmp_path / "data" / "rewards" and stored.suffix == ".py"
+    assert stored.parent == tmp_path / "data" / "rewards" / "uploads" and stored.suffix == ".py"
     assert "builtin:arithmetic" in known_datasets(tmp_path / "data")

@@ -1,4 +1,4 @@
-"""Issue 24's last item: every sentence jobs/ writes for a person is a jobs/messages.py template,
+"""Issue 24's last item: every sentence jobs/ writes for a person is a jobs/messages/ template,
 and the studio shows it in 简体中文 by that template (studio/server_text.py), nested and joined
 messages piece by piece; English and unknown text stay as written."""
 import json
@@ -214,12 +214,12 @@ def test_an_image_text_row_too_long_comes_out_chinese_inside_its_row_frame():
 def test_export_notes_come_out_chinese_in_the_export_result():
     """An export's notes (jobs/export/: the Modelfile without TEMPLATE and why, f16 fallbacks) in the Export tab."""
     from studio.export_tab import ExportOutcome, outcome_html
-    notes = [say("export_note_no_template", message=say("template_triple_quotes")),
+    notes = [say("export_note_no_template", message=say("template_not_reproduced", count=3)),
              say("export_note_f16_tensors", count=3, quant="q4_k_m", tensor="blk.0.attn_q.weight")]
-    assert notes[0] == ('Modelfile without TEMPLATE (the text contains """, which a Modelfile cannot quote); '
+    assert notes[0] == ("Modelfile without TEMPLATE (the measured format does not reproduce 3-turn chats); "
                         "Ollama falls back to the GGUF's chat template")
     page = outcome_html("gguf", ExportOutcome(files=[("/tmp/m.gguf", "1 MB")], notes=notes), ZH)
-    assert "Modelfile 未写 TEMPLATE" in page and "无法为其加引号" in page
+    assert "Modelfile 未写 TEMPLATE" in page and "测得的格式无法复现 3 轮对话" in page
     assert "3 个张量以 f16 存储" in page and "blk.0.attn_q.weight" in page
     assert "falls back" not in page and "tensors stored" not in page
 

@@ -72,7 +72,7 @@ def test_bad_rows_are_refused_at_start_naming_them(data_dir, in_child):
     assert "row 3 (line 4" in text and "row 12 (line 13" in text and "row 13 (line 14" not in text
     with pytest.warns(UserWarning, match="未加入队列"):
         zh = start_job(runner, check, names, values, "zh-CN").status
-    assert "数据集（dataset）" in zh and "12 条错误数据（显示前 10 条）" in zh   # the rows named in Chinese too (jobs/messages.py)
+    assert "数据集（dataset）" in zh and "12 条错误数据（显示前 10 条）" in zh   # the rows named in Chinese too (jobs/messages/)
     assert "第 3 条（第 4 行，alpaca）" in zh and "bad rows" not in zh
 
 

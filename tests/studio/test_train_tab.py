@@ -53,6 +53,15 @@ def test_command_box_shows_yaml_and_command(tmp_path):
     assert "learning_rate" in text and "above the maximum" in text and "jobs.train" not in text
 
 
+def test_a_name_with_a_bidi_override_is_refused_on_the_page_with_the_reason():
+    """Issue 36 item 6: U+202E in a name flipped the job dropdown's labels; it is refused, in both languages."""
+    names, values = form_values(name="run\u202egpj.exe")
+    text = command_text(Runner.__new__(Runner), Path("/d"), names, values)
+    assert "control character U+202E at character 4" in text and "jobs.train" not in text
+    text = command_text(Runner.__new__(Runner), Path("/d"), names, values, "zh-CN")
+    assert "第 4 个字符处含有不可见的控制字符 U+202E" in text
+
+
 def test_command_box_in_chinese_names_the_field():
     names, values = form_values(batch_size="abc")
     text = command_text(Runner.__new__(Runner), Path("/d"), names, values, "zh-CN")
@@ -70,6 +79,20 @@ def test_upload_notice_says_format_and_rows(tmp_path):
     broken.write_text('{"instruction": "q"}\nnot json\n')
     notice = upload_notice(broken, "en")
     assert "ft-error" in notice and "broken.jsonl" in notice and "line 2" in notice
+
+
+def test_upload_notice_recognises_grpo_prompt_rows(tmp_path):
+    """Issue 36 item 6: a valid prompt/answer upload was "cannot be read: cannot tell the format"."""
+    prompts = tmp_path / "math.jsonl"
+    prompts.write_text("".join(f'{{"prompt": "{i}+1?", "answer": "{i + 1}"}}\n' for i in range(12)))
+    notice = upload_notice(prompts, "en")
+    assert "math.jsonl: prompt rows (for grpo) format, 12 rows." in notice and "ft-error" not in notice
+    questions = tmp_path / "q.csv"
+    questions.write_text("question,answer\n2+2?,4\n")
+    assert "提示数据（用于 grpo） 格式，共 1 行" in upload_notice(questions, "zh-CN")
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"answer": "4"}\n')
+    assert "cannot tell the format of row 1 (fields: answer)" in upload_notice(other, "en")
 
 
 def test_upload_notice_reads_a_bounded_sample_of_a_big_file(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ import pytest
 
 from tests.asgi_call import run_coroutine
 
+from jobs.io.storage import human_bytes
 from studio.upload_guard import COPIES, SPARE_BYTES, UploadGuard
 
 MB = 1024 ** 2
@@ -63,7 +64,11 @@ def test_an_upload_the_disk_cannot_hold_is_refused_naming_the_free_space(gradio_
     guard = make(max_bytes=100 * MB, free=lambda _: COPIES * size + SPARE_BYTES - 1)
     refused = _upload(guard, b"x" * size)
     assert refused.status_code == 507 and "but the disk of the data dir" in refused.text
-    assert "free: free some space, then upload again. Nothing was saved." in refused.text
+    # issue 36 item 6: the 64 MB it keeps free is said, so "needs" adds up against "free"
+    need = COPIES * int(refused.request.headers["content-length"]) + SPARE_BYTES
+    assert f"{human_bytes(need)}: the upload, its copy into datasets/, and 64.0 MB kept free" in refused.text
+    assert refused.text.endswith("Free some space, then upload again. Nothing was saved.")
+    assert "保留的 64.0 MB" in _upload(guard, b"x" * size, "zh-CN").text
     assert _left(folder) == []
 
 

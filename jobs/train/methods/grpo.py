@@ -46,7 +46,7 @@ class GroupRelativePolicyOptimization(Method):
         super().__init__(trainer)
         self.metric_names = ("kl",) if self.spec.beta > 0 else ()
         self.pending_fields: deque = deque()
-        self.rewards = RewardSet.for_spec(self.spec, log=trainer.log)
+        self.rewards = RewardSet.for_spec(self.spec, log=trainer.log, data_dir=trainer.data_dir)
         self.packed = False
         self.policy_rows: int | None = None
 

@@ -24,11 +24,11 @@ class RewardError(SpecError):
 
 
 class RewardSet:
-    def __init__(self, names: list[str], reward_file: str = "", log=print):
+    def __init__(self, names: list[str], reward_file: str = "", log=print, data_dir=None):
         self.log = log
         known = dict(BUILTIN)
         if reward_file:
-            known.update(load_reward_file(reward_file))
+            known.update(load_reward_file(reward_file, data_dir))
         self.functions, self.weights = {}, {}
         for entry in names:
             name, _, weight = entry.partition(":")
@@ -37,13 +37,13 @@ class RewardSet:
             self.functions[name], self.weights[name] = known[name], float(weight or 1)
 
     @classmethod
-    def for_spec(cls, spec, log=print) -> "RewardSet":
+    def for_spec(cls, spec, log=print, data_dir=None) -> "RewardSet":
         """spec.rewards; when empty the dataset's preset, else every function of reward_file,
-        else answer + format."""
+        else answer + format. `data_dir`: the job's, for the rule for code (load_reward_file)."""
         names = reward_entries(spec.rewards) or PRESETS.get(spec.dataset)
         if not names and spec.reward_file:
-            names = [f"{n}:1" for n in load_reward_file(spec.reward_file)]
-        return cls(names or DEFAULT, spec.reward_file, log=log)
+            names = [f"{n}:1" for n in load_reward_file(spec.reward_file, data_dir)]
+        return cls(names or DEFAULT, spec.reward_file, log=log, data_dir=data_dir)
 
     @property
     def names(self) -> list[str]:

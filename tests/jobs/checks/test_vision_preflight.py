@@ -38,7 +38,8 @@ def test_bad_images_and_long_rows_are_refused_by_row(tiny_vision_model, tmp_path
                            log=lambda _: None)
     assert not report.ok and report.problems[0].key == "dataset"
     text = str(report.problems[0])
-    assert "2 bad rows" in text and "row 2 (line 2): image fake.png is not an image" in text and "row 3" in text
+    assert "2 bad rows" in text and "row 3" in text
+    assert "row 2 (line 2): image #1 'imgs/fake.png' is not an image" in text
     short = run_preflight(JobSpec(model=str(tiny_vision_model), dataset=str(write_dataset(tmp_path / "b", [PARTS_ROW])),
                                   max_seq_length=16), data_dir=tmp_path, log=lambda _: None)
     assert "image tokens), more than max_seq_length=16" in str(short.problems[0])
@@ -59,8 +60,8 @@ def test_a_text_model_is_refused_image_data(tiny_model, tmp_path):
                            log=lambda _: None)
     assert [p.key for p in report.problems] == ["dataset"]
     assert "is a text model: pick a vision-language model (Qwen2-VL or Qwen2.5-VL" in str(report.problems[0])
-    rows = write_dataset(tmp_path / "rows", [PARTS_ROW])
     assert "none ships with Fusetune" in str(report.problems[0])   # issue 40: offline, a dead end said why
+    rows = write_dataset(tmp_path / "rows", [PARTS_ROW])
     from_file = run_preflight(JobSpec(model=str(tiny_model), dataset=str(rows)), data_dir=tmp_path, log=lambda _: None)
     assert [p.key for p in from_file.problems] == ["dataset"] and "holds images" in str(from_file.problems[0])
 

@@ -36,7 +36,7 @@ def test_every_pair_format_reads_to_the_same_prompt_and_answers(fmt, row):
 
 
 def test_kto_rows_and_a_system_prompt_and_history():
-    pref = read_row({"prompt": "Hi", "completion": "Hello!", "label": "false"})
+    pref = read_row({"prompt": "Hi", "completion": "Hello!", "label": False})
     assert preference_format({"prompt": 1, "completion": 2, "label": 3}) == "unpaired"
     assert pref.rejected is None and pref.label is False and pref.chosen[0]["role"] == "assistant"
     system = {"role": "system", "content": "Be brief."}
@@ -54,6 +54,25 @@ def test_kto_rows_and_a_system_prompt_and_history():
 def test_a_bad_row_names_its_field(row, field):
     with pytest.raises(DataError, match=field):
         read_row(row)
+
+
+def test_kto_labels_are_booleans_only_and_a_text_or_number_label_is_named_by_row(tmp_path):
+    """Issue 36 item 6: "true" and 1 were taken as labels (a quoted "false", or a 0/1 score column,
+    would train a row the wrong way without a word). Only a CSV, which has no booleans, gives words."""
+    from jobs.data.dataset import Problems, scan_rows
+    from jobs.data.pairs import read_preference_rows
+    rows = [{"prompt": "Q", "completion": "a", "label": label} for label in (True, "true", 1, 0, False)]
+    found, problems = scan_rows(_jsonl(tmp_path / "k.jsonl", rows))
+    read = read_preference_rows(found, True, "kto", problems)
+    assert [r.label for r in read] == [True, False] and problems.count == 3
+    message = str(problems.error(found.name))
+    for row, value in ((2, "'true'"), (3, "1"), (4, "0")):
+        assert f"row {row} (line {row}) (unpaired): field 'label' must be a boolean" in message and value in message
+    csv = tmp_path / "k.csv"
+    csv.write_text("prompt,completion,label\nQ,a,true\nQ,b,False\nQ,c,1\n")
+    found, problems = scan_rows(str(csv))
+    assert [r.label for r in read_preference_rows(found, True, "kto", problems)] == [True, False]
+    assert problems.count == 1 and "row 3 (line 4) (unpaired): field 'label'" in str(problems.error(found.name))
 
 
 def test_labels_cover_the_answer_only_and_preview_marks_it(tokenizer):

@@ -48,7 +48,7 @@ def test_bad_rows_are_refused_by_row(tiny_vision_model, tmp_path):
     message = str(caught.value)
     assert "has 5 bad rows" in message
     assert "row 2 (line 2): image 'imgs/missing.png' does not exist" in message
-    assert "row 3 (line 3): image notes.png is not an image" in message
+    assert "row 3 (line 3): image #1 'imgs/notes.png' is not an image" in message
     assert "row 4 (line 4): image 'https://example.com/cat.png' is a URL" in message
     assert "row 5 (line 5): image '../outside.png' is outside the dataset's folder" in message
     assert "row 6 (line 6): message 1 has more <image> placeholders than `images`" in message
@@ -70,3 +70,18 @@ def test_lora_targets_follow_the_parts():
     assert vision.lora_targets(names, ["q_proj", "vit"], False) == [names[0], names[2]]
     assert vision.lora_targets(names, ["qkv"], False) == []          # a vision layer needs vision_lora
     assert vision.missing_targets(names, ["q_proj", "aligner", "w9"]) == ["w9"]
+
+
+def test_a_data_uri_image_is_named_by_row_without_echoing_its_base64(tmp_path):
+    """Issue 36 item 6: the error for a `data:` URI quoted the whole base64 text (megabytes)."""
+    from jobs.data.dataset import Problems
+    from jobs.data.vision import read_vision_rows
+    uri = "data:image/png;base64," + "iVBORw0KGgo" * 20_000
+    path = write_dataset(tmp_path, [PARTS_ROW, {**LLAMA_FACTORY_ROW, "images": [uri]},
+                                    {**LLAMA_FACTORY_ROW, "images": ["x" * 5000 + ".png"]}])
+    rows, problems = scan_rows(str(path))
+    read_vision_rows(rows, path.parent, problems, open_images=False)
+    message = str(problems.error(rows.name))
+    assert "row 2 (line 2): image 'data:image/png;base64,iVBORw0KGgo" in message and "(220,022 characters)' is a URL" in message
+    assert "row 3 (line 3): image 'xxxx" in message and "(5,004 characters)' is not a file path" in message
+    assert len(message) < 1000

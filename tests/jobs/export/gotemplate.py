@@ -135,3 +135,56 @@ def _operand(tokens: list, i: int, dot, variables: dict):
     if token.startswith("."):
         return dot[token[1:]], i + 1
     raise ValueError(f"unknown operand {token!r}")
+
+
+def parse_modelfile(text: str) -> list[tuple[str, str]]:
+    """(command, value) pairs as Ollama reads a Modelfile: a port of ParseFile in ollama/ollama's
+    parser/parser.go (its state machine, its unquote, and its dropping of every rune that Go's
+    strconv.IsPrint rejects, which Python's isprintable matches), so a test sees what `ollama create`
+    would. PARAMETER lines come out as ("parameter <name>", value)."""
+    commands, state, buf, name = [], "nil", "", ""
+    for r in text:
+        nxt, r = _next_state(state, r)
+        if nxt != state:
+            if state == "name":
+                name = {"from": "model"}.get(buf.lower(), buf.lower())
+                nxt = "parameter" if name == "parameter" else nxt
+            elif state == "parameter":
+                name = f"parameter {buf}"
+            elif state == "value":
+                value, ok = _unquote(buf.strip())
+                if not ok or r in " \t":
+                    buf += r
+                    continue
+                commands.append((name, value))
+            buf, state = "", nxt
+        if r and r.isprintable():
+            buf += r
+    if state == "value":
+        commands.append((name, _unquote(buf.strip())[0]))
+    return commands
+
+
+def _next_state(state: str, r: str) -> tuple[str, str]:
+    space, newline = r in " \t", r in "\r\n"
+    if state == "nil":
+        return ("comment", "") if r == "#" else ("nil", "") if space or newline else ("name", r)
+    if state == "name":
+        return ("name", r) if r.isascii() and r.isalpha() else ("value", "") if space else _refuse(r)
+    if state == "value":
+        return ("nil", r) if space or newline else ("value", r)
+    if state == "parameter":
+        return ("parameter", r) if r.isascii() and (r.isalnum() or r == "_") else ("value", "") if space else _refuse(r)
+    return ("nil", "") if newline else ("comment", "")
+
+
+def _refuse(r: str):
+    raise ValueError(f"Ollama would refuse this Modelfile at {r!r}")
+
+
+def _unquote(s: str) -> tuple[str, bool]:
+    if s.startswith('"""'):
+        return (s[3:-3], True) if len(s) >= 6 and s.endswith('"""') else ("", False)
+    if s.startswith('"'):
+        return (s[1:-1], True) if len(s) >= 2 and s.endswith('"') else ("", False)
+    return s, True
