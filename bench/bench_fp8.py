@@ -39,7 +39,8 @@ GIB = 2 ** 30
 SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),   # the default since 2026-12-01
             "fullx": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", False),
             "fastbwd": ("kernels.ops.fp8_linear", "FAST_ACCUM_BACKWARD", True),
-            "torchT": ("kernels.ops.fp8_transpose", "BACKEND", "torch")}
+            "torchT": ("kernels.ops.fp8_transpose", "BACKEND", "torch"),
+            "policyfirst": ("jobs.train.methods.preference", "REFERENCE_FIRST", False)}   # DPO's pass order
 
 
 def save_base(model, folder: Path, vocab: int) -> None:

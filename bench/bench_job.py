@@ -95,10 +95,12 @@ def window_stats(steps: list[dict], warmup: int) -> dict:
     start, end = steps[warmup]["time"], steps[-1]["time"]
     tokens = sum(s["tokens"] for s in window)
     times = [b["time"] - a["time"] for a, b in zip(steps[warmup:], steps[warmup + 1:])]
+    wall = round(tokens / max(end - start, 1e-9), 1)   # event stamps (ours a step late), the cross-check
     if all(s.get("step_s") for s in window):
         times = [s["step_s"] for s in window]
         end = start + sum(times)
-    return {"real_tokens_per_s": round(tokens / max(end - start, 1e-9), 1), "window_start": start,
+    return {"real_tokens_per_s": round(tokens / max(end - start, 1e-9), 1), "wall_real_tokens_per_s": wall,
+            "clocks_agree": round(wall / max(tokens / max(end - start, 1e-9), 1e-9), 3), "window_start": start,
             "window_end": end, "measured_steps": len(window), "tokens_per_step_mean": round(tokens / len(window)),
             "step_s_median": round(sorted(times)[len(times) // 2], 4), "final_loss": steps[-1]["loss"],
             "peak_gib": max((s.get("peak_gib") or 0) for s in steps) or None}
@@ -188,6 +190,8 @@ def run_job(stack: str, args) -> dict:
     result["gpu_util_mean"] = sampler.mean(result["window_start"], result["window_end"])
     if args.method != "sft":
         result.update(pair_rates(args, result, events))
+        # PreferenceMethod.unit_terms: the reference pass first since 2026-12-04 (switch policyfirst: after)
+        result["pass_order"] = "policy_first" if args.switch == "policyfirst" else "reference_first"
     result["losses"] = [step["loss"] for step in steps]   # step by step: graph vs eager runs compare exactly
     result["cuda_graph_env"] = os.environ.get("FUSETUNE_CUDA_GRAPH", "auto")
     result["switch"] = args.switch
@@ -221,7 +225,7 @@ def job_command(config: Path, switch: str | None) -> list[str]:
     from bench.bench_fp8 import SWITCHES
     module, attr, value = SWITCHES[switch]
     code = (f"import importlib, sys; setattr(importlib.import_module({module!r}), {attr!r}, {value!r}); "
-            f"from jobs.train import main; sys.exit(main([{str(config)!r}]))")
+            f"from jobs.train.cli import main; sys.exit(main([{str(config)!r}]))")
     return [sys.executable, "-c", code]
 
 

@@ -22,6 +22,7 @@
 #                                            one side of a GRPO pair (several per call, peer first)
 #   bash bench/device.sh decode-profile SHAPE LEN   GRPO sampling in parts and by kernel (profile_decode.py)
 #   bash bench/device.sh pair SHAPE METHOD   one preference pair: Unsloth + TRL's trainer, then ours within its peak
+#   bash bench/device.sh prefbudget [SHAPE]  packed DPO within the DPO peer's peak and 5.78 GiB (8 and 32 pairs a step), and 4 GiB
 #   bash bench/device.sh vision              image-text SFT (Qwen2.5-VL-7B shape) beside transformers + PEFT and Unsloth + TRL (issue 21)
 #   bash bench/device.sh logprobs            the fused log-probs op vs TRL's chunked kernel vs torch (logprobs_op.py)
 #   bash bench/device.sh page                the studio itself on the GPU, driven through its endpoints (page_check.py)
@@ -217,6 +218,20 @@ case "$what" in
     versions; grpo_ready "$2"
     stage "grpo ours $2 $3" "${6:-120}" $PY bench/bench_grpo.py run $(grpo_args "$2" "$3" "$4") \
       --max-gpu-memory-gb "$5" --out "$OUT/grpo.jsonl" ;;
+  prefbudget)   # issue 38: Unsloth + TRL DPOTrainer asked for padding_free (TRL 1.15 falls back to padding) first,
+    # then our packed DPO within its peak and within 5.78 GiB at 8 pairs a step (the peer's) and 32, and within 4 GiB
+    versions
+    S=${2:-llama-3.2-1b}; P="--shape $S --max-len 2560 --steps 40 --warmup 5"
+    [ -e "$DIR/$S/config.json" ] || stage "prepare pairs $S" 200 $PY bench/bench_job.py prepare --method dpo \
+      --shape "$S" --dir "$DIR" --examples 3000
+    unsloth_job 200 --method dpo $P --pairs 8 --trl-option padding_free=true
+    peak=$(peak_of "$OUT/job.jsonl" "unsloth+trl dpo" "shape=$S"); [ "$peak" = 0 ] && peak=5.78   # BASELINES' peak
+    echo "   peer peak $peak GiB" | tee -a "$LOG"
+    for budget in "$peak" 5.78; do for pairs in 8 32; do
+      job "dpo_budget_${budget}_$pairs" 90 --method dpo --stack fusetune $P --pairs $pairs --checkpointing auto \
+        --max-gpu-memory-gb "$budget"
+    done; done
+    job dpo_budget_4 90 --method dpo --stack fusetune $P --pairs 32 --checkpointing auto --max-gpu-memory-gb 4.0 ;;
   pair)   # pair SHAPE METHOD: prepares the shape's pairs once (shared with GRPO), then pref_pair
     versions
     [ -e "$DIR/$2/config.json" ] || stage "prepare pairs $2" 200 $PY bench/bench_job.py prepare --method dpo \

@@ -44,113 +44,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from jobs.models import fit_rollout, fit_vision
+from jobs.messages import say
+from jobs.models import fit_passes, fit_rollout, fit_vision
 from jobs.models.fit_advice import advice, oom_message  # noqa: F401 (re-exported: studio, jobs/train/loop.py)
 from jobs.models.fit_estimate import (  # noqa: F401 (re-exported)
-    CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, FitEstimate, _total_gb, allocatable_bytes)
+    CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, FitEstimate, _total_gb, allocatable_bytes, least_budget_gb)
 from jobs.models.fit_shape import (  # noqa: F401 (re-exported)
     ALL_LINEAR, NF4_BYTES_PER_WEIGHT, _dtype_bytes, _Shape, _targets, _weights, lora_params)
 from jobs.models.fit_device import _cuda_memory, current_policy, free_gpu_memory  # noqa: F401 (free_gpu_memory: re-exported)
 
-FLCE_CHUNK_BYTES = 256 * 1024 ** 2     # kernels/ops/fused_linear_cross_entropy.py's logits chunk
-LORA_BYTES_PER_PARAM = 16              # fp32 parameter, gradient, AdamW exp_avg and exp_avg_sq
-def _per_layer(shape: _Shape, tokens: int, b: int, fused: bool) -> int:
-    h, q, kv, i = shape.hidden, shape.q, shape.kv, shape.inter
-    per_token = 4 * h + 2 * q + 2 * kv + 2 * i if fused else 10 * h + 2 * q + 2 * kv + 6 * i
-    return tokens * per_token * b
-
-
-def _activations(shape: _Shape, tokens: int, b: int, fused: bool, recomputed: int, offload: bool) -> dict:
-    """What the step holds at its peak beyond the static parts. Two moments compete: the loss and the
-    backward of the top layers, with every kept activation still alive; and the backward of a
-    recomputed layer. The recomputed layers are the first ones (kernels/checkpoint.py's plans), so by
-    then the kept layers above have been backpropagated and freed: only the layer inputs remain.
-    (Counting both at once over-predicted the 8B budget jobs by ~0.85 GiB: bench/results/job.jsonl,
-    2026-12-02.)"""
-    n, h = shape.layers, shape.hidden
-    layer = _per_layer(shape, tokens, b, fused)
-    layer_input = tokens * h * b
-    inputs = 2 * layer_input if offload and recomputed else recomputed * layer_input
-    kept_layers = (n - recomputed) * layer
-    backward = tokens * (shape.inter + shape.q + 2 * shape.kv) * b
-    if fused:
-        loss = min(FLCE_CHUNK_BYTES, tokens * shape.vocab * b) + 2 * layer_input
-    else:
-        loss = tokens * shape.vocab * (b + 4 + 4)
-    top = kept_layers + inputs + max(backward, loss)          # loss and the kept layers' backward
-    inner = inputs + backward + layer if recomputed else 0    # a recomputed layer's backward
-    if top >= inner:
-        kept, transient = kept_layers + inputs, max(backward, loss)
-    else:
-        kept, transient = inputs, backward + layer
-    return {"activations kept": kept, "step transient": transient, "loss grad (hidden)": layer_input}
-
-
-def _step_activations(spec, shape: _Shape, vision, b: int, fused: bool, recomputed: int, offload: bool) -> dict:
-    """The decoder's activation parts and, for an image-text model, its vision tower's (fit_vision.py):
-    `recomputed` counts the plannable layers in forward order, a LoRA'd tower's blocks first."""
-    in_tower, in_decoder = fit_vision.split_recomputed(spec, vision, recomputed)
-    parts = _activations(shape, spec.batch_tokens(), b, fused, in_decoder, offload)
-    if vision is not None:
-        parts.update(fit_vision.step_parts(spec, vision, b, fused, in_tower, offload, sum(parts.values()),
-                                           shape.hidden))
-    return parts
-
-
-def _budget_plan(spec, shape: _Shape, b: int, static: int, fused: bool,
-                 host_bytes: int | None = None, vision=None) -> tuple[int, bool, str, int]:
-    """The fastest checkpointing plan whose predicted peak fits `max_gpu_memory_gb`: the fewest
-    recomputed layers (each costs about 1/n of a forward pass), plain before offloaded at the same
-    count (offloading the inputs costs no step time on an H200, bench/NOTES.md, but pins host RAM,
-    of which it may use `host_bytes`). When none fits, the frozen input embedding table moves to
-    pinned host memory where the job allows it (kernels/host_embedding.py: untied, not GRPO) and the
-    plans are tried again without it. The same cost model as the estimate, so the fit check states
-    exactly the plan the job runs (jobs/train/loop.py applies it). Returns (recomputed layers,
-    offload, description, bytes of the table hosted)."""
-    from kernels.checkpoint import _host_free_bytes
-    host = _host_free_bytes() if host_bytes is None else host_bytes
-    found, hosted = _first_fit(spec, shape, b, static, fused, host, vision), 0
-    table = _hostable_table(spec, shape, b)
-    if found is None and table and table <= host:
-        hosted = table
-        found = _first_fit(spec, shape, b, static - table, fused, host - table, vision)
-    if found is None:
-        n = shape.layers + fit_vision.plannable(spec, vision)
-        offload = _inputs_bytes(spec, shape, vision, b, n) <= host - hosted
-        found = n, offload, f"does not fit even with all {n} layers recomputed" + (" and offloaded" if offload else "")
-    recomputed, offload, how = found
-    if hosted:
-        how += f", input embeddings in pinned CPU memory ({hosted / GIB:.2f} GiB)"
-    return recomputed, offload, f"auto within the {spec.max_gpu_memory_gb:g} GiB budget: {how}", hosted
-
-
-def _first_fit(spec, shape: _Shape, b: int, static: int, fused: bool, host: int, vision) -> tuple | None:
-    """(recomputed, offload, how) of the fastest plan within the budget, or None."""
-    n = shape.layers + fit_vision.plannable(spec, vision)
-    for recomputed in range(n + 1):
-        for offload in ((False, True) if recomputed else (False,)):
-            if offload and _inputs_bytes(spec, shape, vision, b, recomputed) > host:
-                continue
-            kept = _step_activations(spec, shape, vision, b, fused, recomputed, offload)
-            if _total_gb(static + sum(kept.values())) <= spec.max_gpu_memory_gb:
-                how = ("no recompute" if not recomputed else f"{recomputed} of {n} layers recomputed"
-                       + (" (vision blocks first)" if n > shape.layers else "")
-                       + (", inputs offloaded to pinned CPU memory" if offload else ""))
-                return recomputed, offload, how
-    return None
-
-
-def _hostable_table(spec, shape: _Shape, b: int) -> int:
-    """The input embedding table's bytes when a budget may host it (0 when it may not: a table
-    tied to the LM head is read whole every step; GRPO generates token by token from it)."""
-    return 0 if shape.tied or spec.method == "grpo" else shape.vocab * shape.hidden * b
-
-
-def _inputs_bytes(spec, shape: _Shape, vision, b: int, recomputed: int) -> int:
-    """The recomputed layers' inputs, what offloading pins in host memory."""
-    in_tower, in_decoder = fit_vision.split_recomputed(spec, vision, recomputed)
-    tower = in_tower * fit_vision.patches(spec, vision) * vision.width if in_tower else 0
-    return (in_decoder * spec.batch_tokens() * shape.hidden + tower) * b
+from jobs.models.fit_plan import (  # noqa: F401 (re-exported: tests, the GRPO and preference passes)
+    FLCE_CHUNK_BYTES, LORA_BYTES_PER_PARAM, _activations, _budget_plan, _first_fit, _hostable_table, _inputs_bytes,
+    _per_layer, _step_activations)
 
 
 def plan_within_budget(spec, model_config, trainable: int | None = None,
@@ -159,7 +64,7 @@ def plan_within_budget(spec, model_config, trainable: int | None = None,
     to host) when the job has a budget and "auto" checkpointing on the fused engine; else None. The
     first three are kernels.apply_checkpointing's `plan`; the last, kernels/host_embedding.py's."""
     fused = spec.fused_kernels if fused is None else fused
-    if not (spec.max_gpu_memory_gb > 0 and spec.gradient_checkpointing == "auto" and fused):
+    if not _budgeted(spec, fused):
         return None
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
     vision = fit_vision.VisionShape.of(model_config)
@@ -314,7 +219,7 @@ def grpo_policy_rows(spec, model_config, trainable: int | None = None, fused: bo
     from kernels.checkpoint import _host_free_bytes
     rows = spec.batch_size * spec.num_generations
     fused = spec.fused_kernels if fused is None else fused
-    if spec.method != "grpo" or not (spec.max_gpu_memory_gb > 0 and spec.gradient_checkpointing == "auto" and fused):
+    if spec.method != "grpo" or not _budgeted(spec, fused):
         return rows
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
     vision = fit_vision.VisionShape.of(model_config)
@@ -328,10 +233,80 @@ def grpo_policy_rows(spec, model_config, trainable: int | None = None, fused: bo
 
 
 def _policy_pass(spec, model_config, trainable, fused) -> tuple:
-    """(the spec as one policy pass sizes memory, a note when a GRPO micro-batch trains in passes)."""
+    """(the spec as one pass sizes memory, a note when a micro-batch trains in passes: GRPO's policy
+    step, or a preference micro-batch within a budget, fit_passes.py)."""
+    if fit_passes.splits(spec):
+        part = preference_pass_units(spec, model_config, trainable, fused)
+        if part >= spec.batch_size:
+            return spec, ""
+        return (dataclasses.replace(spec, batch_size=part),
+                f"; the micro-batch in passes of up to {part} of its {spec.batch_size} units (packed rows or pairs)")
     rows = spec.batch_size * spec.num_generations if spec.method == "grpo" else 0
     part = grpo_policy_rows(spec, model_config, trainable, fused) if rows else 0
     if part >= rows:
         return spec, ""
     return (dataclasses.replace(spec, batch_size=1, num_generations=part),
             f"; the policy step in passes of up to {part} of its {rows} completions")
+
+
+def _budgeted(spec, fused: bool) -> bool:
+    """Whether the plan follows max_gpu_memory_gb: a budget, auto checkpointing, the fused engine."""
+    return spec.max_gpu_memory_gb > 0 and spec.gradient_checkpointing == "auto" and fused
+
+
+def preference_pass_units(spec, model_config, trainable: int | None = None, fused: bool | None = None) -> int:
+    """Units (packed rows, or pairs) one forward + backward of a preference micro-batch takes: all
+    batch_size of them, unless a budget plan applies; then the split and plan of the least predicted
+    step time among those that fit (fit_passes.py), or 1 when none does (the job is then refused:
+    budget_refusal)."""
+    fused = spec.fused_kernels if fused is None else fused
+    if not (fit_passes.splits(spec) and _budgeted(spec, fused)):
+        return spec.batch_size
+    from kernels.checkpoint import _host_free_bytes
+    shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
+    static, host = _static_bytes(spec, shape, b, fused, trainable), _host_free_bytes()
+
+    def fits(view):   # as _budget_plan searches: the embedding table moves to the host only when needed
+        found, table = _first_fit(view, shape, b, static, fused, host, None), _hostable_table(view, shape, b)
+        if found is None and table and table <= host:
+            found = _first_fit(view, shape, b, static - table, fused, host - table, None)
+        return found
+    return fit_passes.choose(spec, shape, fits)[0]
+
+
+def least_budget(spec, model_config, trainable: int | None = None, fused: bool | None = None
+                 ) -> tuple[float, str] | None:
+    """(the smallest max_gpu_memory_gb this job can run within, how it would run there) when a budget
+    plan applies (else None): its smallest pass (fit_passes.smallest_view) with every layer recomputed,
+    their inputs offloaded and the input embedding table in pinned host memory where the host and the
+    job allow; GRPO also samples one completion at a time there."""
+    from kernels.checkpoint import _host_free_bytes
+    fused = spec.fused_kernels if fused is None else fused
+    if not _budgeted(spec, fused):
+        return None
+    shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
+    vision = fit_vision.VisionShape.of(model_config)
+    static, host, view = _static_bytes(spec, shape, b, fused, trainable, vision), _host_free_bytes(), \
+        fit_passes.smallest_view(spec)
+    table = _hostable_table(view, shape, b)
+    hosted = table if table and table <= host else 0
+    n = shape.layers + fit_vision.plannable(view, vision)
+    offload = _inputs_bytes(view, shape, vision, b, n) <= host - hosted
+    least = static - hosted + sum(_step_activations(view, shape, vision, b, fused, n, offload).values())
+    if spec.method == "grpo":   # sampling one completion a pass holds its KV cache, prefill and logits
+        least = max(least, static + fit_rollout.row_bytes(shape, spec.max_seq_length, spec.max_completion_length, b))
+    how = (f"{fit_passes.smallest_pass(spec)}, all {n} layers recomputed"
+           + (" with their inputs offloaded to pinned CPU memory" if offload else "")
+           + (f", the input embedding table ({hosted / GIB:.2f} GiB) in pinned CPU memory" if hosted else ""))
+    return least_budget_gb(least), how
+
+
+def budget_refusal(spec, model_config, trainable: int | None = None) -> str | None:
+    """Why this job cannot start within its max_gpu_memory_gb, naming the smallest budget that works
+    and how the job would run there (jobs/checks/preflight.py: --dry-run and Start; jobs/train/loop.py);
+    None when the budget can be met or no budget plan applies."""
+    found = least_budget(spec, model_config, trainable)
+    if found is None or found[0] <= spec.max_gpu_memory_gb:
+        return None
+    return say("budget_below_least", budget=f"{spec.max_gpu_memory_gb:g}", least=f"{found[0]:.2f}", how=found[1],
+               levers=fit_passes.levers(spec))

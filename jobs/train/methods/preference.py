@@ -16,13 +16,16 @@ import math
 import torch
 
 from jobs.data.packing import resolve_packing
-from jobs.data.pairs import PairPlan, load_units
+from jobs.data.pairs import PairPlan, load_units, passes_of
 from jobs.train import evaluate
 from jobs.train.methods import preference_losses as losses
 from jobs.train.methods.base import Method
 from jobs.train.methods.logprobs import report_op
 from jobs.train.methods.preference_forward import reference_sums, sequence_sums
 
+# the reference pass before the policy forward (PreferenceMethod.unit_terms); False: after it, as until
+# 2026-12-04 (bench/bench_fp8.py SWITCHES "policyfirst" measures that order on the product path)
+REFERENCE_FIRST = True
 PAIR_METRICS = ("chosen_reward", "rejected_reward", "reward_margin", "reward_accuracy")
 
 
@@ -34,6 +37,7 @@ class PreferenceMethod(Method):
     def __init__(self, trainer):
         super().__init__(trainer)
         self.reference: torch.Tensor | None = None   # [units, 2] precomputed sums
+        self.pass_units: int | None = None           # units a forward within max_gpu_memory_gb (None: all)
 
     # ---- data -----------------------------------------------------------------------
     def load_data(self) -> tuple[list, list]:
@@ -54,7 +58,9 @@ class PreferenceMethod(Method):
         if t.packed:
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))
-        ranks = dict(rank=t.dist.rank, world=t.dist.world_size, pad_id=t.tokenizer.pad_token_id)
+        self.pass_units = self._pass_units()
+        ranks = dict(rank=t.dist.rank, world=t.dist.world_size, pad_id=t.tokenizer.pad_token_id,
+                     pass_units=self.pass_units)
         size = spec.batch_size * t.dist.world_size
         plan = PairPlan(t.examples, size, row, t.packed, spec.seed, accumulation=spec.gradient_accumulation_steps,
                         **ranks)
@@ -63,17 +69,38 @@ class PreferenceMethod(Method):
         report_op(t, "chosen + rejected in one forward, label rows only")
         return plan, eval_plan
 
+    def _pass_units(self) -> int | None:
+        """Units (packed rows, or pairs) one forward + backward takes within max_gpu_memory_gb
+        (jobs/models/fit.py preference_pass_units, the split the checkpointing plan was sized for);
+        None: the whole micro-batch, as without a budget or off the GPU."""
+        t, spec = self.trainer, self.spec
+        if not budgeted(t.device, spec):
+            return None
+        from jobs.models import fit
+        from jobs.models.fit_passes import unit_name
+        part = fit.preference_pass_units(spec, t.model.config, trainable=t.trainable)
+        if part >= spec.batch_size:
+            return None
+        t.log(f"{spec.method}: each micro-batch of {spec.batch_size} {unit_name(spec, t.packed, spec.batch_size)} "
+              f"trains in passes of up to {part}, to stay within max_gpu_memory_gb {spec.max_gpu_memory_gb:g}")
+        return part
+
+    def prepare_step(self, group: list) -> list:
+        """A micro-batch cut into passes within the budget trains pass by pass (the loop's count
+        normalises the loss over the whole step's pairs, so the gradients add up to the whole's)."""
+        return [(x, part) for x, batch in group for part in passes_of(batch)]
+
     # ---- reference ------------------------------------------------------------------
     def before_training(self) -> None:
         t = self.trainer
         if not (self.uses_reference and self.spec.precompute_reference):
             return
         plan = PairPlan(t.examples, self.spec.batch_size, 2 * self.spec.max_seq_length, t.packed, self.spec.seed,
-                        pad_id=t.tokenizer.pad_token_id, shuffle=False)
+                        pad_id=t.tokenizer.pad_token_id, shuffle=False, pass_units=self.pass_units)
         size = max(u.index for u in t.examples) + 1
         self.reference = torch.zeros(size, 2, dtype=torch.float32, device=t.device)
-        for batch in plan.all_batches():
-            kwargs = batch.to(t.device)
+        for part in (part for batch in plan.all_batches() for part in passes_of(batch)):
+            kwargs = part.to(t.device)
             sums, _ = reference_sums(t.model, kwargs, self.spec.fused_kernels)
             self.reference[kwargs["pref_units"]] = sums.view(-1, 2).float()
         t.log(f"reference log-probs: precomputed for {len(t.examples)} units (adapter off)")
@@ -86,10 +113,17 @@ class PreferenceMethod(Method):
 
     # ---- the step -------------------------------------------------------------------
     def unit_terms(self, model, batch: dict, training: bool = True):
-        """(loss per unit [P], metric sums [len(metric_names)])."""
+        """(loss per unit [P], metric sums [len(metric_names)]). The reference pass runs first, as TRL's
+        DPOTrainer computes ref log-probs before the policy forward: run after it, its forward's
+        transient (a layer's gate/up over every token) came on top of the policy's kept activations,
+        1.1 GiB over the fit check's prediction for 5 packed rows of 5,408 tokens on the 1B shape
+        (H200, 2026-12-04, bench/NOTES.md); before it, it peaks beside the weights alone."""
+        first = self.uses_reference and REFERENCE_FIRST
+        ref = self._reference(model, batch, training) if first else None
         sums, counts = sequence_sums(model, batch, self.spec.fused_kernels)
         sums, counts = sums.view(-1, 2), counts.view(-1, 2).clamp(min=1)
-        ref = self._reference(model, batch, training) if self.uses_reference else None
+        if self.uses_reference and not first:
+            ref = self._reference(model, batch, training)
         loss, chosen, rejected = self.objective(sums, counts, ref, batch)
         valid = batch["pref_valid"]
         return loss * valid, self.metric_sums(chosen, rejected, valid, batch)
@@ -112,7 +146,7 @@ class PreferenceMethod(Method):
         total, sums, units = 0.0, torch.zeros(len(self.metric_names)), 0
         model.eval()
         with torch.no_grad():
-            for batch in plan.all_batches():
+            for batch in (part for whole in plan.all_batches() for part in passes_of(whole)):
                 per_unit, metrics = self.unit_terms(model, batch.to(device), training=False)
                 total += float(per_unit.sum())
                 sums += metrics.float().cpu()
@@ -121,6 +155,11 @@ class PreferenceMethod(Method):
         means = self.step_fields([float(v) / max(1, units) for v in sums])
         loss = total / units if units else math.nan
         return {"eval_loss": loss, "eval_tokens": units, **{f"eval_{k}": v for k, v in means.items()}}
+
+
+def budgeted(device, spec) -> bool:
+    """Whether a micro-batch may train in passes: on a GPU with max_gpu_memory_gb (as GRPO's, grpo.budgeted)."""
+    return device.type == "cuda" and spec.max_gpu_memory_gb > 0
 
 
 class DPO(PreferenceMethod):

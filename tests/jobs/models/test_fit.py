@@ -176,7 +176,7 @@ def test_grpo_sampling_holds_each_completions_kv_cache_and_a_budget_splits_it_in
     static = fit._static_bytes(budget, shape, 2, True, None)
     room = fit.allocatable_bytes(29.58) - static
     assert 1 < rows < 64 and rows * per_row <= room < (rows + 1) * per_row
-    assert fit._total_gb(static + rows * per_row) <= 29.58
+    assert (static + rows * per_row) / fit.GIB <= 29.58   # the budget bounds the allocated peak
     rows_now, _ = fit.rollout_rows(budget, model, allocated=static + 4 * fit.GIB)   # more held now: fewer rows
     assert rows_now < rows
 
@@ -208,7 +208,7 @@ def test_a_grpo_micro_batch_no_plan_fits_trains_in_passes_that_fit(tmp_path, mon
     flags, offload, description, hosted = fit.plan_within_budget(budget, model)
     assert f"passes of up to {part} of its 64 completions" in description and "does not fit" not in description
     estimate = fit.estimate_peak(budget, model, free_bytes=H200_BYTES, total_bytes=H200_BYTES)
-    assert estimate.total_gb <= 29.58 and estimate.tokens == part * (512 + 2048)
+    assert estimate.allocated_gb <= 29.58 and estimate.tokens == part * (512 + 2048)
     assert f"passes of up to {part}" in estimate.notes[0]
     bigger = -(-64 // (-(-64 // part) - 1))     # one pass fewer: more completions a pass
     view = fit.dataclasses.replace(budget, batch_size=1, num_generations=bigger)
