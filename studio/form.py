@@ -33,6 +33,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "lora": ("lora_r", "lora_alpha", "lora_dropout", "target_modules", "vision_lora"),
     "engine": ("load_in_4bit", "fused_kernels", "base_precision", "gradient_checkpointing", "packing", "dtype",
                "gpus", "max_gpu_memory_gb"),
+    # a Ray cluster (jobs/train/cluster.py): empty cluster trains on this machine
+    "cluster": ("cluster", "workers", "gpus_per_worker"),
     "training": ("learning_rate", "max_steps", "num_epochs", "batch_size",
                  "gradient_accumulation_steps", "max_seq_length", "seed"),
     "eval": ("eval_fraction", "eval_dataset", "eval_steps", "keep_best"),
@@ -41,7 +43,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                    "precompute_reference"),
     "grpo": ("num_generations", "max_completion_length", "rewards", "reward_file", "temperature", "top_p",
              "epsilon", "epsilon_high", "loss_type"),
-    "more": ("warmup_steps", "weight_decay", "max_grad_norm", "save_steps", "processes", "resume_from"),
+    "more": ("warmup_steps", "weight_decay", "max_grad_norm", "save_steps", "processes", "sharding", "resume_from"),
 }
 # Which keys of the "preference" group each method reads (jobs/train/methods/preference.py; grpo reads
 # beta, its KL weight); the Train tab shows only these, and the group only for a method that reads one.

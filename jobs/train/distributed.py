@@ -68,6 +68,7 @@ class Distributed:
     # A gloo group for the loop's host-side numbers (token counts, stop requests, barriers): over
     # NCCL they would need a GPU tensor and a host sync, stalling the CPU that queues the next step.
     host_group: object = None
+    sharded: bool = False   # FSDP2 instead of DDP (JobSpec `sharding`, jobs/train/sharding.py)
 
     @property
     def enabled(self) -> bool:
@@ -88,7 +89,8 @@ class Distributed:
     def describe(self, spec=None) -> str:
         """'2 processes on 1 node (nccl, DistributedDataParallel); global batch 8 = ...'."""
         where = f"{self.nodes} nodes" if self.nodes > 1 else "1 node"
-        text = (f"{self.world_size} processes on {where} ({self.backend}, DistributedDataParallel)"
+        engine = "FSDP2, the model sharded" if self.sharded else "DistributedDataParallel"
+        text = (f"{self.world_size} processes on {where} ({self.backend}, {engine})"
                 if self.enabled else "1 process")
         if spec is None:
             return text
@@ -194,7 +196,11 @@ class Distributed:
 
     def accumulating(self, model: torch.nn.Module, last: bool):
         """Context for one micro-batch's forward+backward: gradients are all-reduced only on the
-        last micro-batch of an optimizer step (DDP's no_sync on the others)."""
+        last micro-batch of an optimizer step (DDP's no_sync on the others; FSDP2 keeps the gathered
+        gradients until then, as its docs advise for accumulation)."""
+        if hasattr(model, "set_requires_gradient_sync"):   # FSDP2 (jobs/train/sharding.py)
+            model.set_requires_gradient_sync(last)
+            return contextlib.nullcontext()
         if self.enabled and not last and hasattr(model, "no_sync"):
             return model.no_sync()
         return contextlib.nullcontext()
@@ -221,8 +227,9 @@ def init() -> Distributed:
         return Distributed(device=device)
     import torch.distributed as dist
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT,
-                            device_id=device if device.type == "cuda" else None)
+    if not dist.is_initialized():  # a Ray Train worker's group is set up by Ray (jobs/train/ray_worker.py)
+        dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT,
+                                device_id=device if device.type == "cuda" else None)
     host_group = dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT) if backend == "nccl" else None
     return Distributed(rank=rank, world_size=world, local_rank=local_rank, local_world_size=local_world,
                        device=device, backend=backend, host_group=host_group)
@@ -243,9 +250,12 @@ def resume_position(state: dict, plan, batch_size: int, world: int, log) -> int:
     """The micro_index to resume at from a checkpoint's trainer state: the same, or rescaled when
     the checkpoint was written by another number of processes (global micro-batches of another size)."""
     then = state.get("processes", 1)
-    if then == world:
+    # examples (rows) a global micro-batch then and now: the same when batch_size x processes is
+    # (two sharded ranks of 2 resumed on one process of 4: the same steps go on); older checkpoints lack it
+    then_batch, now_batch = state.get("micro_batch", batch_size * then), batch_size * world
+    if then_batch == now_batch:
         return state["micro_index"]
     units = len(plan.rows) if plan.packed else len(plan.examples)
     log(f"note: the checkpoint was written by {then} process(es), this run has {world}; continuing at the "
         "same point of the epoch")
-    return rescale_micro_index(state["micro_index"], units, batch_size, then, world)
+    return rescale_micro_index(state["micro_index"], units, 1, then_batch, now_batch)

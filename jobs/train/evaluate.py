@@ -17,6 +17,7 @@ from jobs.data.dataset import DataError, load_rows, to_conversations
 from jobs.data.packing import BatchPlan
 from jobs.messages import say
 from jobs.spec import JobSpec
+from jobs.train import sharding
 
 
 def split_holdout(examples: list, fraction: float, seed: int) -> tuple[list, list]:
@@ -54,9 +55,9 @@ def eval_loss(model, plan: BatchPlan, device: torch.device) -> tuple[float, int]
     tokens = 0
     with torch.no_grad():
         for batch in plan.all_batches():
-            if batch.label_tokens == 0:
-                continue
-            count = torch.tensor(float(batch.label_tokens))
+            if batch.label_tokens == 0 and not sharding.is_sharded(model):
+                continue   # sharded (FSDP), every rank runs every forward: each one gathers weights with the others
+            count = torch.tensor(float(max(1, batch.label_tokens)))
             out = model(**batch.to(device), num_items_in_batch=count.to(device))
             total += out.loss.float() * count.to(device)
             tokens += batch.label_tokens

@@ -30,7 +30,7 @@ from jobs.export.card import SMOOTHED_STEPS
 from jobs.io.events import EventWriter
 from jobs.models import load as models
 from jobs.spec import JobSpec
-from jobs.train import checkpoints, rng_state, saving
+from jobs.train import checkpoints, rng_state, saving, sharding
 from jobs.train.distributed import Distributed, resume_position
 from jobs.train.graph_steps import graphed_steps
 from jobs.train.loader import Prefetcher
@@ -58,7 +58,7 @@ class Trainer:
         self.spec, self.job_dir, self.events, self.log = spec, Path(job_dir), events, log
         self.dist = dist or Distributed(device=torch.device("cuda" if torch.cuda.is_available() else "cpu"))
         self.data_dir = data_dir
-        self.stop_requested, self.step = False, 0
+        self.stop_requested, self.step, self.sharded = False, 0, False   # sharded: FSDP2, set in prepare()
         self.micro_index = 0
         self.last_loss: float | None = None
         self.recent_losses: deque[float] = deque(maxlen=SMOOTHED_STEPS)   # the headline loss averages these
@@ -79,7 +79,9 @@ class Trainer:
         if spec.load_in_4bit and self.device.type != "cuda":
             self.log("note: load_in_4bit on CPU uses bitsandbytes' CPU path; it is slow")
         self.source = models.resolve_model(spec.model, self.data_dir, log=self.log)
-        self.method = self.method.for_model(models.load_config(self.source))   # e.g. images (methods/vision_sft.py)
+        config = models.load_config(self.source)
+        self.method = self.method.for_model(config)   # e.g. images (methods/vision_sft.py)
+        self.sharded = sharding.decide(spec, config, self.dist, self.log)   # FSDP2 (jobs/train/sharding.py)
         self.tokenizer = models.load_tokenizer(self.source)
         if encode.ensure_chat_template(self.tokenizer):
             self.log("note: the tokenizer has no chat template; using ChatML")
@@ -88,16 +90,17 @@ class Trainer:
         self.log(f"loading {self.source} on {self.device} as {self.dtype}"
                  + (" with 4-bit NF4 base weights" if spec.load_in_4bit else ""))
         phases.report(phases.LOADING)
-        base = models.load_base_model(self.source, self.dtype, self.device, spec.load_in_4bit)
+        base = models.load_base_model(self.source, self.dtype, sharding.load_device(self), spec.load_in_4bit)
         base.config.use_cache = False
         self.model = models.add_lora(base, spec)
         # counted once, here: the budget plan (_accelerate) and GRPO's policy passes (plan_batches)
         # size memory from it; the kernel patches swap frozen modules only, never a trainable one
         self.trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-        self.patch_report = self._accelerate()
+        shard = [sharding.shard_model(self.model, self.dist, self.log)] if self.sharded else []
+        self.patch_report = shard + self._accelerate()
         self.plan, self.eval_plan = self.method.plan_batches()
         self.data_order = rng_state.data_order_digest(self.plan)
-        self.ddp = self.dist.wrap(self.model)  # the model itself with one process
+        self.ddp = self.model if self.sharded else self.dist.wrap(self.model)  # the model itself with one process
         if self.dist.enabled:  # the same LoRA init everywhere (above), its own dropout masks per rank
             torch.manual_seed(spec.seed + self.dist.rank)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -108,7 +111,7 @@ class Trainer:
         self._estimate_fit()
         if spec.resume_from:
             self._resume(Path(spec.resume_from))
-        self.graphed = graphed_steps(self) if self.method.capturable else None
+        self.graphed = graphed_steps(self) if self.method.capturable and not self.sharded else None
         self.method.before_training()
         if spec.resume_from:  # last: nothing before the first step may draw from the restored generators
             rng_state.resume(Path(spec.resume_from), self.dist.rank, self.dist.world_size, self.device, self.log)
@@ -145,6 +148,9 @@ class Trainer:
             return None
         from jobs.models import fit
         try:
+            refusal = fit.budget_refusal(self.spec, self.model.config, trainable=self.trainable)
+            if refusal:   # as --dry-run and Start refuse it (jobs/checks/preflight.py), before any step
+                raise models.ModelError(f"max_gpu_memory_gb: {refusal}")
             return fit.plan_within_budget(self.spec, self.model.config, trainable=self.trainable)
         except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: free-memory auto
             self.log(f"note: no plan within max_gpu_memory_gb for this model ({exc})")
@@ -156,7 +162,7 @@ class Trainer:
         if not plan or not plan[3]:
             return []
         from kernels.host_embedding import host_input_embeddings, hostable_reason
-        reason = hostable_reason(self.model)
+        reason = "sharded: FSDP gathers it with the root's weights" if self.sharded else hostable_reason(self.model)
         if reason:
             return [f"  input embeddings: kept on the GPU ({reason})"]
         freed = host_input_embeddings(self.model)
@@ -179,6 +185,7 @@ class Trainer:
         try:
             self.fit_estimate = fit.estimate_peak(self.spec, self.model.config, packed=self.packed,
                                                   trainable=self.trainable, model=self.model)
+            self.fit_estimate = sharding.per_gpu(self, self.fit_estimate)   # FSDP: 1/N of the weights and more
         except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: no estimate, no failure
             self.log(f"note: no memory estimate for this model ({exc})")
             return
@@ -262,7 +269,7 @@ class Trainer:
                 total[1:] += metrics.detach().float()
         self.dist.all_reduce_(total)  # the global batch's loss, queued on the device
         clip = self.spec.max_grad_norm if self.spec.max_grad_norm > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
+        grad_norm = sharding.full_tensor(torch.nn.utils.clip_grad_norm_(self.params, clip))   # FSDP: a DTensor
         self.optimizer.step()
         return total, grad_norm
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from jobs.export import model_card
 from jobs.export.card import smoothed_loss, training_outcome
-from jobs.train import checkpoints, rng_state
+from jobs.train import checkpoints, rng_state, sharding
 
 
 def train_state(trainer) -> dict:
@@ -19,7 +19,8 @@ def train_state(trainer) -> dict:
     the best eval so far, the process count and data order it was made with)."""
     best_loss, best_step = trainer.best_eval if trainer.best_eval else (None, None)
     return {"micro_index": trainer.micro_index, "best_eval_loss": best_loss, "best_step": best_step,
-            "processes": trainer.dist.world_size, "data_order": trainer.data_order}
+            "processes": trainer.dist.world_size, "data_order": trainer.data_order,
+            "micro_batch": trainer.spec.batch_size * trainer.dist.world_size}   # a resume on other ranks (distributed.py)
 
 
 def save_checkpoint(trainer, every_rank: bool = True) -> Path | None:
@@ -27,24 +28,29 @@ def save_checkpoint(trainer, every_rank: bool = True) -> Path | None:
     collective); False where only rank 0 saves (the final checkpoint of keep_best)."""
     mine = rng_state.capture(trainer.device)
     rng = trainer.dist.gather_objects(mine) if every_rank else None
+    # sharded (FSDP): the whole LoRA weights and AdamW state gathered to rank 0, a collective of every rank
+    weights, optimizer = sharding.gathered_weights(trainer.model), sharding.gathered_optimizer(trainer.model, trainer.optimizer)
     if not trainer.dist.is_main:  # the LoRA weights and optimizer state are the same on every rank
         return None
     folder = checkpoints.save_checkpoint(trainer.job_dir, trainer.step, trainer.model, trainer.optimizer,
                                          trainer.scheduler, train_state(trainer),
-                                         rng if rng is not None or trainer.dist.enabled else [mine])
+                                         rng if rng is not None or trainer.dist.enabled else [mine],
+                                         weights=weights, optimizer_state=optimizer)
     trainer.events.emit("checkpoint", step=trainer.step, path=str(folder))
     return folder
 
 
 def save_adapter(trainer, status: str, best: bool = False) -> Path:
-    """The adapter with its model card (`status` says how training ended); adapter-best/ for `best`."""
+    """The adapter with its model card (`status` says how training ended); adapter-best/ for `best`.
+    Called on every rank: a sharded model's LoRA weights are gathered first (a collective)."""
+    weights = sharding.gathered_weights(trainer.model)
     if not trainer.dist.is_main:
         return trainer.job_dir / ("adapter-best" if best else "adapter")
     loss, averaged = smoothed_loss(trainer.recent_losses)
     card = model_card(trainer.spec, trainer.source, loss, trainer.step, status, trainer.last_fields,
                       averaged=averaged, eval_loss=trainer.last_eval_loss)
     return checkpoints.save_adapter(trainer.job_dir, trainer.model, trainer.tokenizer, card, best=best,
-                                    base_model=trainer.spec.model)
+                                    base_model=trainer.spec.model, weights=weights)
 
 
 def save_on_stop(trainer) -> str:
@@ -63,11 +69,10 @@ def finish(trainer) -> Path:
         # stop before the last step): the studio's "train more steps" continues from exactly here.
         # On every rank at once, since each rank's random state is gathered into it
         save_checkpoint(trainer)
-    if not trainer.dist.is_main:
-        adapter = trainer.job_dir / "adapter"
-    elif spec.keep_best and best_eval is not None:
-        save_checkpoint(trainer, every_rank=False)   # the last step's weights stay available (and resumable)
-        adapter = checkpoints.promote_best_adapter(trainer.job_dir)
+    if spec.keep_best and best_eval is not None:
+        # the last step's weights stay available (and resumable); every rank calls in (a sharded model gathers)
+        save_checkpoint(trainer, every_rank=False)
+        adapter = checkpoints.promote_best_adapter(trainer.job_dir) if trainer.dist.is_main else trainer.job_dir / "adapter"
         trainer.log(f"keep_best: adapter/ holds the best eval loss {best_eval[0]:.4f} from step "
                     f"{best_eval[1]}; the last step's weights are in checkpoints/step-{trainer.step}")
     else:

@@ -1,0 +1,35 @@
+"""The fit check of a sharded job (jobs/models/fit_shard.py): per-GPU memory, the GPUs a job needs, auto."""
+import pytest
+
+from jobs.spec import JobSpec
+
+
+def test_the_fit_check_plans_per_gpu_memory_and_counts_the_gpus_a_model_needs():
+    """An 8B-shaped model: unsharded it needs ~17 GiB of weights on one GPU; sharded over 4 each GPU holds
+    a quarter of them plus the gathered layers, and a 12 GiB GPU needs several; auto shards only then."""
+    from transformers import LlamaConfig
+
+    from jobs.models import fit, fit_shard
+    config = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False)
+    spec = JobSpec.from_dict({"model": "meta-llama/Llama-3.1-8B", "dataset": "builtin:identity",
+                              "gradient_checkpointing": "on", "fused_kernels": True, "max_seq_length": 2048,
+                              "batch_size": 1}, to_run=False)
+    whole = fit.estimate_peak(spec, config, free_bytes=80 * 2**30, total_bytes=80 * 2**30)
+    four = fit_shard.sharded(whole, spec, config, 4)
+    assert whole.parts["base weights"] / 2**30 == pytest.approx(14.96, abs=0.05)
+    assert four.parts["base weights (1/4 each)"] == pytest.approx(whole.parts["base weights"] / 4, abs=1)
+    assert whole.total_gb - four.total_gb > 8
+    assert fit_shard.gpus_needed(spec, config, 80, whole) == 1
+    needed = fit_shard.gpus_needed(spec, config, 12, whole)
+    assert needed and needed > 1 and fit_shard.sharded(whole, spec, config, needed).total_gb <= 12
+    assert "needs" in fit_shard.need_note(spec, config, whole, 12)
+    assert not fit_shard.wants_sharding(spec, config, 2, 80)    # auto: one GPU holds it
+    assert not fit_shard.wants_sharding(spec, config, 1, 12)    # auto: one process has nothing to shard
+    assert fit_shard.wants_sharding(spec, config, 2, 12)
+    # what the Start check and --dry-run show: per GPU when it will shard, and how many GPUs it needs
+    assert fit_shard.for_job(spec, config, whole, 80) is whole
+    alone = fit_shard.for_job(spec, config, whole, 12)
+    assert alone.total_gb == whole.total_gb and f"it needs {needed} such GPUs" in alone.notes[-1]
+    spread = JobSpec.from_dict({**spec.to_dict(), "processes": needed, "sharding": "auto"}, to_run=False)
+    assert fit_shard.for_job(spread, config, whole, 12).total_gb == fit_shard.sharded(whole, spec, config, needed).total_gb
