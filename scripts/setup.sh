@@ -18,6 +18,8 @@ say "installing the pinned requirements into .venv${FIRST:+ (first run: about 2.
 say "requirements ready"
 if [ "${1:-}" = "--dev" ]; then
   .venv/bin/python -m pip install -q -r requirements-dev.txt
+  # Ray, the optional cluster backend, for the cluster tests (tests/jobs/train/test_ray_cluster.py)
+  .venv/bin/python -m pip install -q -r requirements-cluster.txt
   # chromium for the browser tests, and a CJK font so that they (and their screenshots) show Chinese
   if [ ! -x /usr/bin/chromium ] || ! fc-list :lang=zh 2>/dev/null | grep -q .; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -185,6 +185,7 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
                 place("eval")
             with gr.Column():
                 place("more")
+                place("cluster")
             with gr.Column():
                 place("grpo")
     if "reward_upload" in extras:
@@ -304,18 +305,18 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
         identity = (value or "").strip() == BUILTIN_DATASET
         return gr.update(visible=identity), gr.update(visible=identity)
 
-    made["dataset"].change(on_dataset, made["dataset"], [made["bot_name"], made["bot_author"]],
     def on_method_dataset(value: str) -> tuple[Any, Any]:
         # a built-in set after the method's pick (sft -> dpo swaps identity for concise): the preview
         # and upload note shown were of the set before; an uploaded file keeps its own
         stale = gr.update(value="") if (value or "").strip().startswith("builtin:") else gr.skip()
         return stale, stale
 
+    made["dataset"].change(on_dataset, made["dataset"], [made["bot_name"], made["bot_author"]],
                            show_progress="hidden")
     picked = wire_method(made)
     if picked is not None:
-        # the dataset and beta the method set, drawn once they are on the page: the swapped dataset's
         picked.then(on_method_dataset, made["dataset"], [preview, upload_info], show_progress="hidden")
+        # the dataset and beta the method set, drawn once they are on the page: the swapped dataset's
         # own change event did not always redraw (seen on a loaded 2-core machine: the field said
         # builtin:arithmetic, the box builtin:identity for good)
         picked.then(on_change, [lang, *inputs], [tab.command, tab.status, tab.confirm, tab.start],

@@ -268,6 +268,8 @@ def held_by_jobs(running: list) -> dict[int, str]:
     for record in running:
         try:
             placed = yaml.safe_load(JobLayout(record.job_dir).config.read_text(encoding="utf-8"))
+            if placed.get("cluster"):  # trains on a Ray cluster: no GPU of this machine
+                continue
             indices = parse_gpus(str(placed.get("gpus", "auto")))
         except (OSError, yaml.YAMLError, AttributeError, ValueError):
             indices = None

@@ -14,6 +14,10 @@ LOG_FILE = "train.log"
 EVENTS_FILE = "events.jsonl"
 COMPLETIONS_FILE = "completions.jsonl"   # grpo: a few sampled completions per step, with their rewards
 CANCEL_FILE = "cancel.request"
+# a Ray cluster job (jobs/train/cluster.py): the stop request its workers watch, and a folder with Ray
+# Train's run state and each worker's node, pid and exit code (jobs/train/ray_worker.py)
+STOP_WORKERS_FILE = ".stop-workers"
+RAY_DIR = "ray"
 CONTINUES_FILE = "continues.json"   # "train more steps": the finished job this one continues
 CHECKPOINTS_DIR = "checkpoints"
 ADAPTER_DIR = "adapter"
@@ -55,6 +59,14 @@ class JobLayout:
     @property
     def cancel_request(self) -> Path:
         return self.root / CANCEL_FILE
+
+    @property
+    def stop_workers(self) -> Path:
+        return self.root / STOP_WORKERS_FILE
+
+    @property
+    def ray(self) -> Path:
+        return self.root / RAY_DIR
 
     @property
     def continues(self) -> Path:

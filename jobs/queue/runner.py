@@ -241,12 +241,17 @@ class Runner:
         machine, held = gpus.read_gpus(), gpus.held_by_jobs(running)
         ours, releasable = placement.studio_share(self.studio_gpu) if machine else ({}, False)
         claimed: set[int] = set()
+        local = [r for r in running if not r.spec.get("cluster")]  # a Ray cluster job holds nothing here
         for record in queued:
             spec, asked = record.spec, placement.read(record.job_dir)
+            if spec.get("cluster"):  # the cluster queues it by its own free resources; no local GPU is given
+                self._placements[record.id] = gpus.Placement(gpus=(), processes=1)
+                self._waiting.pop(record.id, None)
+                return record.id
             demand = gpus.Demand(asked["need_gb"], ours, releasable, asked["start_anyway"])
             decision = gpus.place(spec.get("gpus", "auto"), spec.get("processes", 0), machine, held, claimed,
                                   demand=demand)
-            if not machine and len(running) >= self.max_running:
+            if not machine and len(local) >= self.max_running:
                 decision = gpus.Wait(say("wait_running_job"))
             if isinstance(decision, gpus.Placement):
                 self._placements[record.id] = decision
@@ -309,7 +314,8 @@ class Runner:
             self._release_chat(record)
         argv = self.command(layout, placed.processes)
         try:
-            gpus.record_placement(layout.config, placed)
+            if not record.spec.get("cluster"):
+                gpus.record_placement(layout.config, placed)
             with open_private(layout.log, "ab") as log:
                 proc = subprocess.Popen(argv, cwd=REPO_ROOT, env={**self._env(record), **placed.env()},
                                         stdin=subprocess.DEVNULL,
