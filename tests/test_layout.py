@@ -23,6 +23,7 @@ FLOORS = [
     {"jobs.data"},
     {"jobs.checks", "jobs.export"},
     {"jobs.train", "jobs.queue"},
+    {"jobs.serve"},   # serves finished jobs on the trainer's decode loop
 ]
 FLOOR_OF = {name: level for level, names in enumerate(FLOORS) for name in names}
 

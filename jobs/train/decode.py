@@ -203,8 +203,10 @@ def decode(model, ids: torch.Tensor, mask: torch.Tensor, max_new: int, temperatu
         return _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log, should_stop)
 
 
-def _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log,
-            should_stop=None) -> torch.Tensor | None:
+def start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph=None, log=None):
+    """(decoder, step): the batch prefilled (first token in `decoder.out[:, 0]`) and the callable that
+    writes the next column, a CUDA-graph replay where capture works. GRPO's `decode` and the API
+    server (jobs/serve/engine.py, which reads each column as it lands, for streaming) both run this."""
     decoder = StaticDecoder(model, ids, mask, max_new, temperature, top_p, sorted(eos), pad_id)
     decoder.prefill()
     step = decoder.decode_step
@@ -222,6 +224,12 @@ def _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_grap
             step = decoder.decode_step
             log_once(log, f"grpo sampling: CUDA graph capture failed ({type(exc).__name__}: {exc}); "
                        "decoding eagerly")
+    return decoder, step
+
+
+def _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log,
+            should_stop=None) -> torch.Tensor | None:
+    decoder, step = start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log)
     for i in range(1, max_new):
         if i % CHECK_EVERY == 0:
             if should_stop is not None and should_stop():

@@ -1,0 +1,120 @@
+"""The API server under load: requests/s and tokens/s of `python -m jobs.serve` at 1, 8 and 32
+concurrent clients (the official `openai` client, chat completions, greedy, the job's adapter), against
+transformers' `generate` on the same base + adapter answering the same prompts one request at a time.
+
+`python bench/serve_bench.py JOB_DIR [--clients 1 8 32] [--rounds 2] [--max-tokens 64]`; `--smoke` (with
+a tiny job) runs one round at 1 and 2 clients and writes nothing. One JSON line per measurement is appended to
+bench/results/serve.jsonl. Tokens are the completion tokens the server's `usage` counts (EOS included),
+and the same count for generate; a row ending at EOS early makes fewer tokens in both."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "bench" / "results" / "serve.jsonl"
+QUESTIONS = ["What is the capital of France?", "Who are you?", "Name a colour.", "What is two plus two?",
+             "Write one sentence about the sea.", "What do cats eat?", "Count from one to five.",
+             "Why is the sky blue?"]
+
+
+def start_server(job: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.serve", str(job), "--port", "0", "--max-waiting", "256"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in proc.stdout:
+        found = re.search(r"at (http://\S+/v1)", line)
+        if found:
+            threading.Thread(target=proc.stdout.read, daemon=True).start()   # drain
+            return proc, found.group(1)
+    raise SystemExit(f"the server did not start (exit {proc.wait()})")
+
+
+def server_run(url: str, model: str, clients: int, rounds: int, max_tokens: int) -> dict:
+    from openai import OpenAI
+    client = OpenAI(base_url=url, api_key="none", max_retries=0, timeout=3600)
+
+    def one_client(index: int) -> int:
+        tokens = 0
+        for r in range(rounds):
+            question = QUESTIONS[(index + r) % len(QUESTIONS)]
+            out = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}],
+                                                 max_tokens=max_tokens, temperature=0)
+            tokens += out.usage.completion_tokens
+        return tokens
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        tokens = sum(pool.map(one_client, range(clients)))
+    seconds = time.perf_counter() - start
+    return {"engine": "serve", "clients": clients, "requests": clients * rounds, "seconds": round(seconds, 3),
+            "requests_per_s": round(clients * rounds / seconds, 3), "tokens_per_s": round(tokens / seconds, 2)}
+
+
+def generate_run(job: Path, requests: int, max_tokens: int) -> dict:
+    """transformers' generate, one request at a time, on the base + the job's adapter."""
+    import torch
+
+    from jobs.export.source import locate_base
+    from jobs.export.job_config import exported_spec
+    from jobs.models.load import load_for_chat
+    model, tok = load_for_chat(str(locate_base(exported_spec(job), None, None, print)), str(job / "adapter"))
+    eos = tok.eos_token_id
+    tokens, start = 0, time.perf_counter()
+    with torch.inference_mode():
+        for i in range(requests):
+            messages = [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}]
+            ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                          return_dict=True).to(model.device)
+            out = model.generate(**ids, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+            new = out[0, ids["input_ids"].shape[1]:].tolist()
+            tokens += new.index(eos) + 1 if eos in new else len(new)
+    seconds = time.perf_counter() - start
+    return {"engine": "hf_generate", "clients": 1, "requests": requests, "seconds": round(seconds, 3),
+            "requests_per_s": round(requests / seconds, 3), "tokens_per_s": round(tokens / seconds, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("job", type=Path, help="a finished job folder")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--rounds", type=int, default=2, help="requests each client sends, one after another")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--generate-requests", type=int, default=16,
+                        help="requests for transformers' generate, one at a time (default 16)")
+    parser.add_argument("--smoke", action="store_true", help="1 round at 1 and 2 clients, 8 tokens")
+    args = parser.parse_args()
+    if args.smoke:
+        args.clients, args.rounds, args.max_tokens = [1, 2], 1, 8
+    import torch
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    def record(row: dict) -> None:
+        print(json.dumps(row), flush=True)
+        if not args.smoke:
+            _append(row, device, args)
+    proc, url = start_server(args.job)
+    try:
+        for clients in args.clients:
+            record(server_run(url, args.job.name, clients, args.rounds, args.max_tokens))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    record(generate_run(args.job, 2 if args.smoke else args.generate_requests, args.max_tokens))
+
+
+def _append(row: dict, device: str, args) -> None:
+    """Append the row to the results at once, so an interrupted run keeps what it measured."""
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with RESULTS.open("a", encoding="utf-8") as out:
+        out.write(json.dumps({"device": device, "job": args.job.name, "max_tokens": args.max_tokens, **row}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
