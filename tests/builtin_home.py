@@ -7,6 +7,11 @@ folder is hard-linked from the one seed: the same files a user's data dir would 
 first job, made once. The cached files are only ever replaced (written beside and renamed), never
 written in place, so a test cannot change the seed through a link.
 
+Under pytest-xdist (tests/suite_plan.py) the seed lives in the run's folder that every worker
+shares, and is made by whichever worker asks first: the conversion holds its own file lock
+(jobs/models/builtin.py), the answers hold `answers.lock` (filelock, as huggingface_hub locks its
+downloads), so the other worker waits for them instead of making them again.
+
 The conversion itself and the first generation stay tested where they are the subject
 (tests/jobs/models/test_builtin.py, tests/jobs/data/test_identity.py)."""
 from __future__ import annotations
@@ -15,6 +20,8 @@ import os
 import shutil
 import threading
 from pathlib import Path
+
+from filelock import FileLock
 
 
 class BuiltinSeed:
@@ -40,7 +47,8 @@ class BuiltinSeed:
         concise job would (jobs/data/builtin/general.py, keyed by the model's path in the cache)."""
         from jobs.data.builtin import general
         source = self.model_folder()
-        with self._lock:   # generated on the first call, read from the cache after
+        # generated on the first call (of any worker), read from the cache after
+        with self._lock, FileLock(self.root / "answers.lock"):
             general.base_answers(self.model_cache, str(source), log=lambda _line: None)
 
     def home(self, dest: Path, answers: bool = False) -> Path:
@@ -53,6 +61,16 @@ class BuiltinSeed:
         shutil.copytree(self.model_cache, target, copy_function=_link_or_copy, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("*.lock", ".*.lock"))
         return dest
+
+
+def shared_root(tmp_path_factory) -> Path:
+    """The seed's folder: the session's own, or under xdist the run's folder above the workers'
+    (the pytest-xdist docs' recipe for a session fixture made once)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return tmp_path_factory.mktemp("builtin-seed")
+    root = tmp_path_factory.getbasetemp().parent / "builtin-seed"
+    root.mkdir(exist_ok=True)
+    return root
 
 
 def _link_or_copy(src: str, dst: str) -> None:

@@ -16,6 +16,8 @@ if str(ROOT) not in sys.path:
 
 import pytest  # noqa: E402
 
+pytest_plugins = ("tests.suite_plan",)   # two xdist workers on CI: threads, work units, order
+
 
 @pytest.fixture(autouse=True)
 def _restore_environment():
@@ -29,7 +31,7 @@ def _restore_environment():
 
 @pytest.fixture(scope="session")
 def builtin_seed(tmp_path_factory):
-    """The built-in model converted once per session (tests/builtin_home.py): `builtin_seed.home(dir)`
-    makes `dir` a data dir that holds it, as a user's does after the first job."""
-    from tests.builtin_home import BuiltinSeed
-    return BuiltinSeed(tmp_path_factory.mktemp("builtin-seed"))
+    """The built-in model converted once per session, shared by the xdist workers (tests/builtin_home.py):
+    `builtin_seed.home(dir)` makes `dir` a data dir that holds it, as a user's does after the first job."""
+    from tests.builtin_home import BuiltinSeed, shared_root
+    return BuiltinSeed(shared_root(tmp_path_factory))
