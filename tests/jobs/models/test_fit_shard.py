@@ -24,9 +24,11 @@ def test_the_fit_check_plans_per_gpu_memory_and_counts_the_gpus_a_model_needs():
     needed = fit_shard.gpus_needed(spec, config, 12, whole)
     assert needed and needed > 1 and fit_shard.sharded(whole, spec, config, needed).total_gb <= 12
     assert "needs" in fit_shard.need_note(spec, config, whole, 12)
-    assert not fit_shard.wants_sharding(spec, config, 2, 80)    # auto: one GPU holds it
-    assert not fit_shard.wants_sharding(spec, config, 1, 12)    # auto: one process has nothing to shard
-    assert fit_shard.wants_sharding(spec, config, 2, 12)
+    auto = JobSpec.from_dict({**spec.to_dict(), "sharding": "auto"}, to_run=False)
+    assert not fit_shard.wants_sharding(spec, config, 2, 12)    # none (the default) never shards
+    assert not fit_shard.wants_sharding(auto, config, 2, 80)    # auto: one GPU holds it
+    assert not fit_shard.wants_sharding(auto, config, 1, 12)    # auto: one process has nothing to shard
+    assert fit_shard.wants_sharding(auto, config, 2, 12)
     # what the Start check and --dry-run show: per GPU when it will shard, and how many GPUs it needs
     assert fit_shard.for_job(spec, config, whole, 80) is whole
     alone = fit_shard.for_job(spec, config, whole, 12)

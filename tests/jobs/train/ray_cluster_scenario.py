@@ -7,7 +7,10 @@ binds the machine's network address even when told 127.0.0.1) sends nothing beyo
 A plan: {"results": path, "runs": [{"name", "argv", "stop_after_steps": N (SIGTERM once the job
 folder `job` has N steps), "kill_worker_after_steps": N (SIGKILL rank 1's worker), "then": a run after it}, or {"name",
 "config", "data_dir", "stop_after_steps"}: a job through the studio's queue, cancelled there],
-"parallel": [argv run while the cluster starts]}; "{address}" in an argv is the cluster's address."""
+"parallel": [argv run while the cluster starts]}; "{address}" in an argv is the cluster's address. In a
+"then" run's argv, "{latest}" is the newest checkpoint the run before it left and "{latest+2}" its step
+plus two: how far a worker got before its kill depends on the machine's load, and only the newest two
+checkpoints are kept."""
 from __future__ import annotations
 
 import json
@@ -54,6 +57,15 @@ def _worker_pid(job: str, rank: int) -> int | None:
         return json.loads(Path(job, "ray", f"worker-{rank}.json").read_text())["pid"]
     except (OSError, ValueError, KeyError):
         return None
+
+
+def _after(then: dict, job: str) -> dict:
+    """`then` with "{latest}" and "{latest+2}" filled in from the checkpoints of `job`."""
+    from jobs.train.checkpoints import latest_checkpoint
+    latest = latest_checkpoint(Path(job))
+    step = int(latest.name.split("-", 1)[1]) if latest else 0
+    fill = {"{latest}": str(latest), "{latest+2}": str(step + 2)}
+    return {**then, "argv": [fill.get(a, a) for a in then["argv"]]}
 
 
 def run(spec: dict, address: str) -> dict:
@@ -104,7 +116,7 @@ def main(plan_path: str) -> None:
         def one(spec: dict) -> None:
             results[spec["name"]] = (run_queued if "config" in spec else run)(spec, address)
             if "then" in spec:  # a run that needs this one's folder (a resume)
-                one(spec["then"])
+                one(_after(spec["then"], spec["job"]))
         threads = [threading.Thread(target=one, args=(spec,)) for spec in plan["runs"]]   # at once: each node has a CPU for each job's worker
         for thread in threads:
             thread.start()

@@ -292,7 +292,7 @@ def test_processes_2_from_the_cli_accumulates_and_resumes(tmp_path, tiny_model):
                                             "--batch_size", "4"))
     assert "2 processes through torchrun" in two and "global batch 8" in two and "global batch 8" in one
     run, _ = assert_same_training(tmp_path / "two", tmp_path / "one", 8)
-    assert run.start["global_batch"] == 8 and [c["step"] for c in run.checkpoints] == [4]
+    assert run.start["global_batch"] == 8 and [c["step"] for c in run.checkpoints] == [4, 8]
     assert yaml.safe_load((tmp_path / "two" / "config.yaml").read_text())["processes"] == 2
     losses = [s["loss"] for s in run.steps]
     resumed = tmp_path / "resumed"

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from jobs.io.events import summarize
+from jobs.train.checkpoints import latest_checkpoint
 from tests.conftest import ROOT
 from tests.jobs.train.test_distributed import assert_same_training, write_config
 
@@ -71,8 +72,8 @@ def cluster_runs(tmp_path_factory, tiny_model):
                      {"name": "killed", "argv": _on_cluster(killed, data), "job": str(tmp / "killed"),
                       "kill_worker_after_steps": 3,
                       "then": {"name": "resumed", "argv": _cli(tmp / "killed" / "config.yaml", "--workers", 1,
-                                                               "--resume_from", tmp / "killed/checkpoints/step-2",
-                                                               "--max_steps", 4, "--output_dir", tmp / "resumed",
+                                                               "--resume_from", "{latest}",
+                                                               "--max_steps", "{latest+2}", "--output_dir", tmp / "resumed",
                                                                "--data-dir", data)}}]}
     (tmp / "plan.json").write_text(json.dumps(plan))
     ray_tmp = tempfile.mkdtemp(prefix="ftr", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
@@ -145,16 +146,17 @@ def test_a_worker_that_dies_fails_the_job_naming_it_and_its_node(cluster_runs):
     assert final["message"].startswith(f"worker 1 (pid {record['pid']}) on node {record['host']} (127.0.0.1, Ray node "
                                        f"{record['node_id'][:12]}) died at step "), final["message"]
     assert "resume continues from it" in final["message"]
-    assert (job / "checkpoints" / "step-2" / "optim.pt").is_file()
+    assert (latest_checkpoint(job) / "optim.pt").is_file()
     assert final["message"] in (job / "train.log").read_text()
 
 
 def test_the_killed_job_resumes_from_its_checkpoint_on_one_worker(cluster_runs):
-    """The checkpoint the two workers left (step 2) continues on one worker, at step 3."""
+    """The newest checkpoint the two workers left (step N, save_steps 2) continues on one worker, at N + 1."""
     results, tmp = cluster_runs
     resumed = results["resumed"]
     assert resumed["rc"] == 0, resumed["output"]
     summary = summarize(tmp / "resumed")
-    assert summary.start["resumed_at"] == 2 and summary.start["processes"] == 1
-    assert [s["step"] for s in summary.steps] == [3, 4] and summary.final["type"] == "done"
+    at = int(latest_checkpoint(tmp / "killed").name.split("-")[1])
+    assert at >= 2 and summary.start["resumed_at"] == at and summary.start["processes"] == 1
+    assert [s["step"] for s in summary.steps] == [at + 1, at + 2] and summary.final["type"] == "done"
     assert "written by 2 process(es), this run has 1" in (tmp / "resumed" / "train.log").read_text()

@@ -46,7 +46,7 @@ def test_training_run_learns_and_writes_a_loadable_adapter(tmp_path, tiny_model)
                 "eta_s", "rss_gb", "gpus", "step_s"):
         assert key in step, key
     assert step["tokens_per_s"] == pytest.approx(step["tokens"] / step["step_s"], rel=1e-2)
-    assert [c["step"] for c in summary.checkpoints] == [10, 20]
+    assert [c["step"] for c in summary.checkpoints] == [10, 20, 30]   # the last step is always kept
     assert (out / "checkpoints" / "step-20" / "optim.pt").is_file()
     assert "fused kernels: off" in "\n".join(summary.start["patch_report"])
     log = (out / "train.log").read_text()  # a CLI run writes train.log too, each line once
