@@ -15,6 +15,7 @@ import gradio as gr
 from studio.chat_tab import build_chat_tab
 from studio.compare_tab import build_compare_tab
 from studio.context import StudioContext
+from studio.evaluate_tab import build_evaluate_tab, evaluate_choices_update
 from studio.export_tab import build_export_tab
 from studio.i18n import DEFAULT_LANG, DETECT_LANG_JS, LANGUAGES, SAVE_LANG_JS, language_choices, normalize, t
 from studio.jobs_tab import build_jobs_tab, refresh
@@ -42,7 +43,8 @@ def tab_labels_js() -> str:
     Gradio applies a label update to a tab only once the tab's content is mounted (a tab not yet
     opened keeps the name it was built with), so the names are also written here, by tab id."""
     names = {lang: {"train": t("tab.train", lang), "jobs": t("tab.jobs", lang), "compare": t("tab.compare", lang),
-                    "export": t("tab.export", lang), "chat": t("tab.chat", lang)} for lang in LANGUAGES}
+                    "export": t("tab.export", lang), "chat": t("tab.chat", lang),
+                    "evaluate": t("tab.evaluate", lang)} for lang in LANGUAGES}
     return f"""(lang) => {{
   const names = {json.dumps(names, ensure_ascii=False)}[lang] || {{}};
   document.querySelectorAll('#ft-tabs [data-tab-id]').forEach((button) => {{
@@ -84,6 +86,8 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
                 export = build_export_tab(ctx)
             with bind(gr.Tab(id="chat", elem_id="ft-tab-chat"), label="tab.chat") as chat_item:
                 chat = build_chat_tab(ctx)
+            with bind(gr.Tab(id="evaluate", elem_id="ft-tab-evaluate"), label="tab.evaluate") as evaluate_item:
+                evaluate_select = build_evaluate_tab(ctx)
         lang = ctx.lang
 
         def after_start(job_id: str, language: str) -> list[Any]:
@@ -99,8 +103,16 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
                             [compare.select, compare.only_diff, lang], compare.outputs, show_progress="hidden")
         export_item.select(lambda picked, language: export.refresh(ctx, picked, language),
                            [export.picked, lang], export.select, show_progress="hidden")
+        evaluate_item.select(lambda picked, language: evaluate_choices_update(ctx, picked, language),
+                             [evaluate_select, lang], evaluate_select, show_progress="hidden")
         chat_item.select(lambda language, current, auto: chat.refresh(ctx, language, current, auto),
                          [lang, chat.adapter, chat.auto], [chat.adapter, chat.model, chat.auto], show_progress="hidden")
+        # a job that ends while the Chat tab is open joins its adapter list (the Jobs poll sees it end)
+        def follow_jobs(language: str, current: str | None, auto: str | None, known: Any) -> list[Any]:
+            return chat.follow_jobs(ctx, language, current, auto, known)
+
+        jobs.table_sig.change(follow_jobs, [lang, chat.adapter, chat.auto, chat.known],
+                              [chat.adapter, chat.model, chat.auto, chat.known], show_progress="hidden")
 
         def on_language(language: str | None) -> list[Any]:
             language = normalize(language)

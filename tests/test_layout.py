@@ -24,6 +24,7 @@ FLOORS = [
     {"jobs.checks", "jobs.export"},
     {"jobs.train", "jobs.queue"},
     {"jobs.serve"},   # serves finished jobs on the trainer's decode loop
+    {"jobs.evaluate"},   # scores a finished job on jobs.serve's model and engine
 ]
 FLOOR_OF = {name: level for level, names in enumerate(FLOORS) for name in names}
 

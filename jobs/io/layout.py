@@ -29,6 +29,13 @@ ADAPTER_CONFIG = "adapter_config.json"
 MODEL_CARD = "README.md"
 TRAINER_STATE = "trainer_state.json"
 OPTIMIZER_STATE = "optim.pt"
+# python -m jobs.evaluate: one folder per evaluation run, evaluations/<name>/ (EvalLayout)
+EVALUATIONS_DIR = "evaluations"
+EVAL_ROWS_FILE = "rows.jsonl"
+EVAL_ROWS_CSV = "rows.csv"
+EVAL_RESULTS_FILE = "results.json"
+EVAL_BENCHMARKS_FILE = "benchmarks.json"
+EVAL_LOG_FILE = "evaluate.log"
 
 
 @dataclass(frozen=True)
@@ -111,9 +118,58 @@ class JobLayout:
     def model_card(self) -> Path:
         return self.adapter / MODEL_CARD
 
+    @property
+    def evaluations(self) -> Path:
+        return self.root / EVALUATIONS_DIR
+
+    def evaluation(self, name: str) -> "EvalLayout":
+        return EvalLayout(self.evaluations / name)
+
     def has_adapter(self) -> bool:
         """True once the finished (or cancelled) job's adapter is complete on disk."""
         return (self.adapter / ADAPTER_WEIGHTS).is_file() and (self.adapter / ADAPTER_CONFIG).is_file()
+
+
+@dataclass(frozen=True)
+class EvalLayout:
+    """Paths inside one evaluation's folder, `<job>/evaluations/<name>/` (docs/contracts.md, "Evaluate").
+    Its config.yaml and events.jsonl have the job folder's names, so the job readers read them too."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def events(self) -> Path:
+        return self.root / EVENTS_FILE
+
+    @property
+    def log(self) -> Path:
+        return self.root / EVAL_LOG_FILE
+
+    @property
+    def rows(self) -> Path:
+        """Per row: prompt, reference, base and tuned answers, their scores (one JSON object a line)."""
+        return self.root / EVAL_ROWS_FILE
+
+    @property
+    def rows_csv(self) -> Path:
+        return self.root / EVAL_ROWS_CSV
+
+    @property
+    def results(self) -> Path:
+        """The base-vs-tuned table: per metric the means, the difference and its bootstrap interval."""
+        return self.root / EVAL_RESULTS_FILE
+
+    @property
+    def benchmarks(self) -> Path:
+        """lm-evaluation-harness results, base and tuned, per task."""
+        return self.root / EVAL_BENCHMARKS_FILE
 
 
 def new_job_folder(jobs_dir: str | Path, tries: int = 8) -> tuple[str, JobLayout]:

@@ -1,5 +1,6 @@
 """The sentences jobs/ writes for a person, by name: one English template each, with {placeholders},
-kept in this package's modules by where they are said (data.py, runs.py, models_and_cluster.py).
+kept in this package's modules by where they are said (data.py, runs.py, models_and_cluster.py,
+evaluate.py).
 
 Code builds such text with ``say("row_not_json", where=..., detail=...)``, which returns the plain
 English str. Such text crosses process boundaries (events.jsonl, the preflight child's JSON, the
@@ -19,11 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.messages import data, models_and_cluster, runs
+from jobs.messages import data, evaluate, models_and_cluster, runs
 
 
 # one dict, in the order the templates were written (studio/server_text.py tries them in order)
-MESSAGES: dict[str, str] = {**data.MESSAGES, **runs.MESSAGES, **models_and_cluster.MESSAGES}
+MESSAGES: dict[str, str] = {**data.MESSAGES, **runs.MESSAGES, **models_and_cluster.MESSAGES,
+                             **evaluate.MESSAGES}
 
 
 def say(key: str, /, **params: Any) -> str:

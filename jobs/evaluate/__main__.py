@@ -1,0 +1,5 @@
+import sys
+
+from jobs.evaluate.cli import main
+
+sys.exit(main())
