@@ -120,8 +120,8 @@ class JobSpec:
     sharding: str = _f("none", "Sharded training over the job's processes: none (each holds the whole model, data "
                        "parallel), fsdp (PyTorch FSDP2: each decoder layer's base weights and LoRA split across the "
                        "processes, so a model too big for one GPU trains on several), or auto (fsdp when the fit check "
-                       "says one GPU cannot hold the job and several are chosen). SFT and the preference methods; "
-                       "not yet grpo, vision-language models, load_in_4bit or fp8.", choices=SHARDINGS)
+                       "says one GPU cannot hold the job and several are chosen). Every method, vision-language models "
+                       "and load_in_4bit too; not yet fp8.", choices=SHARDINGS)
     cluster: str = _f("", "Where the job trains: empty for this machine, or a Ray cluster's dashboard address "
                       "such as http://head-node:8265 (what `ray job submit` takes). The job folder and the data "
                       "dir must be at the same path on every node (shared storage).")

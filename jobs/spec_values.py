@@ -166,8 +166,7 @@ def _check_sharding(spec: "JobSpec") -> None:
     """sharding fsdp: what does not train sharded yet is refused here (auto leaves such a job unsharded)."""
     if spec.sharding != "fsdp":
         return
-    unsupported = ("method: grpo" if spec.method == "grpo" else "load_in_4bit: true" if spec.load_in_4bit
-                   else "base_precision: fp8" if spec.base_precision == "fp8" else "")
+    unsupported = "base_precision: fp8" if spec.base_precision == "fp8" else ""
     if unsupported:
         raise SpecError("sharding", say("sharding_unsupported", setting=unsupported))
 

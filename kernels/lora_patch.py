@@ -68,6 +68,9 @@ def _base_reason(base, name: str) -> str | None:
         return None
     if cls == "Linear4bit" or hasattr(base.weight, "quant_state"):
         qtype = getattr(getattr(base.weight, "quant_state", None), "quant_type", None)
+        if qtype is None and hasattr(base.weight, "full_tensor"):   # jobs/train/sharding.py (FSDP-QLoRA)
+            return (f"{name}: 4-bit weight sharded by FSDP (the fused NF4 path needs the whole codes and their "
+                    "quant state; bitsandbytes' matmul runs on the gathered ones)")
         if qtype != "nf4":
             return f"{name}: 4-bit quant_type {qtype!r} (only nf4 is fused)"
     elif not isinstance(base, torch.nn.Linear) or cls != "Linear":

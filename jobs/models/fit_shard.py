@@ -5,35 +5,50 @@ Under FSDP2 each GPU keeps 1/N of every weight and of the LoRA weights with thei
 state; on top it holds, while they run, whole copies of what is gathered: a decoder layer's weights
 and the next one's (FSDP2 prefetches one layer ahead, in forward and in backward), and the root
 group's (embeddings, head, final norm), which FSDP2 keeps gathered from the forward to the backward
-(the root is not resharded after forward). Activations are per process and do not shrink:
-`batch_size` stays per process. A 4-bit or fp8 base is not sharded yet (the spec refuses it)."""
+(the root is not resharded after forward). An image-text model's vision tower is in the root group
+(jobs/train/sharding.py): 1/N of it at rest, and whole from the forward to the backward. Activations
+are per process and do not shrink: `batch_size` stays per process. A 4-bit base (FSDP-QLoRA) splits
+its NF4 codes; each layer's quantization state (absmax, about 1/32 of the codes) stays whole on
+every process, as bitsandbytes keeps it on the module. An fp8 base is not sharded yet (the spec
+refuses it)."""
 from __future__ import annotations
 
 import dataclasses
 
 from jobs.models import fit
 from jobs.models.fit_estimate import FitEstimate
-from jobs.models.fit_shape import _dtype_bytes, _Shape
+from jobs.models.fit_shape import NF4_BYTES_PER_WEIGHT, _dtype_bytes, _Shape
 
 MAX_GPUS = 64   # the most GPUs `gpus_needed` considers
 LORA_PART = "LoRA + AdamW (fp32)"
+BASE_PARTS = ("base weights", "base weights (NF4)", "embeddings")   # jobs/models/fit_shape.py _weights
+NF4_CODE_BYTES = 0.5   # two 4-bit codes a byte; the rest of NF4_BYTES_PER_WEIGHT is the quant state
+VISION_PART, VISION_LORA_PART = "vision tower", "vision LoRA + AdamW (fp32)"   # jobs/models/fit.py
 
 
 def shardable(spec) -> bool:
     """Whether this job could train sharded (what `sharding: fsdp` does not refuse)."""
-    return spec.method != "grpo" and not spec.load_in_4bit and spec.base_precision != "fp8"
+    return spec.base_precision != "fp8"
 
 
 def sharded(estimate: FitEstimate, spec, model_config, world: int, cuda: bool = True) -> FitEstimate:
     """`estimate` (the unsharded one of the same job) as each of `world` FSDP processes holds it."""
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=cuda)
-    parts = {k: v for k, v in estimate.parts.items() if k != "base weights"}
-    whole = shape.linear_weights() * b + shape.embedding_weights() * b
+    parts = {k: v for k, v in estimate.parts.items() if k not in BASE_PARTS}
+    linear = shape.linear_weights()
+    per_weight = NF4_CODE_BYTES if spec.load_in_4bit else b
+    whole = int(linear * per_weight) + shape.embedding_weights() * b
     parts[f"base weights (1/{world} each)"] = -(-whole // world)
+    if spec.load_in_4bit:   # the codes are split; each Linear4bit keeps its whole quant state (absmax)
+        parts["NF4 quantization state (whole on each)"] = int(linear * (NF4_BYTES_PER_WEIGHT - NF4_CODE_BYTES))
     parts["gathered: embeddings and head"] = shape.embedding_weights() * b
-    parts["gathered: two decoder layers"] = 2 * (shape.linear_weights() // shape.layers) * b
-    if LORA_PART in parts:
-        parts[LORA_PART] = -(-parts[LORA_PART] // world)
+    parts["gathered: two decoder layers"] = 2 * int(linear // shape.layers * per_weight)
+    for part in (LORA_PART, VISION_LORA_PART):
+        if part in parts:
+            parts[part] = -(-parts[part] // world)
+    if VISION_PART in parts:   # gathered with the root for the whole step, beside its shard at rest
+        tower = parts.pop(VISION_PART)
+        parts["vision tower (gathered with the root)"] = tower + -(-tower // world)
     note = (f"sharded (fsdp) over {world} GPUs: each holds 1/{world} of the weights and LoRA state, "
             "plus the layers being gathered")
     return dataclasses.replace(estimate, parts=parts, notes=[*estimate.notes, note])

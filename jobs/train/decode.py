@@ -195,12 +195,18 @@ def capture(decoder: StaticDecoder):
 @torch.no_grad()
 def decode(model, ids: torch.Tensor, mask: torch.Tensor, max_new: int, temperature: float, top_p: float,
            eos: set[int], pad_id: int, use_graph: bool | None = None, log=None,
-           should_stop=None) -> torch.Tensor | None:
+           should_stop=None, all_done=None) -> torch.Tensor | None:
     """Completion tokens [B, max_new] (pad after a row's EOS) for left-padded prompts ids/mask; None
-    when `should_stop()` turned true at one of the loop's host checks (a cancelled job)."""
+    when `should_stop()` turned true at one of the loop's host checks (a cancelled job).
+    `all_done(mine)`: for ranks whose forwards are collectives (FSDP-sharded layers gather their
+    weights in every forward, jobs/train/sharding.py): True when every rank's rows are done, so all
+    stop after the same number of forwards (transformers' `synced_gpus`); no CUDA graph then."""
     from kernels.packed_attention import cached_decoding_attention
+    if all_done is not None:
+        use_graph = False   # a graph cannot hold FSDP's all-gathers
     with cached_decoding_attention(model):   # GQA decode steps read each cached K/V once
-        return _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log, should_stop)
+        return _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log, should_stop,
+                       all_done)
 
 
 def start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph=None, log=None):
@@ -228,13 +234,14 @@ def start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, us
 
 
 def _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log,
-            should_stop=None) -> torch.Tensor | None:
+            should_stop=None, all_done=None) -> torch.Tensor | None:
     decoder, step = start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log)
     for i in range(1, max_new):
         if i % CHECK_EVERY == 0:
             if should_stop is not None and should_stop():
                 return None   # a long rollout must not outlast the runner's grace period after a cancel
-            if bool(decoder.done.all()):
+            done = bool(decoder.done.all())
+            if all_done(done) if all_done is not None else done:
                 break
         step()
     return decoder.out

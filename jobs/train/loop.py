@@ -267,6 +267,7 @@ class Trainer:
             total[0] += loss.detach().float()
             if metrics is not None:
                 total[1:] += metrics.detach().float()
+        self.method.after_backward(micro_batches)   # e.g. a sharded tower no rank ran (methods/vision_sft.py)
         self.dist.all_reduce_(total)  # the global batch's loss, queued on the device
         clip = self.spec.max_grad_norm if self.spec.max_grad_norm > 0 else float("inf")
         grad_norm = sharding.full_tensor(torch.nn.utils.clip_grad_norm_(self.params, clip))   # FSDP: a DTensor

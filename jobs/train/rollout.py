@@ -8,7 +8,17 @@ captured as a CUDA graph on the GPU (eager on CPU). Models it cannot run (slidin
 than the sequence, non-attention layers: `decode.unsupported_reason`) use transformers' `generate`
 (`generate_completions`, also what bench/bench_grpo.py's generation mode compares against). The
 model is put in eval mode for sampling (no dropout, the cache allowed under checkpointing) and back
-after."""
+after.
+
+Under FSDP (`sharding: fsdp`, jobs/train/sharding.py) sampling runs through the sharded layers, whose
+every forward all-gathers the layer's weights: a collective, so every rank must run the same number
+of forwards or the job hangs. With `peers` (the job's Distributed) the ranks agree on the path (the
+widest prompt decides decode or generate), stop decoding only when every rank's rows are done, and
+`generate` runs with transformers' `synced_gpus`. That is TRL's way for FSDP (GRPOTrainer generates
+through the wrapped model, the ranks kept in step by `synced_gpus`, which transformers turns on for
+FSDP and ZeRO-3 models): no rank ever holds the whole model, which a model sharded because it does not
+fit one GPU could not. The number of passes is the same on every rank (equal prompts per rank,
+`rows_per_pass` agreed by the caller)."""
 from __future__ import annotations
 
 import torch
@@ -50,17 +60,18 @@ def _text_config(model):
 def sample_completions(model, tokenizer, prompts: list[list[int]], num_generations: int, max_new_tokens: int,
                        temperature: float, top_p: float, device, log=None,
                        use_graph: bool | None = None, should_stop=None,
-                       rows_per_pass: int | None = None) -> list[list[int]] | None:
+                       rows_per_pass: int | None = None, peers=None) -> list[list[int]] | None:
     """Completion token ids [len(prompts) * num_generations], prompt 0's group first; None when
     `should_stop()` turned true while sampling (decode.decode; transformers' generate cannot stop).
     `rows_per_pass`: at most this many completions share a KV cache at once (a memory budget,
-    jobs/models/fit_rollout.py); the rest follow in further passes, in order."""
+    jobs/models/fit_rollout.py); the rest follow in further passes, in order. `peers`: the job's
+    Distributed when the model is FSDP-sharded (module doc), else None."""
     repeated = [p for p in prompts for _ in range(num_generations)]
     step = rows_per_pass or len(repeated)
     out: list[list[int]] = []
     for start in range(0, len(repeated), step):
         part = _sample_pass(model, tokenizer, repeated[start:start + step], max_new_tokens, temperature, top_p,
-                            device, log, use_graph, should_stop)
+                            device, log, use_graph, should_stop, peers)
         if part is None:
             return None
         out += part
@@ -68,20 +79,23 @@ def sample_completions(model, tokenizer, prompts: list[list[int]], num_generatio
 
 
 def _sample_pass(model, tokenizer, rows: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
-                 device, log, use_graph, should_stop) -> list[list[int]] | None:
+                 device, log, use_graph, should_stop, peers=None) -> list[list[int]] | None:
     """One batch of prompt rows (already repeated per generation) through the static decode loop."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids, mask = pad_left(rows, pad_id, device)
-    reason = decode.unsupported_reason(_text_config(model), ids.shape[1] + max_new_tokens)
+    width = ids.shape[1] if peers is None else max(peers.gather_objects(ids.shape[1]))
+    reason = decode.unsupported_reason(_text_config(model), width + max_new_tokens)
     if reason:
         decode.log_once(log, f"grpo sampling: transformers' generate ({reason})")
-        return generate_completions(model, tokenizer, rows, 1, max_new_tokens, temperature, top_p, device)
+        return generate_completions(model, tokenizer, rows, 1, max_new_tokens, temperature, top_p, device,
+                                    synced=peers is not None)
+    all_done = None if peers is None else (lambda mine: not peers.agree(not mine))
     eos = eos_ids_of(model, tokenizer)
     was_training = model.training
     model.eval()
     try:
         out = decode.decode(model, ids, mask, max_new_tokens, temperature, top_p, eos, pad_id,
-                            use_graph=use_graph, log=log, should_stop=should_stop)
+                            use_graph=use_graph, log=log, should_stop=should_stop, all_done=all_done)
     finally:
         model.train(was_training)
     return None if out is None else [cut_at_eos(row, eos) for row in out.tolist()]
@@ -89,8 +103,9 @@ def _sample_pass(model, tokenizer, rows: list[list[int]], max_new_tokens: int, t
 
 @torch.no_grad()
 def generate_completions(model, tokenizer, prompts: list[list[int]], num_generations: int, max_new_tokens: int,
-                         temperature: float, top_p: float, device) -> list[list[int]]:
-    """`sample_completions` through transformers' `generate` (the dynamic KV cache)."""
+                         temperature: float, top_p: float, device, synced: bool = False) -> list[list[int]]:
+    """`sample_completions` through transformers' `generate` (the dynamic KV cache); `synced`: every
+    rank runs forwards until all are done (`synced_gpus`, for an FSDP-sharded model: module doc)."""
     repeated = [p for p in prompts for _ in range(num_generations)]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids, mask = pad_left(repeated, pad_id, device)
@@ -100,7 +115,8 @@ def generate_completions(model, tokenizer, prompts: list[list[int]], num_generat
     try:
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=temperature,
                              top_p=top_p, top_k=0, max_new_tokens=max_new_tokens, use_cache=True,
-                             pad_token_id=pad_id, eos_token_id=sorted(eos) or None)
+                             pad_token_id=pad_id, eos_token_id=sorted(eos) or None,
+                             synced_gpus=True if synced else None)
     finally:
         model.train(was_training)
     new = out[:, ids.shape[1]:].tolist()

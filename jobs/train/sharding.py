@@ -10,6 +10,21 @@ layer-level group has them gathered then (a group of its own per `lora_A.default
 kernel its shard). A bf16 base with fp32 LoRA needs no mixed-precision policy: FSDP2 gathers each
 parameter in its own dtype (checked in a trial before this was written, issue 37).
 
+An image-text model (Qwen2-VL, Qwen2.5-VL) shards its language model's layers the same way; its
+vision tower and projector stay in the root group: split at rest like everything, gathered whole
+with the embeddings when the step's forward begins, on every rank. Groups per vision block would
+gather only on the ranks whose micro-batch has an image (the tower does not run without one), and
+the ranks without would leave them waiting in the all-gather; the tower is small beside the language
+model (0.7B of Qwen2.5-VL-7B), and its LoRA gradients (vision_lora) are reduce-scattered with zeros
+from a rank where it did not run (`set_reduce_scatter_unused_params`, the multimodal case PyTorch's
+doc names).
+
+GRPO samples through the sharded layers, the ranks in lockstep (jobs/train/rollout.py). A 4-bit base
+(FSDP-QLoRA, after Answer.AI's): bitsandbytes' Params4bit stays one through FSDP2's split (its
+`__torch_function__` rewraps torch.chunk's pieces), the gathered weight gets its quant state back
+from the module at forward (bitsandbytes' fix_4bit_weight_quant_state_from_module), and FSDP2 gathers
+the uint8 codes beside float parameters (mixed dtypes go as bytes), so no bf16 quant storage is needed.
+
 Gradients are reduce-scattered as a SUM, like the DDP comm hook of jobs/train/distributed.py: each
 rank's loss is already divided by the global batch's label tokens. Gloo has no pre-multiplied sum,
 hence `set_force_sum_reduction_for_comms`.
@@ -23,8 +38,6 @@ from __future__ import annotations
 
 import torch
 
-from jobs.errors import SpecError
-from jobs.messages import say
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
@@ -32,25 +45,15 @@ def is_sharded(model: torch.nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def check_model(config) -> None:
-    """Refuse, naming the key, what cannot train sharded yet and is known only once the model's config
-    is read: an image-text model (the spec already refused grpo, 4-bit and fp8: jobs/spec_values.py)."""
-    from jobs.models.vision import is_vision_config
-    if is_vision_config(config):
-        raise SpecError("sharding", say("sharding_unsupported", setting="a vision-language model (vision_config)"))
-
-
 def decide(spec, config, dist, log) -> bool:
     """Whether this job trains sharded (and `dist.sharded` set to it). fsdp shards whenever there are
     several processes (one process has nothing to share: it trains unsharded and saves the same files);
     auto when the fit check says one GPU cannot hold the job (jobs/models/fit_shard.py)."""
     from jobs.models import fit_shard
-    from jobs.models.vision import is_vision_config
     if spec.sharding == "fsdp":
-        check_model(config)
         if dist.world_size < 2:
             log("note: sharding fsdp with one process has nothing to share; training unsharded")
-    elif spec.sharding == "none" or is_vision_config(config):
+    elif spec.sharding == "none":
         return False
     elif not fit_shard.wants_sharding(spec, config, dist.world_size, _gpu_gb(dist.device)):
         return False
@@ -82,6 +85,15 @@ def per_gpu(trainer, estimate):
                              cuda=trainer.device.type == "cuda")
 
 
+def language_layers(model: torch.nn.Module) -> list:
+    """The decoder layers that get an FSDP group of their own: the language model's. An image-text
+    model's vision blocks (GradientCheckpointingLayer too) stay in the root group (module doc)."""
+    from jobs.models.vision import part_of
+    from kernels.checkpoint import decoder_layers
+    names = {id(module): name for name, module in model.named_modules()}
+    return [layer for layer in decoder_layers(model) if part_of(names[id(layer)]) == "language"]
+
+
 def shard_model(model: torch.nn.Module, dist, log) -> str:
     """Shard `model` in place over all ranks (each decoder layer, then the root); logs and returns the
     kernel report's line.
@@ -91,7 +103,7 @@ def shard_model(model: torch.nn.Module, dist, log) -> str:
 
     from kernels.checkpoint import decoder_layers
     mesh = init_device_mesh(dist.device.type, (dist.world_size,))
-    layers = decoder_layers(model)
+    layers = language_layers(model)
     for layer in layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -99,10 +111,27 @@ def shard_model(model: torch.nn.Module, dist, log) -> str:
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)          # summed, not averaged (module doc)
             module.set_force_sum_reduction_for_comms(True)  # gloo: no PREMUL_SUM
-    line = (f"sharding: fsdp over {dist.world_size} processes, {len(layers)} decoder layers and the root "
+    tower = " (the vision tower with the root)" if len(layers) < len(decoder_layers(model)) else ""
+    if tower:
+        _same_backward_on_every_rank(model)
+    line = (f"sharding: fsdp over {dist.world_size} processes, {len(layers)} decoder layers and the root{tower} "
             "(base weights and LoRA split; the fused kernels run on each layer's gathered weights)")
     log(line)
     return line
+
+
+def _same_backward_on_every_rank(model) -> None:
+    """An image-text model's ranks must reduce the same groups in the same order although a rank whose
+    micro-batch has no image never runs the tower (seen on the tiny Qwen2.5-VL with vision_lora: the
+    ranks' reduce-scatters crossed, 22,528 against 16,384 values):
+    - its vision LoRA has no gradient there: the root reduce-scatters zeros for it
+      (`set_reduce_scatter_unused_params`, for "multi-modal models" in PyTorch's words);
+    - the first decoder layer's input then needs no gradient, so its group would reduce only at the
+      end of backward, after the root, where an image rank's (its input carries the tower's LoRA
+      output) reduces before it: the embeddings' output always requires grad
+      (`enable_input_require_grads`, as PEFT does for checkpointing)."""
+    model.set_reduce_scatter_unused_params(True, recurse=False)
+    model.enable_input_require_grads()
 
 
 def full_tensor(value: torch.Tensor) -> torch.Tensor:

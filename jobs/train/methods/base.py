@@ -81,6 +81,9 @@ class Method:
         Device work only: no host sync, so steps can queue ahead of the GPU."""
         raise NotImplementedError
 
+    def after_backward(self, micro_batches: list[dict]) -> None:
+        """After the optimizer step's backward, before clipping and the step: nothing by default."""
+
     def step_fields(self, metrics: list[float]) -> dict:
         """The step event's extra fields from the step's metric means (in metric_names order)."""
         return {name: value for name, value in zip(self.metric_names, metrics)}

@@ -105,7 +105,8 @@ class GroupRelativePolicyOptimization(Method):
             completions = sample_completions(t.model, t.tokenizer, prompts, spec.num_generations,
                                              spec.max_completion_length, spec.temperature, spec.top_p, t.device,
                                              log=t.log, should_stop=self._stop_check(),
-                                             rows_per_pass=self._rows_per_pass(prompts))
+                                             rows_per_pass=self._rows_per_pass(prompts),
+                                             peers=t.dist if t.sharded else None)   # FSDP: ranks in step
             if completions is None:   # cancelled mid-rollout: as if this step never began
                 rng_state.restore(before, t.device)
                 raise StepCancelled
@@ -160,6 +161,8 @@ class GroupRelativePolicyOptimization(Method):
         rows, per_row = fit.rollout_rows(spec, t.model.config, trainable=t.trainable,
                                          prompt_len=max(len(p) for p in prompts),
                                          allocated=torch.cuda.memory_allocated(t.device))
+        if t.sharded:   # every rank the same number of passes (jobs/train/rollout.py)
+            rows = min(t.dist.gather_objects(rows))
         total = len(prompts) * spec.num_generations
         if rows < total:
             decode.log_once(t.log, fit_rollout.passes_line(total, rows, spec.max_gpu_memory_gb, per_row))
@@ -220,15 +223,13 @@ class GroupRelativePolicyOptimization(Method):
         logprobs = logprobs_op(spec.fused_kernels)   # the PyTorch reference when fused_kernels is off
         lm = find_causal_lm(peft)
         inputs = {k: batch[k] for k in MODEL_KEYS if k in batch}
-        head = dict(weight=lm.lm_head.weight, bias=lm.lm_head.bias, temperature=spec.temperature,
-                    softcap=getattr(_text_config(lm.config), "final_logit_softcapping", None))
         ref = None
         if spec.beta > 0:
             with torch.no_grad(), peft.disable_adapter():
                 hidden = _completion_hidden(peft, lm, inputs, batch["gather"])
-                ref = logprobs(hidden, labels=batch["labels"], **head)
+                ref = logprobs(hidden, labels=batch["labels"], **_head(lm, spec))
         hidden = _completion_hidden(model, lm, inputs, batch["gather"])
-        logp = logprobs(hidden, labels=batch["labels"], **head)
+        logp = logprobs(hidden, labels=batch["labels"], **_head(lm, spec))
         loss, kl = grpo_loss.grpo_loss(
             logp, batch["seq_index"], batch["lengths"], batch["advantages"].to(logp.device), count, ref_logp=ref,
             beta=spec.beta, eps_low=spec.epsilon, eps_high=spec.epsilon_high or spec.epsilon,
@@ -264,6 +265,13 @@ def grpo_packing(mode: str, device_type: str, text_config) -> tuple[bool, str]:
     if getattr(text_config, "attn_logit_softcapping", None):
         return False, "grpo packing: auto -> off: this model soft-caps attention logits (set packing: on to pack)"
     return True, "grpo packing: auto -> on (each micro-batch's sequences in one row, position ids restarting)"
+
+
+def _head(lm, spec) -> dict:
+    """The LM head's arguments of the log-probs op, read after the forward: under FSDP the head's
+    weight is whole only once the root's forward has gathered it (before, it is this rank's shard)."""
+    return dict(weight=lm.lm_head.weight, bias=lm.lm_head.bias, temperature=spec.temperature,
+                softcap=getattr(_text_config(lm.config), "final_logit_softcapping", None))
 
 
 def _text_config(config):

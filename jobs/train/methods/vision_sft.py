@@ -23,6 +23,7 @@ class VisionSupervisedFineTuning(Method):
     """methods/sft.py's loss and evaluation (sft.py hands a vision model's job to this class)."""
     name = "sft"
     capturable = False
+    tower_params: list | None = None   # the tower's and projector's LoRA weights (after_backward)
 
     def load_data(self) -> tuple[list, list]:
         t, spec = self.trainer, self.spec
@@ -73,6 +74,21 @@ class VisionSupervisedFineTuning(Method):
     def evaluate(self, model, plan, device) -> dict:
         loss, tokens = evaluate.eval_loss(model, plan, device)
         return {"eval_loss": loss, "eval_tokens": tokens}
+
+    def after_backward(self, micro_batches: list[dict]) -> None:
+        """Sharded (jobs/train/sharding.py): when no rank's micro-batches held an image, FSDP2 has
+        reduce-scattered zeros for the tower's LoRA where one process leaves its gradient None, which
+        AdamW skips (no momentum step, no weight decay): drop them, so both train alike."""
+        t = self.trainer
+        if not t.sharded:
+            return
+        if self.tower_params is None:
+            self.tower_params = [p for name, p in t.model.named_parameters()
+                                 if p.requires_grad and vision.part_of(name) in ("vision", "projector")]
+        images = any(batch.get("pixel_values") is not None for batch in micro_batches)
+        if self.tower_params and not t.dist.agree(images):
+            for param in self.tower_params:
+                param.grad = None
 
     def before_training(self) -> None:
         """Which parts got LoRA, in the log and the kernel report (the job's start event)."""

@@ -35,3 +35,30 @@ def test_the_fit_check_plans_per_gpu_memory_and_counts_the_gpus_a_model_needs():
     assert alone.total_gb == whole.total_gb and f"it needs {needed} such GPUs" in alone.notes[-1]
     spread = JobSpec.from_dict({**spec.to_dict(), "processes": needed, "sharding": "auto"}, to_run=False)
     assert fit_shard.for_job(spread, config, whole, 12).total_gb == fit_shard.sharded(whole, spec, config, needed).total_gb
+
+
+def test_a_sharded_4bit_base_splits_its_codes_and_a_vision_tower_is_gathered_whole():
+    """FSDP-QLoRA: 1/N of the NF4 codes (and embeddings) per GPU, each layer's quant state whole; an
+    image-text model's tower rides in the root group: its 1/N at rest plus the whole while a step runs."""
+    from transformers import LlamaConfig
+
+    from jobs.models import fit, fit_shard
+    from tests.jobs.models.test_fit_vision import seven_b, vl_spec
+    config = LlamaConfig(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                         num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False)
+    spec = JobSpec.from_dict({"model": "meta-llama/Llama-3.1-70B", "dataset": "builtin:identity", "load_in_4bit": True,
+                              "gradient_checkpointing": "on", "max_seq_length": 2048, "batch_size": 1}, to_run=False)
+    assert fit_shard.shardable(spec)
+    whole = fit.estimate_peak(spec, config, free_bytes=80 * 2**30, total_bytes=80 * 2**30)
+    two = fit_shard.sharded(whole, spec, config, 2)
+    assert "base weights (NF4)" not in two.parts and "embeddings" not in two.parts
+    codes = whole.parts["base weights (NF4)"] + whole.parts["embeddings"]
+    state = two.parts["NF4 quantization state (whole on each)"]
+    assert two.parts["base weights (1/2 each)"] + state == pytest.approx(codes / 2 + state / 2, rel=0.01)
+    assert 0.02 < state / whole.parts["base weights (NF4)"] < 0.04
+    assert 1 < fit_shard.gpus_needed(spec, config, 24, whole) <= 8
+    vl = vl_spec()
+    vl_whole = fit.estimate_peak(vl, seven_b(), free_bytes=80 * 2**30, total_bytes=80 * 2**30)
+    vl_four = fit_shard.sharded(vl_whole, vl, seven_b(), 4)
+    tower = vl_whole.parts["vision tower"]
+    assert vl_four.parts["vision tower (gathered with the root)"] == tower + -(-tower // 4)

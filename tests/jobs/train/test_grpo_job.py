@@ -99,11 +99,26 @@ def test_the_grpo_benchmark_smoke_run_writes_a_job_line_and_a_generation_line(tm
         assert 0 < gen[ours]["tokens"] <= 2 * 2 * 8 and gen[ours]["tokens_per_s"] > 0, gen
 
 
-def test_two_processes_each_sample_their_share_and_report_the_rewards_of_all(tmp_path, tiny_model):
-    proc, out = run_job(tmp_path, "grpo-ddp", tiny_model, **grpo_config(tmp_path, max_steps=2, processes=2))
-    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-3000:]
-    summary = summarize(out)
+def test_two_processes_each_sample_their_share_and_sharded_ones_train_the_same(tmp_path, tiny_model):
+    """Two data-parallel processes beside two FSDP-sharded ones (`sharding: fsdp`, sampling through the
+    sharded layers in lockstep, jobs/train/rollout.py), run at once: the same seeds per rank, so the
+    same completions, rewards, losses, KL and adapter. (Not against one process: each rank samples
+    with its own random stream; that two ranks' gradients sum to one process's is test_distributed's.)"""
+    from tests.jobs.train.test_distributed import adapter_weights, finish, train, write_config
+    config = grpo_config(tmp_path, max_steps=2, processes=2, beta=0.04)
+    finish(train(write_config(tmp_path, "grpo-ddp", tiny_model, **config)),
+           train(write_config(tmp_path, "grpo-fsdp", tiny_model, sharding="fsdp", **config)))
+    out, sharded = tmp_path / "grpo-ddp", tmp_path / "grpo-fsdp"
+    summary, fsdp = summarize(out), summarize(sharded)
     assert summary.start["processes"] == 2 and summary.start["global_batch"] == 4
     assert len(summary.steps) == 2 and all(0 <= s["reward_mean"] <= 1 for s in summary.steps)
     lines = (out / "completions.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 4   # rank 0 writes its SAMPLES_PER_STEP a step, the other rank none
+    assert any(line.startswith("sharding: fsdp over 2") for line in fsdp.start["patch_report"])
+    assert (sharded / "completions.jsonl").read_text() == (out / "completions.jsonl").read_text()
+    for key in ("loss", "reward_mean", "reward_std", "completion_length", "kl"):
+        assert [s[key] for s in fsdp.steps] == pytest.approx([s[key] for s in summary.steps], rel=1e-5, abs=1e-7)
+    got, want = adapter_weights(sharded), adapter_weights(out)   # summed in another order: Adam's rounding
+    assert got.keys() == want.keys() and max((got[k] - want[k]).abs().max().item() for k in want) < 1e-3 * 2e-2
+    assert max(((got[k] - want[k]).norm() / want[k].norm().clamp(min=1e-12)).item() for k in want) < 1e-4
+    assert max(want[k].abs().max().item() for k in want if "lora_B" in k) > 0   # it did train

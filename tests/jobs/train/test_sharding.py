@@ -1,7 +1,9 @@
 """Sharded training (`sharding: fsdp`, jobs/train/sharding.py) on CPU with gloo: two FSDP2 ranks train
 what one process trains with the same global batch (losses and adapter), their checkpoints resume on one
-process and one process's on two sharded ranks; the fused engine's gradients under FSDP; the spec refuses what does
-not shard yet. The fit check of a sharded run: tests/jobs/models/test_fit_shard.py."""
+process and one process's on two sharded ranks; the fused engine's gradients under FSDP; DPO and an
+image-text model and a 4-bit base (FSDP-QLoRA) sharded; GRPO's sampling through sharded layers in lockstep (a sharded GRPO job:
+tests/jobs/train/test_grpo_job.py); the spec refuses what does not shard yet. The fit check of a
+sharded run: tests/jobs/models/test_fit_shard.py."""
 import json
 
 import pytest
@@ -71,6 +73,57 @@ def test_fsdp_over_fused_lora_and_offloaded_checkpointing_sums_gradients_like_on
         assert got["reference"].abs().max() > 1e-3
 
 
+def _decode_rank(rank, folder, port, out):
+    """One gloo rank: greedy completions of the unsharded policy (LoRA on), then of the same policy
+    sharded over two ranks in lockstep (jobs/train/rollout.py `peers`). Rank 0's rows all end at their
+    first token (every id is EOS) while rank 1's run to the end: alone, rank 0 would stop decoding at
+    the first check and leave rank 1 waiting in an all-gather. Then `sample_completions` where rank 1's
+    wider prompts pass the (pretended) sliding window and need transformers' generate: both ranks
+    must take that path, with synced_gpus."""
+    import torch.distributed as dist
+    from transformers import AutoTokenizer
+
+    from jobs.train import decode, sharding
+    from jobs.train.distributed import Distributed
+    from jobs.train.rollout import pad_left, sample_completions
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    model, tok = _lora_model(folder), AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():   # a LoRA that changes the output
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=torch.Generator().manual_seed(1)) * 0.5)
+    model.eval()
+    prompts = [[5, 17, 33, 40], [12, 7]] if rank == 0 else [[99, 100, 101, 3, 8, 9, 10, 11], [44]]
+    ids, mask = pad_left(prompts, tok.pad_token_id, "cpu")
+    eos = set(range(len(tok))) if rank == 0 else set()
+    model.config.sliding_window = 19   # rank 0: 4 + 12 tokens fit; rank 1: 8 + 12 do not -> generate
+
+    def run(peers):
+        all_done = None if peers is None else (lambda mine: not peers.agree(not mine))
+        tokens = decode.decode(model, ids, mask, 12, 0.0, 1.0, eos, tok.pad_token_id, use_graph=False,
+                               all_done=all_done).tolist()
+        sampled = sample_completions(model, tok, prompts, 2, 12, 1.0, 1e-6, "cpu", use_graph=False, peers=peers)
+        return tokens, sampled
+    reference = run(None)
+    group = Distributed(rank=rank, world_size=2, local_world_size=2, local_rank=rank, backend="gloo")
+    sharding.shard_model(model, group, log=lambda _: None)
+    torch.save({"reference": reference, "fsdp": run(group)}, out / f"decode{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_sharded_ranks_sample_in_lockstep_what_the_unsharded_policy_samples(tmp_path):
+    """GRPO's sampling through FSDP-sharded layers (every forward gathers: a collective) gives the
+    unsharded policy's tokens, also when one rank's rows end long before the other's and when the
+    ranks' prompt widths would send them down different paths (decode loop vs generate)."""
+    folder = make_tiny_model(tmp_path / "one-layer", layers=1)
+    torch.multiprocessing.start_processes(_decode_rank, args=(folder, _free_port(), tmp_path), nprocs=2,
+                                          start_method="spawn")
+    for rank in (0, 1):
+        got = torch.load(tmp_path / f"decode{rank}.pt")
+        assert got["fsdp"] == got["reference"]
+    assert {len(row) for row in torch.load(tmp_path / "decode1.pt")["fsdp"][1]} == {12}   # ran to the end
+
+
 def _losses(job_dir):
     return {s["step"]: s["loss"] for s in summarize(job_dir).steps}
 
@@ -108,9 +161,7 @@ def test_two_sharded_ranks_train_like_one_process_and_their_checkpoints_resume_a
         assert max((got[k] - want[k]).abs().max().item() for k in want) < 0.05 * 2e-3
 
 
-@pytest.mark.parametrize("overrides, named", [({"method": "grpo", "dataset": "builtin:arithmetic"}, "method: grpo"),
-                                               ({"load_in_4bit": True}, "load_in_4bit"),
-                                               ({"base_precision": "fp8", "fused_kernels": True}, "base_precision: fp8")])
+@pytest.mark.parametrize("overrides, named", [({"base_precision": "fp8", "fused_kernels": True}, "base_precision: fp8")])
 def test_fsdp_refuses_what_does_not_shard_yet_naming_the_key(overrides, named):
     with pytest.raises(SpecError) as caught:
         JobSpec.from_dict({"sharding": "fsdp", **overrides}, to_run=False)
@@ -139,3 +190,48 @@ def test_a_sharded_dpo_job_gives_the_update_of_one_process(tmp_path, tiny_model)
     assert b.evals[-1]["eval_loss"] == pytest.approx(a.evals[-1]["eval_loss"], rel=1e-5)
     got, want = (load_file(str(d / "adapter/adapter_model.safetensors")) for d in (two, one))
     assert got.keys() == want.keys() and max((got[k] - want[k]).abs().max().item() for k in want) < 1e-4
+
+
+def test_a_sharded_vision_job_with_a_text_only_rank_trains_as_one_process(tmp_path, tiny_vision_model):
+    """Qwen2.5-VL under fsdp with vision_lora: the language layers sharded, the tower with the root.
+    One row with an image and three without, two a step: one step has one rank run the tower and the
+    other not (its tower LoRA gets no gradient, its first layer's input none of the tower's), the
+    other step no rank (the tower's LoRA is left untouched, as one process leaves it). The ranks
+    still reduce alike, and train what one process trains."""
+    from PIL import Image
+
+    from tests.jobs.train.test_distributed import adapter_weights
+    Image.new("RGB", (56, 56), (200, 30, 30)).save(tmp_path / "red.png")
+    rows = [{"messages": [{"role": "user", "content": [{"type": "image", "image": "red.png"},
+                                                        {"type": "text", "text": "What colour is this?"}]},
+                          {"role": "assistant", "content": "Red."}]},
+            *[{"messages": [{"role": "user", "content": f"Say {w}."}, {"role": "assistant", "content": w}]}
+              for w in ("one", "two", "three")]]
+    (tmp_path / "mixed.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    common = dict(dataset=str(tmp_path / "mixed.jsonl"), max_steps=2, max_seq_length=64, learning_rate=3e-3,
+                  packing="off", vision_lora=True, warmup_steps=0)
+    two, _ = finish(train(write_config(tmp_path, "two", tiny_vision_model, batch_size=1, processes=2,
+                                       sharding="fsdp", **common)),
+                    train(write_config(tmp_path, "one", tiny_vision_model, batch_size=2, **common)))
+    assert "the vision tower with the root" in two
+    a, b = summarize(tmp_path / "two"), summarize(tmp_path / "one")
+    assert [s["loss"] for s in a.steps] == pytest.approx([s["loss"] for s in b.steps], rel=1e-5)
+    got, want = adapter_weights(tmp_path / "two"), adapter_weights(tmp_path / "one")
+    assert got.keys() == want.keys() and any("visual" in k for k in got)
+    assert max((got[k] - want[k]).abs().max().item() for k in want) < 0.05 * 3e-3   # 5 % of one AdamW step
+    assert min(want[k].abs().max().item() for k in want if "lora_B" in k) > 1e-3   # tower and language trained
+
+
+def test_a_sharded_4bit_base_trains_as_one_process(tmp_path, tiny_model):
+    """FSDP-QLoRA on CPU (bitsandbytes' CPU path): the NF4 codes split into each rank's shard
+    (bitsandbytes' Params4bit survives FSDP2's torch.chunk) and gathered for each layer, its quant
+    state recovered from the module. Two ranks train what one process trains; the fused engine says
+    why its NF4 path stands aside. The GPU's: bench/fsdp_qlora_check.py."""
+    common = dict(load_in_4bit=True, fused_kernels=True, max_steps=2, warmup_steps=0)
+    two, _ = finish(train(write_config(tmp_path, "two", tiny_model, processes=2, sharding="fsdp", **common)),
+                    train(write_config(tmp_path, "one", tiny_model, batch_size=4, **common)))
+    assert "4-bit weight sharded by FSDP" in two
+    a, b = summarize(tmp_path / "two"), summarize(tmp_path / "one")
+    assert [s["loss"] for s in a.steps] == pytest.approx([s["loss"] for s in b.steps], rel=1e-5)
+    got, want = (load_file(str(d / "adapter/adapter_model.safetensors")) for d in (tmp_path / "two", tmp_path / "one"))
+    assert got.keys() == want.keys() and max((got[k] - want[k]).abs().max().item() for k in want) < 0.05 * 2e-3
