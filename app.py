@@ -45,6 +45,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the address (or network, e.g. 10.0.0.0/8) of a reverse proxy in front of the studio, "
                              "whose X-Forwarded-For header names the real client (repeatable); by default no "
                              "forwarded header is believed, and each connection counts by its own address")
+    parser.add_argument("--cluster", default=os.environ.get("FUSETUNE_CLUSTER", ""), metavar="ADDRESS",
+                        help="a Ray cluster's dashboard address, e.g. http://head-node:8265 (or FUSETUNE_CLUSTER): "
+                             "the Jobs tab shows its nodes, GPUs and jobs; a job trains there when its cluster key "
+                             "names it (README \"Beyond one machine\")")
     parser.add_argument("--auth", default=None,
                         help="USER:PASS required to use the studio. Prefer the FUSETUNE_AUTH environment "
                              "variable: a command-line argument is visible to every user in `ps`")
@@ -120,6 +124,16 @@ def trust_proxies(proxies: list[str] | None) -> None:
     os.environ["FORWARDED_ALLOW_IPS"] = ",".join(p.strip() for p in proxies or [])
 
 
+def check_cluster(address: str) -> str:
+    """--cluster: a dashboard address as a job's cluster key takes it, or SystemExit saying the form."""
+    from jobs.spec_values import CLUSTER_ADDRESS
+    address = (address or "").strip()
+    if address and not CLUSTER_ADDRESS.match(address):
+        raise SystemExit(f"fusetune: --cluster {address!r} is not a Ray dashboard address: give one like "
+                         "http://head-node:8265 (the address `ray job submit` takes)")
+    return address
+
+
 def patient_launch_check(limit_s: float = 90.0) -> None:
     """Gradio's launch asks its own page once with a 3 s timeout and, when that one request times out,
     fails with "When localhost is not accessible, a shareable link must be created". On a loaded
@@ -192,6 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     use_allowed_dirs(args.allow_dir)  # the studio's read policy (jobs/checks/access.py) picks them up
     trust_proxies(args.trusted_proxy)  # whose X-Forwarded-For the login throttle believes (studio/login_guard.py)
+    cluster = check_cluster(args.cluster)  # the Ray cluster the Jobs tab shows (studio/cluster_view.py)
     if args.allow_reward_code:
         os.environ[ALLOW_REWARD_CODE_ENV] = "1"
     os.umask(PRIVATE_UMASK)  # uploads, jobs and caches are the user's alone (0600 files, 0700 folders)
@@ -210,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     from studio.app import PAGE_CSS, build_studio
     from studio.context import StudioContext
     from studio.route_guard import launch_kwargs as guard_kwargs
-    context = StudioContext(data_dir=data_dir, runner=runner)
+    context = StudioContext(data_dir=data_dir, runner=runner, cluster=cluster)
     runner.studio_gpu = context.chat  # its models are the studio's, unloaded for a job that needs the room
     runner.start_monitor()
     demo = build_studio(data_dir, runner, context)

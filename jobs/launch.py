@@ -13,7 +13,7 @@ run in-process for two things torchrun does not do:
   SIGTERM reaches only the ranks, which agree on a step, save and exit together (torchrun's own
   handler would kill them after a fixed grace period, in the middle of saving).
 
-Nothing here imports torch until `main` runs (the runner imports `launch_argv`)."""
+Nothing here imports torch until `main` runs (the runner imports `spec_launch_argv`)."""
 from __future__ import annotations
 
 import logging
@@ -42,15 +42,29 @@ def launched_by_torchrun(env: dict | None = None) -> bool:
     return all(key in env for key in TORCHRUN_ENV)
 
 
-def launch_argv(python: str, processes: int) -> list[str]:
+def launch_argv(python: str, processes: int, nodes: int = 1, node_rank: int = 0, endpoint: str = "") -> list[str]:
     """The argv prefix that runs a module with `processes` ranks on this machine; the caller
-    appends `-m jobs.train CONFIG.yaml ...`. One process: just the interpreter."""
+    appends `-m jobs.train CONFIG.yaml ...`. One process: just the interpreter. Several machines
+    (`nodes` > 1): this one's share of the job, meeting the others at node 0's `endpoint`."""
+    if nodes > 1:
+        # torchrun's static rendezvous (its --master-addr/--node-rank form): node_rank decides the ranks,
+        # so node 0, at the endpoint, holds rank 0, which writes the job's files (c10d would number the
+        # nodes in the order they arrive). Every node runs the same number of processes.
+        return [python, "-m", "jobs.launch", "--nnodes", str(nodes), "--node-rank", str(node_rank),
+                "--rdzv-backend", "static", "--rdzv-endpoint", endpoint,
+                "--nproc-per-node", str(max(1, processes)), "--max-restarts", "0"]
     if processes <= 1:
         return [python]
     # --standalone: a private rendezvous on a free localhost port, so jobs on different GPUs
     # never collide; no restarts: a failed rank ends the job.
     return [python, "-m", "jobs.launch", "--standalone", "--nnodes", "1",
             "--nproc-per-node", str(processes), "--max-restarts", "0"]
+
+
+def spec_launch_argv(python: str, processes: int, spec: dict) -> list[str]:
+    """`launch_argv` for a job's spec (a JobSpec's dict): its rendezvous when it spans several machines."""
+    return launch_argv(python, processes, int(spec.get("nodes", 1) or 1), int(spec.get("node_rank", 0) or 0),
+                       str(spec.get("rdzv_endpoint", "") or ""))
 
 
 def _priority(exitcode: int) -> int:

@@ -21,7 +21,7 @@ from jobs.spec_values import BUILTIN_SHAPES  # noqa: F401  (re-exported: image-t
 from jobs.spec_values import (  # noqa: F401  (re-exported: importers name jobs.spec)
     BASE_PRECISIONS, BUILTIN_CONCISE, BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, BUILTIN_PROMPT_DATASETS, BUILTIN_REWARDS, CHECKPOINTING,
     DATASET_FORMATS, DATASET_SUFFIXES, DTYPES, GRPO_LOSS_TYPES, HUB_ID, METHODS, MODULE_NAME_CHARS, PACKING,
-    PREFERENCE_METHODS, REFERENCE_FREE_METHODS, REPORT_TO, SHARDINGS, _PART, _check_base_precision, _check_builtin_method, _check_cluster, _check_dataset_path,
+    PREFERENCE_METHODS, REFERENCE_FREE_METHODS, REPORT_TO, SHARDINGS, _PART, _check_base_precision, _check_builtin_method, _check_cluster, _check_dataset_path, _check_nodes,
     _check_grpo, _check_model_path, _check_preference, _check_run_inputs, _check_sharding, _looks_like_path, _normalise_gpus,
     _normalise_report_to, _normalise_targets, _parse_rewards, hub_id_problem, is_local_reference,
     reward_entries, short_name, trackers)
@@ -129,6 +129,14 @@ class JobSpec:
                       "batch_size stays per worker.", min=1, max=1024)
     gpus_per_worker: int = _f(1, "Ray cluster: GPUs each worker trains on: 1 (NCCL between workers) or 0 to "
                               "train on CPUs (gloo).", min=0, max=1)
+    nodes: int = _f(1, "Machines the job trains on without Ray (torchrun's rendezvous): 1 for this one; with more, "
+                    "start the same job on every machine (its studio or python -m jobs.train), each with its "
+                    "node_rank and all with the same rdzv_endpoint; each runs its processes as on one machine "
+                    "(the same number on every node).", min=1, max=1024)
+    node_rank: int = _f(0, "Several machines: this machine's number, 0 to nodes - 1; node 0 is at rdzv_endpoint and "
+                        "writes the job's events, checkpoints and adapter.", min=0, max=1023)
+    rdzv_endpoint: str = _f("", "Several machines: node 0's host:port where every node's torchrun meets, "
+                            "e.g. 10.0.0.1:29500 (a free port on node 0).")
     seed: int = _f(42, "Random seed for LoRA init, shuffling and dropout.", min=0, max=2**32 - 1)
     resume_from: str = _f("", "A checkpoints/step-N folder to resume from (empty: start fresh).")
     report_to: Any = _f("none", "Experiment tracking, written into the job folder: none, or one or more of "
@@ -248,6 +256,7 @@ class JobSpec:
         if self.processes and gpu_list is not None and self.processes != len(gpu_list):
             raise SpecError("processes", say("processes_gpus", processes=self.processes, count=len(gpu_list)))
         _check_cluster(self)
+        _check_nodes(self)
         if to_run:
             _check_run_inputs(self)
 

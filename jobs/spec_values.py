@@ -162,6 +162,31 @@ def _check_cluster(spec: "JobSpec") -> None:
         raise SpecError("gpus", say("cluster_places_job", default="auto"))
 
 
+ENDPOINT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+):(\d{1,5})$")
+
+
+def _check_nodes(spec: "JobSpec") -> None:
+    """nodes, node_rank, rdzv_endpoint: several machines meet at node 0's host:port (torchrun's static
+    rendezvous, jobs/launch.py); one machine needs neither; a Ray cluster places its own workers."""
+    spec.rdzv_endpoint = spec.rdzv_endpoint.strip()
+    if spec.nodes == 1:
+        if spec.node_rank:
+            raise SpecError("node_rank", say("node_rank_too_big", rank=spec.node_rank, count=1, last=0))
+        if spec.rdzv_endpoint:
+            raise SpecError("rdzv_endpoint", say("nodes_one_machine"))
+        return
+    if spec.cluster:
+        raise SpecError("nodes", say("nodes_not_on_cluster", count=spec.nodes))
+    if not spec.rdzv_endpoint:
+        raise SpecError("rdzv_endpoint", say("nodes_need_endpoint", count=spec.nodes))
+    match = ENDPOINT.match(spec.rdzv_endpoint)
+    if not match or not 0 < int(match.group(1)) < 65536:
+        raise SpecError("rdzv_endpoint", say("rdzv_endpoint_invalid", value=spec.rdzv_endpoint))
+    if spec.node_rank >= spec.nodes:
+        raise SpecError("node_rank", say("node_rank_too_big", rank=spec.node_rank, count=spec.nodes,
+                                         last=spec.nodes - 1))
+
+
 def _check_sharding(spec: "JobSpec") -> None:
     """sharding fsdp: what does not train sharded yet is refused here (auto leaves such a job unsharded)."""
     if spec.sharding != "fsdp":

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from jobs.io.events import read_events
 from jobs.io.layout import JobLayout
+from jobs.queue.cluster_resources import CachedReader, DashboardReader
 from jobs.spec import BUILTIN_MODEL
 from studio.chat import ChatEngine
 from studio.i18n import PageText
@@ -28,11 +29,16 @@ class StudioContext:
     lang: Any = None  # the page's language selector (a gr.Dropdown), set by build_studio
     free_gpu_memory: Callable[[int], float | None] | None = None  # GiB free on a GPU (tests: a stand-in)
     shared: SharedViews = field(default_factory=SharedViews)  # what every page's poll shares
+    cluster: str = ""  # the Ray cluster the Jobs tab shows first (app.py --cluster / FUSETUNE_CLUSTER)
+    cluster_reader: Any = None  # reads a cluster's dashboard (jobs/queue/cluster_resources.py); tests: a stand-in
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
         if self.chat is None:
             self.chat = ChatEngine(self.data_dir)
+        if self.cluster_reader is None:   # the queue's reader when there is one: one reading serves both
+            queue = getattr(self.runner, "clusters", None)
+            self.cluster_reader = getattr(queue, "reader", None) or CachedReader(DashboardReader())
 
     @functools.cached_property
     def _fused(self) -> tuple[bool, str]:

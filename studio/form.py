@@ -35,6 +35,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "gpus", "max_gpu_memory_gb"),
     # a Ray cluster (jobs/train/cluster.py): empty cluster trains on this machine
     "cluster": ("cluster", "workers", "gpus_per_worker"),
+    # several machines without Ray: torchrun's rendezvous, this machine's share (jobs/launch.py)
+    "nodes": ("nodes", "node_rank", "rdzv_endpoint"),
     "training": ("learning_rate", "max_steps", "num_epochs", "batch_size",
                  "gradient_accumulation_steps", "max_seq_length", "seed"),
     "eval": ("eval_fraction", "eval_dataset", "eval_steps", "keep_best"),

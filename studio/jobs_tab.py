@@ -24,7 +24,7 @@ import pandas as pd
 
 from jobs.io.events import tail_log
 from jobs.io.layout import JobLayout
-from studio import job_actions
+from studio import cluster_view, job_actions
 from studio import jobs_view as view
 from studio import plots, render, reward_view
 from studio.context import StudioContext
@@ -86,7 +86,7 @@ def _detail_values(ctx: StudioContext, record: Any, lang: str) -> tuple:
                                     numbers["progress"], numbers["eta_s"], numbers["elapsed_s"], lang,
                                     phase=numbers["phase"])
     progress += view.outcome_html(summary, lang) + view.lineage_html(record, lang)
-    progress += view.tracking_html(record, lang)
+    progress += view.tracking_html(record, lang) + cluster_view.files_html(record, lang)
     failure = view.failure_text(record, summary, lang)
     util, mem = view.gpu_frames(summary)
     rewards = reward_chart(summary, lang)
@@ -255,6 +255,7 @@ def build_jobs_tab(ctx: StudioContext) -> JobsTab:
         with gr.Column():
             bind(gr.Markdown(), value="jobs.log_title")
             log = gr.HTML(elem_id="ft-log")
+    cluster_view.build_cluster_panel(ctx)   # a Ray cluster's nodes and jobs (studio/cluster_view.py)
     table_sig, detail_sig, pending = gr.State(None), gr.State(None), gr.State(None)
     timer = gr.Timer(POLL_S)
     plots_sent = gr.State(None)  # the loss plot's colour map as last sent

@@ -186,6 +186,7 @@ def _build_fields(ctx: StudioContext) -> tuple[dict[str, Any], gr.UploadButton, 
             with gr.Column():
                 place("more")
                 place("cluster")
+                place("nodes")
             with gr.Column():
                 place("grpo")
     if "reward_upload" in extras:

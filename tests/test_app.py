@@ -22,6 +22,14 @@ def test_the_password_comes_from_the_environment_first(capsys):
         app.parse_auth("no-colon")
 
 
+def test_the_cluster_the_jobs_tab_shows_comes_from_the_flag_or_the_environment(monkeypatch):
+    monkeypatch.setenv("FUSETUNE_CLUSTER", "http://head-node:8265")
+    assert app.check_cluster(app.parse_args([]).cluster) == "http://head-node:8265"
+    assert app.parse_args(["--cluster", "http://10.0.0.5:8265"]).cluster == "http://10.0.0.5:8265"
+    with pytest.raises(SystemExit, match="--cluster 'head-node:8265' is not a Ray dashboard address"):
+        app.check_cluster("head-node:8265")
+
+
 def test_an_unusable_data_dir_stops_the_studio_with_one_line(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")

@@ -71,6 +71,20 @@ MESSAGES: dict[str, str] = {
     "worker_died": "worker {rank} (pid {pid}) on node {node} died at step {step}: {detail}; the last checkpoint "
                    "is kept and resume continues from it",
     "ray_job_failed": "the Ray job {job_id} failed: {detail}",
+    # the queue's wait for a cluster's free resources (jobs/queue/cluster_queue.py)
+    "wait_cluster": "waiting for the Ray cluster: {problem}",
+    "wait_cluster_resources": "waiting for the Ray cluster at {address}: the job needs {need:d} {resource} free, "
+                              "{free:d} of its {total:d} are",
+    # several machines without Ray: torchrun's rendezvous (jobs/spec_values.py, jobs/launch.py)
+    "nodes_need_endpoint": "is empty, but nodes is {count}: every node's torchrun meets at node 0: set it to "
+                           "node 0's host:port (e.g. 10.0.0.1:29500)",
+    "rdzv_endpoint_invalid": "{value!r} is not host:port: give node 0's address and a free port, e.g. "
+                             "10.0.0.1:29500 or [fd00::1]:29500",
+    "node_rank_too_big": "is {rank}, but nodes is {count}: number the nodes 0 to {last:d}, node 0 where "
+                         "rdzv_endpoint points",
+    "nodes_one_machine": "is set, but nodes is 1: a rendezvous is for several machines; set nodes, or leave it empty",
+    "nodes_not_on_cluster": "is {count}, but cluster is set: on a Ray cluster Ray places the workers; leave nodes "
+                            "at 1 and set workers",
     # the queue's reasons (jobs/queue/runner.py)
     "wait_running_job": "waiting for the running job to finish",
     "owner_stopped_before_start": "the studio instance {owner} that took this job stopped before starting its "

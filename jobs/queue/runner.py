@@ -6,8 +6,9 @@ jobs by pid and keeps watching them.
 
 The queue is GPU-aware (jobs/io/gpus.py): jobs on disjoint GPU sets run at the same time, a job waits
 (its `reason` says for what) until the GPUs it asks for are free of our other jobs and of other
-processes' memory, and a job with several processes runs through torchrun (jobs/launch.py). On a
-machine without GPUs at most `max_running` jobs run at a time.
+processes' memory, and a job with several processes (or machines: its rendezvous) runs through torchrun
+(jobs/launch.py). On a machine without GPUs at most `max_running` jobs run at a time. A Ray cluster job
+waits for its cluster's free GPUs and CPUs instead, holding none here (jobs/queue/cluster_queue.py).
 
 Claim, then spawn: a queued job is first moved to running in SQLite by one runner instance, which
 records itself as the job's owner (`JobStore.claim`), and only the winner of that claim starts
@@ -32,9 +33,9 @@ from pathlib import Path
 from jobs.io import gpus, paths
 from jobs.io.layout import JobLayout, new_job_folder
 from jobs.io.storage import PRIVATE_UMASK, as_storage_error, open_private, write_private_text
-from jobs.launch import launch_argv
+from jobs.launch import spec_launch_argv
 from jobs.messages import say
-from jobs.queue import placement, procs, removal, resume
+from jobs.queue import cluster_queue, placement, procs, removal, resume
 from jobs.queue.outcome import outcome as _outcome, spawn_failure as _spawn_failure
 from jobs.queue.runner_log import RunnerError, _guarded, _log, default_name
 from jobs.spec import JobSpec, SpecError
@@ -62,18 +63,19 @@ class Runner:
         self._placements: dict[str, gpus.Placement] = {}  # chosen by _choose, used by _spawn
         self._waiting: dict[str, str] = {}                 # queued job -> why it waits (changed ones)
         self.studio_gpu: placement.StudioGpuUse | None = None  # the studio's chat models (studio/app.py)
+        self.clusters = cluster_queue.ClusterQueue()  # Ray clusters' free resources, for cluster jobs
 
     # ---- what the UI calls ----------------------------------------------------------------
     def preview_command(self, spec: JobSpec) -> tuple[str, list[str]]:
         """The YAML and argv that Start would run, without creating anything."""
         processes = gpus.planned_processes(spec.gpus, spec.processes)
-        return spec.to_yaml(), self.command(JobLayout(spec.output_dir or "<job dir>"), processes)
+        return spec.to_yaml(), self.command(JobLayout(spec.output_dir or "<job dir>"), processes, spec.to_dict())
 
-    def command(self, layout: JobLayout, processes: int = 1) -> list[str]:
+    def command(self, layout: JobLayout, processes: int = 1, spec: dict | None = None) -> list[str]:
         """The trainer's argv for a job folder (the only place it is built): through torchrun
-        (jobs.launch) when the job runs as several processes."""
-        return launch_argv(self.python, processes) + ["-m", "jobs.train", str(layout.config),
-                                                       "--data-dir", str(self.data_dir)]
+        (jobs.launch) when the job runs as several processes or on several machines (its rendezvous)."""
+        return spec_launch_argv(self.python, processes, spec or {}) + ["-m", "jobs.train", str(layout.config),
+                                                                       "--data-dir", str(self.data_dir)]
 
     def gpu_inventory(self) -> list[gpus.GpuInfo]:
         """This machine's GPUs, each with the names of our jobs running on it (for the Train tab)."""
@@ -229,6 +231,7 @@ class Runner:
             self._reap_children()
             for record in self.store.list(states=(JobState.RUNNING,)):
                 _guarded(record, self._check_running)
+            self.clusters.read(self.store.list(states=(JobState.QUEUED,)))  # HTTP: not inside the claim
             while (claimed := self.store.claim(self.owner, self._choose)) is not None:
                 _guarded(claimed, self._spawn)
             self._note_waiting()
@@ -244,15 +247,14 @@ class Runner:
         local = [r for r in running if not r.spec.get("cluster")]  # a Ray cluster job holds nothing here
         for record in queued:
             spec, asked = record.spec, placement.read(record.job_dir)
-            if spec.get("cluster"):  # the cluster queues it by its own free resources; no local GPU is given
-                self._placements[record.id] = gpus.Placement(gpus=(), processes=1)
-                self._waiting.pop(record.id, None)
-                return record.id
-            demand = gpus.Demand(asked["need_gb"], ours, releasable, asked["start_anyway"])
-            decision = gpus.place(spec.get("gpus", "auto"), spec.get("processes", 0), machine, held, claimed,
-                                  demand=demand)
-            if not machine and len(local) >= self.max_running:
-                decision = gpus.Wait(say("wait_running_job"))
+            if spec.get("cluster"):  # the Ray cluster's free resources decide; no local GPU is given
+                decision = self.clusters.place(spec, running)
+            else:
+                demand = gpus.Demand(asked["need_gb"], ours, releasable, asked["start_anyway"])
+                decision = gpus.place(spec.get("gpus", "auto"), spec.get("processes", 0), machine, held, claimed,
+                                      demand=demand)
+                if not machine and len(local) >= self.max_running:
+                    decision = gpus.Wait(say("wait_running_job"))
             if isinstance(decision, gpus.Placement):
                 self._placements[record.id] = decision
                 self._waiting.pop(record.id, None)
@@ -312,7 +314,7 @@ class Runner:
             record.spec.get("gpus", "auto"), record.spec.get("processes", 0), gpus.read_gpus())[0]
         if placed.unload_chat and self.studio_gpu is not None:
             self._release_chat(record)
-        argv = self.command(layout, placed.processes)
+        argv = self.command(layout, placed.processes, record.spec)
         try:
             if not record.spec.get("cluster"):
                 gpus.record_placement(layout.config, placed)

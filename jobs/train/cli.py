@@ -150,10 +150,12 @@ def _processes(spec: JobSpec) -> int:
 
 def _relaunch(argv: list[str], spec: JobSpec, processes: int):
     """Become torchrun with `processes` ranks of this same command (never returns)."""
-    from jobs.launch import launch_argv
+    from jobs.launch import spec_launch_argv
     pinned = ["--output_dir", spec.output_dir, "--gpus", spec.gpus, "--processes", str(processes)]
-    command = launch_argv(sys.executable, processes) + ["-m", "jobs.train", *argv, *pinned]
-    print(f"fusetune: {processes} processes through torchrun: {' '.join(command[1:])}", flush=True)
+    command = spec_launch_argv(sys.executable, processes, spec.to_dict()) + ["-m", "jobs.train", *argv, *pinned]
+    where = f" on node {spec.node_rank} of {spec.nodes}" if spec.nodes > 1 else ""
+    count = f"{processes} process" + ("es" if processes != 1 else "")
+    print(f"fusetune: {count}{where} through torchrun: {' '.join(command[1:])}", flush=True)
     os.execv(sys.executable, command)
 
 
@@ -206,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fusetune: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     spec.output_dir = spec.output_dir or _default_output_dir(spec)
-    if processes > 1:
+    from jobs.launch import launched_by_torchrun
+    if processes > 1 or (spec.nodes > 1 and not launched_by_torchrun()):  # several machines: torchrun meets the rest
         _relaunch(argv, spec, processes)
     try:
         root = _prepare(spec, data_dir)

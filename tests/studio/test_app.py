@@ -15,7 +15,8 @@ IDS = ["ft-start", "ft-field-model", "ft-field-dataset", "ft-field-max_steps", "
        "ft-cpu-plot", "ft-gpu-util", "ft-gpu-mem", "ft-kernel-report", "ft-log", "ft-compare-select",
        "ft-compare-plot", "ft-compare-config", "ft-export-select", "ft-export-download", "ft-model-card",
        "ft-chat-model", "ft-chat-adapter", "ft-chat-tuned", "ft-chat-base", "ft-chat-input", "ft-chat-send",
-       "ft-tabs", "ft-lang", "ft-header"]
+       "ft-tabs", "ft-lang", "ft-header", "ft-cluster", "ft-cluster-address", "ft-cluster-refresh", "ft-cluster-view",
+       "ft-field-nodes", "ft-field-node_rank", "ft-field-rdzv_endpoint"]
 
 
 @pytest.fixture(scope="module")

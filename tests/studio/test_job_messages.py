@@ -56,7 +56,7 @@ def _sample(template):
     for _, name, spec, conversion in string.Formatter().parse(template):
         if name is None or name in values:
             continue
-        if name in NUMBER_NAMES or (spec or "").endswith(","):
+        if name in NUMBER_NAMES or (spec or "").endswith((",", "d")):   # server_text reads "d" as a number too
             values[name] = 1234
         elif (spec or "").endswith(("f", "x")):   # GB to one decimal, a byte in hex
             values[name] = 255 if spec.endswith("x") else 1.5

@@ -133,6 +133,45 @@ def test_launch_argv_adds_torchrun_only_for_several_processes():
     assert argv[:3] == ["py", "-m", "jobs.launch"] and argv[argv.index("--nproc-per-node") + 1] == "2"
 
 
+def test_a_job_on_several_machines_runs_this_nodes_share_of_a_static_rendezvous():
+    """node_rank decides the ranks (static rendezvous), so node 0, at the endpoint, holds rank 0."""
+    spec = {"nodes": 3, "node_rank": 2, "rdzv_endpoint": "10.0.0.1:29500"}
+    argv = launch.spec_launch_argv("py", 0, spec)
+    assert argv[:3] == ["py", "-m", "jobs.launch"]
+    options = dict(zip(argv[3::2], argv[4::2]))
+    assert options == {"--nnodes": "3", "--node-rank": "2", "--rdzv-backend": "static",
+                       "--rdzv-endpoint": "10.0.0.1:29500", "--nproc-per-node": "1", "--max-restarts": "0"}
+    assert launch.spec_launch_argv("py", 1, {"nodes": 1}) == ["py"]
+
+
+def test_the_studios_queue_starts_this_nodes_share_with_the_jobs_rendezvous(tmp_path):
+    from jobs.queue.runner import Runner
+    from jobs.spec import JobSpec
+    spec = JobSpec.from_dict({"nodes": 2, "node_rank": 1, "rdzv_endpoint": "10.0.0.1:29500"})
+    _, argv = Runner(tmp_path).preview_command(spec)
+    assert argv[1:3] == ["-m", "jobs.launch"] and argv[argv.index("--node-rank") + 1] == "1"
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "10.0.0.1:29500" and "-m" in argv[3:]
+    assert argv[argv.index("jobs.train") - 1:][:3] == ["-m", "jobs.train", "<job dir>/config.yaml"]
+
+
+@pytest.mark.parametrize("data, key, words", [
+    ({"nodes": 2}, "rdzv_endpoint", "set it to node 0's host:port"),
+    ({"nodes": 2, "rdzv_endpoint": "10.0.0.1"}, "rdzv_endpoint", "'10.0.0.1' is not host:port"),
+    ({"nodes": 2, "rdzv_endpoint": "10.0.0.1:70000"}, "rdzv_endpoint", "is not host:port"),
+    ({"nodes": 2, "rdzv_endpoint": "10.0.0.1:29500", "node_rank": 2}, "node_rank", "number the nodes 0 to 1"),
+    ({"node_rank": 1}, "node_rank", "but nodes is 1"),
+    ({"rdzv_endpoint": "10.0.0.1:29500"}, "rdzv_endpoint", "a rendezvous is for several machines"),
+    ({"nodes": 2, "rdzv_endpoint": "h:1", "cluster": "http://h:8265"}, "nodes", "Ray places the workers"),
+])
+def test_the_rendezvous_keys_are_refused_naming_the_field(data, key, words):
+    from jobs.spec import JobSpec, SpecError
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict(data)
+    assert info.value.key == key and words in str(info.value)
+    spec = JobSpec.from_dict({"nodes": 2, "node_rank": 1, "rdzv_endpoint": " [fd00::1]:29500 "})
+    assert spec.rdzv_endpoint == "[fd00::1]:29500"
+
+
 # ---- DDP hooks under the fused engine ------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -227,6 +266,12 @@ def node(config, port, *extra):
     return subprocess.Popen(argv, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def node_by_keys(config, port, rank):
+    """One simulated node as the studio starts it: `python -m jobs.train` with the job's own keys
+    (nodes, node_rank, rdzv_endpoint), which relaunches itself through torchrun's rendezvous."""
+    return train(config, "--nodes", "2", "--node_rank", str(rank), "--rdzv_endpoint", f"127.0.0.1:{port}")
+
+
 def finish(*procs):
     outputs = [proc.communicate(timeout=600)[0] for proc in procs]
     for proc, output in zip(procs, outputs):
@@ -257,20 +302,24 @@ def assert_same_training(two, one, steps):
     return run2, run1
 
 
-@pytest.mark.parametrize("packing", ["off", "on"])
-def test_two_nodes_on_one_host_train_the_same_adapter_as_one_process(tmp_path, tiny_model, packing):
-    """Two torchrun launchers (one process each, c10d rendezvous on localhost, gloo) with batch 2
+@pytest.mark.parametrize("packing, started", [("off", "torchrun"), ("on", "keys")])
+def test_two_nodes_on_one_host_train_the_same_adapter_as_one_process(tmp_path, tiny_model, packing, started):
+    """Two torchrun launchers (one process each, rendezvous on localhost, gloo) with batch 2
     per rank against one process with batch 4: the same global batch, so the same loss curve and
     the same LoRA weights, evaluation and best adapter (keep_best). Packed rows of 160 tokens hold
-    one or two of the tiny model's examples, so the ranks' rows differ in real tokens."""
+    one or two of the tiny model's examples, so the ranks' rows differ in real tokens. Started as
+    the README's hand-typed torchrun command, or by the job's keys (nodes, node_rank,
+    rdzv_endpoint: what the studio on each node runs)."""
     steps = 6
     config = write_config(tmp_path, "nodes", tiny_model, packing=packing, max_steps=steps,
                           max_seq_length=160 if packing == "on" else 64, eval_fraction=0.1, eval_steps=2,
                           keep_best=True)
     port = _free_port()
-    jobs = [node(config, port), node(config, port), train(config, "--output_dir", str(tmp_path / "one"),
-                                                           "--batch_size", "4")]
-    finish(*jobs)
+    nodes = ([node(config, port), node(config, port)] if started == "torchrun"
+             else [node_by_keys(config, port, 1), node_by_keys(config, port, 0)])
+    outputs = finish(*nodes, train(config, "--output_dir", str(tmp_path / "one"), "--batch_size", "4"))
+    if started == "keys":
+        assert "1 process on node 0 of 2 through torchrun" in outputs[1]
     two, one = assert_same_training(tmp_path / "nodes", tmp_path / "one", steps)
     assert (two.start["processes"], two.start["nodes"], two.start["global_batch"]) == (2, 2, 4)
     assert (one.start["processes"], one.start["global_batch"]) == (1, 4)
