@@ -1,6 +1,10 @@
 """Time to the first step, and peak memory, of a job on a big generated dataset: first with an empty
 tokenized cache (jobs/data/cache.py builds it), then again on the same data (it reuses it).
 
+Since issue 40 item 11 a job whose max_steps use few of the file's rows (this one: 2 steps of 8) reads
+and checks every row but tokenizes only its sample (jobs/data/first_rows.py), and builds no cache: both
+runs then say "cache": "sampled". `--max-steps 0` (epochs) measures the full build and its reuse.
+
     python bench/dataset_scale.py [--rows 804356] [--out bench/results/dataset_scale.jsonl]
 
 A tiny random Llama trains, with the built-in model's tokenizer (SmolLM2's, from the data dir) when it
@@ -60,9 +64,9 @@ def tiny_model(folder: Path) -> tuple[Path, str]:
     return folder, "SmolLM2-135M-Instruct's"
 
 
-def run_job(work: Path, name: str, model: Path, dataset: Path, limit_s: float) -> dict:
+def run_job(work: Path, name: str, model: Path, dataset: Path, limit_s: float, max_steps: int = 2) -> dict:
     out = work / name
-    config = {"model": str(model), "dataset": str(dataset), "output_dir": str(out), "max_steps": 2,
+    config = {"model": str(model), "dataset": str(dataset), "output_dir": str(out), "max_steps": max_steps,
               "batch_size": 8, "max_seq_length": 256, "save_steps": 0, "packing": "off"}
     (work / f"{name}.yaml").write_text(yaml.safe_dump(config))
     started, cpu_before = time.monotonic(), _children_cpu_s()
@@ -83,10 +87,13 @@ def run_job(work: Path, name: str, model: Path, dataset: Path, limit_s: float) -
     # CPU seconds of the job and every process it waited for (its tokenizing workers): what the
     # work costs whatever else the machine runs; / cores is the wall time on an idle machine, at best
     cpu_s = _children_cpu_s() - cpu_before
+    cache = ("reused" if "tokenized cache: reusing" in log else
+             "sampled" if "rows read and checked" in log else "built")
+    # the build runs one worker a core; the sampled path reads in the job's one thread: no division
+    cores = len(os.sched_getaffinity(0)) if cache == "built" else 1
     return {"time_to_first_step_s": round(first_step, 1) if first_step else None,
-            "job_cpu_s": round(cpu_s, 1), "idle_estimate_s": round(cpu_s / len(os.sched_getaffinity(0)), 1),
-            "peak_rss_mb": round(peak / 2**20), "exit": proc.returncode,
-            "cache": "reused" if "tokenized cache: reusing" in log else "built",
+            "job_cpu_s": round(cpu_s, 1), "idle_estimate_s": round(cpu_s / cores, 1),
+            "peak_rss_mb": round(peak / 2**20), "exit": proc.returncode, "cache": cache,
             "error": None if proc.returncode == 0 else (proc.stderr.read() or "")[-300:]}
 
 
@@ -107,6 +114,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=804_356)
     parser.add_argument("--limit-s", type=float, default=1800)
+    parser.add_argument("--max-steps", type=int, default=2, help="0: epochs, every row tokenized (the cache)")
     parser.add_argument("--out", default=str(ROOT / "bench/results/dataset_scale.jsonl"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dataset_scale_") as tmp:
@@ -114,12 +122,13 @@ def main() -> None:
         dataset = work / "big.jsonl"
         generate(dataset, args.rows)
         model, tokenizer = tiny_model(work / "model")
-        common = {"bench": "dataset_scale", "rows": args.rows, "file_mb": round(dataset.stat().st_size / 1e6, 1),
+        common = {"bench": "dataset_scale", "rows": args.rows, "max_steps": args.max_steps,
+                  "file_mb": round(dataset.stat().st_size / 1e6, 1),
                   "tokenizer": tokenizer, "cpus": len(os.sched_getaffinity(0)), "date": time.strftime("%Y-%m-%d")}
         for name in ("first", "second"):
             load = os.getloadavg()[0]
             row = {**common, "run": name, "load_avg_1m_before": round(load, 1),
-                   **run_job(work, name, model, dataset, args.limit_s)}
+                   **run_job(work, name, model, dataset, args.limit_s, args.max_steps)}
             print(json.dumps(row), flush=True)
             with open(args.out, "a") as fh:
                 fh.write(json.dumps(row) + "\n")

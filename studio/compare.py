@@ -9,6 +9,7 @@ import pandas as pd
 
 from jobs.io.events import JobSummary
 from jobs.spec import JobSpec
+from studio import plots
 from studio.i18n import t
 from studio.jobs_view import loss_points
 
@@ -33,6 +34,18 @@ def curves_frame(runs: list[tuple[str, JobSummary]], lang: str = "en") -> pd.Dat
             rows += [{"step": step, "loss": loss, "series": series} for step, loss in sorted(points.items())]
     return pd.DataFrame(rows, columns=["step", "loss", "series"]).astype(
         {"step": "int64", "loss": "float64", "series": "string"})
+
+
+def legend_html(frame: pd.DataFrame) -> str:
+    """The chart's legend below it, every series named in full and wrapping: vega-lite cuts a legend
+    label at 160 px ("compare run (20261204-…"), where two runs differ only at the end of their names
+    (issue 40 item 10). The colours are the ones the chart is sent (studio/plots.py series_colors)."""
+    colors = plots.series_colors(frame) or {}
+    items = "".join(
+        f'<span class="ft-legend-item" style="display:inline-flex;align-items:center;gap:6px;margin:2px 14px 2px 0;'
+        f'overflow-wrap:anywhere"><span style="flex:none;width:14px;height:3px;background:{color}"></span>'
+        f'{html.escape(name)}</span>' for name, color in colors.items())
+    return f'<div class="ft-legend" style="display:flex;flex-wrap:wrap;font-size:13px">{items}</div>' if items else ""
 
 
 def _shown(value: Any) -> str:

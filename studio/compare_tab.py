@@ -19,7 +19,7 @@ from studio.i18n import t
 class CompareTab:
     select: gr.Dropdown
     only_diff: gr.Checkbox
-    outputs: list[Any]  # [select, plot, config, rewards]: what refresh() returns values for
+    outputs: list[Any]  # [select, plot, legend, config, rewards]: what refresh() returns values for
 
     def refresh(self, ctx: StudioContext, picked: list[str] | None, only_diff: bool = False,
                 lang: str = "en") -> list[Any]:
@@ -28,19 +28,19 @@ class CompareTab:
         ids = {r.id for r in records}
         kept = [job_id for job_id in (picked or []) if job_id in ids]
         choices = [view.job_choice(r, lang) for r in records]
-        plot, table = comparison(ctx, kept, only_diff, lang)
-        return [gr.update(choices=choices, value=kept), plot, table, reward_comparison(ctx, kept, lang)]
+        plot, legend, table = comparison(ctx, kept, only_diff, lang)
+        return [gr.update(choices=choices, value=kept), plot, legend, table, reward_comparison(ctx, kept, lang)]
 
 
-def comparison(ctx: StudioContext, job_ids: list[str] | None, only_diff: bool, lang: str) -> tuple[Any, str]:
-    """(curves frame, config table HTML) for the picked jobs, in the order picked."""
+def comparison(ctx: StudioContext, job_ids: list[str] | None, only_diff: bool, lang: str) -> tuple[Any, str, str]:
+    """(curves frame, its legend HTML, config table HTML) for the picked jobs, in the order picked."""
     records = [r for r in (ctx.runner.get(job_id) for job_id in job_ids or []) if r is not None]
     if not records:
-        return compare.curves_frame([], lang), render.notice_html(t("compare.pick_hint", lang), "info")
+        return compare.curves_frame([], lang), "", render.notice_html(t("compare.pick_hint", lang), "info")
     labels = [compare.run_label(r) for r in records]
     curves = compare.curves_frame([(label, ctx.events.get(r.job_dir)) for label, r in zip(labels, records)], lang)
     table = compare.config_table_html(labels, [r.spec or {} for r in records], only_diff, lang)
-    return curves, table
+    return curves, compare.legend_html(curves), table
 
 
 def reward_comparison(ctx: StudioContext, job_ids: list[str] | None, lang: str) -> Any:
@@ -59,16 +59,19 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
                       label="compare.jobs")
         refresh_btn = bind(gr.Button(size="sm", scale=0, min_width=120, elem_id="ft-compare-refresh"),
                            value="compare.refresh")
-    plot = bind(gr.LinePlot(x="step", y="loss", color="series", elem_id="ft-compare-plot", height=340),
+    # colors_in_legend=[]: no vega legend (it cuts names at 160 px); the full names wrap below instead
+    plot = bind(gr.LinePlot(x="step", y="loss", color="series", elem_id="ft-compare-plot", height=340,
+                            colors_in_legend=[]),
                 title="compare.plot_title", x_title="plot.step", y_title="plot.loss", color_title="plot.series")
+    legend = gr.HTML(elem_id="ft-compare-legend")
     rewards = bind(gr.LinePlot(x="step", y="value", color="series", elem_id="ft-compare-reward-plot", height=300,
                                visible=False),
                    title="compare.reward_title", x_title="plot.step", y_title="plot.value", color_title="plot.series")
     only_diff = bind(gr.Checkbox(value=False, elem_id="ft-compare-only-diff"), label="compare.only_diff")
     config = gr.HTML(elem_id="ft-compare-config")
-    tab = CompareTab(select=select, only_diff=only_diff, outputs=[select, plot, config, rewards])
+    tab = CompareTab(select=select, only_diff=only_diff, outputs=[select, plot, legend, config, rewards])
 
-    def on_pick(job_ids: list[str], only: bool, lang: str) -> tuple[Any, str]:
+    def on_pick(job_ids: list[str], only: bool, lang: str) -> tuple[Any, str, str]:
         return comparison(ctx, job_ids, only, lang)
 
     sent = gr.State(None)  # the chart's colour map as last sent (studio/plots.py)
@@ -77,7 +80,7 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
         return list(plots.color_sync(shown, previous))
 
     for trigger in (select.change, only_diff.change, ctx.lang.change):
-        trigger(on_pick, [select, only_diff, ctx.lang], [plot, config], show_progress="hidden").then(
+        trigger(on_pick, [select, only_diff, ctx.lang], [plot, legend, config], show_progress="hidden").then(
             on_sync, [plot, sent], [plot, sent], show_progress="hidden")
     for trigger in (select.change, ctx.lang.change):
         trigger(lambda job_ids, lang: reward_comparison(ctx, job_ids, lang), [select, ctx.lang], rewards,

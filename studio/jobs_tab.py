@@ -43,6 +43,7 @@ class JobsTab:
     select: gr.Dropdown
     timer: gr.Timer
     refresh_outputs: list[Any]  # what refresh() returns values for, in order
+    table_sig: Any = None       # gr.State: changes when the table does (a job started, stepped or ended)
 
 
 def table_and_choices(ctx: StudioContext, lang: str) -> tuple[list[Any], pd.DataFrame, list[tuple[str, str]]]:
@@ -261,7 +262,7 @@ def build_jobs_tab(ctx: StudioContext) -> JobsTab:
     plots_sent = gr.State(None)  # the loss plot's colour map as last sent
     outputs = [table, select, progress, failure, *plots, report, log, *buttons, notice, table_sig, detail_sig,
                timer]
-    tab = JobsTab(table=table, select=select, timer=timer, refresh_outputs=outputs)
+    tab = JobsTab(table=table, select=select, timer=timer, refresh_outputs=outputs, table_sig=table_sig)
     polled = _wire_view(ctx, tab, table_sig, detail_sig)
     _wire_colors(ctx, tab, polled, plots[0], plots_sent)
     _wire_actions(ctx, tab, buttons, (confirm, question, yes, no, notice, pending, more_steps))

@@ -75,6 +75,7 @@ class StartCheck:
         self._sources: dict[str, str] = {}   # model as typed -> the folder a preflight resolved
         self._lock = threading.Lock()        # one preflight at a time shares the cached tokenizer
         self._measured: dict[str, list[dict[str, Any]]] = {}   # spec YAML -> its datasets' statistics
+        self._builtin_rows: dict[tuple, int | None] = {}   # a built-in dataset's longest row, by what decides it
         self._per_token: dict[tuple, float | None] = {}   # step_time.measure_key -> CPU seconds per token
         self._time_lock = threading.Lock()
 
@@ -114,6 +115,24 @@ class StartCheck:
         """The statistics a preflight of exactly this config found ([] when none ran)."""
         return self._measured.get(spec.to_yaml(), [])
 
+    def longest_row(self, spec: JobSpec) -> int | None:
+        """The training data's longest row in tokens, once a Start check measured it; a built-in
+        dataset's is measured here at once (a few hundred rows, in this process, never generated:
+        the preflight reads cached answers only), so the demos' CPU RAM is right before Start."""
+        train = next((d for d in self.measured(spec) if d.get("key") == "dataset"), {})
+        longest = (train.get("tokens") or {}).get("max")
+        if longest is not None or spec.dataset not in BUILTIN_DATASETS:
+            return longest
+        key = (spec.model, spec.dataset, spec.method, spec.bot_name, spec.bot_author, spec.max_seq_length, spec.seed)
+        if key not in self._builtin_rows:
+            try:
+                verdict = self.preflight(spec)
+            except Exception:  # noqa: BLE001 (an estimate's helper: never a failure of the fit check)
+                verdict = None
+            train = next((d for d in (verdict.datasets if verdict else []) if d.get("key") == "dataset"), {})
+            self._builtin_rows[key] = (train.get("tokens") or {}).get("max")
+        return self._builtin_rows[key]
+
     def _large_data(self, spec: JobSpec) -> bool:
         for reference in (spec.dataset, spec.eval_dataset):
             if not reference or reference in BUILTIN_DATASETS:
@@ -147,9 +166,11 @@ class StartCheck:
             from jobs.models import fit
             from jobs.models.load import ModelError
             try:
-                # on a CPU: the job's tensors in RAM (fp32, PyTorch path), against this machine's RAM
-                kwargs = _gpu_bytes(free) if free is not None else {"cuda": False, "fused": False}
-                estimate = fit.estimate_peak(spec, self._files.config(source), **kwargs)
+                if free is None:   # on a CPU: the job's peak RSS as the CPU trainer runs it (jobs/models/fit_cpu.py)
+                    from jobs.models.fit_cpu import estimate_ram
+                    estimate = estimate_ram(spec, self._files.config(source), self.longest_row(spec))
+                else:
+                    estimate = fit.estimate_peak(spec, self._files.config(source), **_gpu_bytes(free))
                 if free is not None:   # per GPU when sharded; how many GPUs it needs (jobs/models/fit_shard.py)
                     from jobs.models import fit_shard
                     estimate = fit_shard.for_job(spec, self._files.config(source), estimate, free)

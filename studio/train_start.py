@@ -102,21 +102,17 @@ def fit_html(spec: JobSpec | None, view: FitView | None, lang: str) -> str:
     return render.notice_html(t("fit.too_big", lang, tips=tips, **numbers), "warn")
 
 
-# Python, torch and the tokenizer in the trainer's RAM besides the tensors: a tiny-model job's RSS
-# is about 0.5 GB (its step events' rss_gb) with only megabytes of tensors.
-CPU_RUNTIME_GIB = 0.5
-
-
 def cpu_fit_html(view: FitView, lang: str) -> str:
     """On a machine without a GPU: the RAM the job needs against this machine's RAM."""
     import psutil
     if view.estimate is None:
         return render.notice_html(t("fit.cpu", lang), "info")
     memory = psutil.virtual_memory()
-    numbers = {"need": f"{view.estimate.allocated_gb + CPU_RUNTIME_GIB:.1f}",
+    # the estimate counts the Python process itself too (jobs/models/fit_cpu.py)
+    numbers = {"need": f"{view.estimate.allocated_gb:.1f}",
                "available": f"{memory.available / 2 ** 30:.1f}", "total": f"{memory.total / 2 ** 30:.1f}"}
     duration = cpu_time_text(view.time, lang)
-    if view.estimate.allocated_gb + CPU_RUNTIME_GIB > memory.available / 2 ** 30:
+    if view.estimate.allocated_gb > memory.available / 2 ** 30:
         return render.notice_html(t("fit.cpu_ram_short", lang, **numbers) + duration, "warn")
     return render.notice_html(t("fit.cpu_ram", lang, **numbers) + duration, "info")
 

@@ -271,7 +271,10 @@ def _wire_stats(ctx: StudioContext, tab: TrainTab, button: gr.Button, stats: gr.
     def on_status(status: str, language: str, *values: Any) -> str:   # Start ran (or the form changed)
         return warning_after_start(ctx.start_check, tab.names, list(values), status, language)
 
-    button.click(on_stats, [ctx.lang, *tab.inputs], [stats, warning])
+    shown = button.click(on_stats, [ctx.lang, *tab.inputs], [stats, warning])
+    # the data now measured, the fit check sizes a CPU job by its longest row (jobs/models/fit_cpu.py)
+    shown.then(lambda language, *values: tab.fit_check(ctx, language, *values), [ctx.lang, *tab.inputs], tab.fit,
+               show_progress="hidden")
     tab.status.change(on_status, [tab.status, ctx.lang, *tab.inputs], warning, show_progress="hidden")
     for name in ("dataset", "max_seq_length", "model"):
         tab.inputs[tab.names.index(name)].change(lambda: ("", ""), None, [stats, warning], show_progress="hidden")

@@ -19,8 +19,21 @@ def reward_file_functions(path: str) -> list[str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")]
 
 
-def check_grpo(spec: JobSpec, data_dir, report, summary_cls) -> None:
-    """Adds findings (naming the field) and the prompt data's summary to `report`."""
+def prompt_tokens(tokenizer, rows: list, max_length: int, sample: int = 2000) -> dict[str, float]:
+    """min, mean, p95, max tokens of the prompts as the trainer encodes them (cut to max_length), over
+    a seeded sample of at most `sample` rows."""
+    import random
+    import statistics
+    from jobs.data.prompts import encode_prompts
+    picked = rows if len(rows) <= sample else random.Random(0).sample(rows, sample)
+    ordered = sorted(len(row.input_ids) for row in encode_prompts(tokenizer, picked, max_length))
+    return {"min": ordered[0], "mean": round(statistics.fmean(ordered), 1),
+            "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], "max": ordered[-1]}
+
+
+def check_grpo(spec: JobSpec, data_dir, report, summary_cls, tokenizer=None) -> None:
+    """Adds findings (naming the field) and the prompt data's summary to `report` (with the prompts'
+    token lengths when the tokenizer is at hand: the CPU RAM estimate sizes the rollouts by them)."""
     from jobs.data.prompts import load_prompt_rows
     try:
         rows = load_prompt_rows(spec, data_dir, log=lambda _line: None)
@@ -29,7 +42,10 @@ def check_grpo(spec: JobSpec, data_dir, report, summary_cls) -> None:
         rows = None
     if rows is not None:
         columns = sorted({k for row in rows for k in row.columns})
-        report.datasets.append(summary_cls("dataset", spec.dataset, len(rows), "prompts"))
+        summary = summary_cls("dataset", spec.dataset, len(rows), "prompts")
+        if tokenizer is not None and rows:
+            summary.tokens = prompt_tokens(tokenizer, rows, spec.max_seq_length)
+        report.datasets.append(summary)
         report.notes.append(f"grpo: {len(rows)} prompts; the rewards get the columns "
                             f"{', '.join(columns) if columns else '(none)'}")
     known = set(BUILTIN_REWARDS)

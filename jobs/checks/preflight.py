@@ -137,7 +137,7 @@ def run_preflight(spec: JobSpec, data_dir=None, access=None, log=print, limit: i
             _check_dataset(spec, key, tokenizer, data_dir, report, limit)
     if spec.method == "grpo":   # prompt data and rewards (jobs/checks/grpo.py)
         from jobs.checks.grpo import check_grpo
-        check_grpo(spec, data_dir, report, DatasetSummary)
+        check_grpo(spec, data_dir, report, DatasetSummary, tokenizer)
     if config is not None:
         report.predicted_memory = _predicted_memory(spec, config, report)
     report.seconds = time.time() - began
@@ -373,7 +373,19 @@ def _predicted_memory(spec: JobSpec, config, report: PreflightReport) -> str | N
         free, _ = fit._cuda_memory()
         planned = fit_shard.for_job(spec, config, estimate, free / 2 ** 30 if free else None)
         report.notes.extend(planned.notes[len(estimate.notes):])   # sharded per GPU; how many GPUs it needs
+        if free is None:   # no GPU here: what the job takes of this machine's RAM (as the Train tab says)
+            _ram_note(spec, config, report)
         return planned.summary()
     except (ValueError, AttributeError, KeyError, TypeError) as exc:
         report.notes.append(f"no GPU memory estimate for this model: {exc}")
         return None
+
+
+def _ram_note(spec: JobSpec, config, report: PreflightReport) -> None:
+    from jobs.models.fit_cpu import estimate_ram
+    longest = next((d.tokens.get("max") for d in report.datasets if d.key == "dataset"), None)
+    try:
+        need = estimate_ram(spec, config, longest).allocated_gb
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return
+    report.notes.append(f"on this CPU: about {need:.1f} GiB of RAM at peak (jobs/models/fit_cpu.py)")

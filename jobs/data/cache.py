@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from jobs.messages import say
-from jobs.data import encode
+from jobs.data import encode, first_rows
 from jobs.data.dataset import Problems, Rows, _kind, detect_format, load_conversations, to_conversations
 from jobs.data.readers import Problem, iter_rows, max_row_bytes
 from jobs.data.encode import DataError, Example
@@ -44,9 +44,11 @@ PROGRESS_EVERY_S = 2.0     # seconds between progress lines / phase events
 SMALL_ROWS, SMALL_BYTES = 20_000, 8 << 20   # below either, one process: workers cost more than they save
 
 
-def tokenized_examples(spec: JobSpec, tokenizer, data_dir=None, log=print, events=None):
+def tokenized_examples(spec: JobSpec, tokenizer, data_dir=None, log=print, events=None, processes: int = 1,
+                       device_type: str = "cpu"):
     """The job's training examples: a TokenStore for a dataset file (built on first use, then
-    reused), else (the built-in or a hub dataset) a list of Examples as before."""
+    reused), or only the rows its steps use when it needs few of a big file's rows and the cache is
+    not built yet (jobs/data/first_rows.py), else (the built-in or a hub dataset) a list of Examples."""
     if spec.dataset == BUILTIN_DATASET or not is_local_reference(spec.dataset, DATASET_SUFFIXES):
         conversations = load_conversations(spec, tokenizer, data_dir, log=log)   # reports "preparing data"
         phases.report(phases.TOKENIZING)
@@ -57,6 +59,13 @@ def tokenized_examples(spec: JobSpec, tokenizer, data_dir=None, log=print, event
     phases.report(phases.TOKENIZING)   # the build adds its counts as it goes
     started = time.monotonic()
     folder = tokenized_root(data_dir) / cache_key(path, spec, tokenizer)
+    if not (folder / "meta.json").is_file() and path.stat().st_size >= SMALL_BYTES:
+        needed = first_rows.rows_needed(spec, processes, device_type)
+        total = estimate_rows(path) if needed else None
+        sampled = (first_rows.sampled_examples(path, spec, tokenizer, needed, total, log)
+                   if first_rows.worth_sampling(needed, total) else None)
+        if sampled is not None:
+            return sampled
     with _locked(folder.with_name(folder.name + ".lock")):   # two jobs (or ranks) build it once
         if (folder / "meta.json").is_file():
             store = TokenStore.open(folder)

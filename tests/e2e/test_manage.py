@@ -77,6 +77,12 @@ def test_compare_two_runs(studio, browser_context):
         command_has(page, f"lora_r: {rank}")  # Start sends what the form holds once it has taken the rank
         ids.append(start_job(page))
     assert ids[0] != ids[1]
+    # issue 40 item 10: the Chat tab open while the second job runs picks its adapter once it ends,
+    # without a reload or another tab switch (the Jobs poll's table change refreshes the list)
+    page.get_by_role("tab", name="Chat").click()
+    page.wait_for_function("(id) => document.querySelector('#ft-chat-adapter input').value.includes(id)",
+                           arg=ids[1], timeout=240_000)
+    page.get_by_role("tab", name="Jobs").click()
     for job_id in ids:
         pick_job(page, job_id)
         wait_for_state(page, ("done",), 240)
@@ -84,6 +90,17 @@ def test_compare_two_runs(studio, browser_context):
     page.get_by_role("tab", name="Compare").click()
     for job_id in ids:
         pick_option(page, "ft-compare-select", job_id)
+    # the legend names each run in full below the chart (vega's own cut names at 160 px)
+    for name, job_id in zip(("compare small", "compare big"), ids):
+        page.wait_for_function("(text) => document.querySelector('#ft-compare-legend').innerText.includes(text)",
+                               arg=f"{name} ({job_id}) · training loss", timeout=30_000)
+    for width in (1280, 1440, 1920):   # every name whole and inside the box, wrapping where it must
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(300)
+        assert page.locator("#ft-compare-legend .ft-legend-item").evaluate_all(
+            "items => { const box = document.querySelector('#ft-compare-legend').getBoundingClientRect();"
+            " return items.length >= 2 && items.every(i => i.scrollWidth <= i.clientWidth + 1"
+            " && i.getBoundingClientRect().right <= box.right + 1); }"), width
     # the table is drawn for the first pick too: wait until it compares both runs
     page.wait_for_function("() => document.querySelectorAll('#ft-compare-config th').length >= 3"
                            " && document.querySelector('#ft-compare-config tr[data-key=\"lora_r\"]')", timeout=30_000)

@@ -58,12 +58,15 @@ def test_config_table_html_escapes_and_filters(tmp_path):
 def test_comparison_for_picked_jobs(tmp_path):
     a, b = run(tmp_path, "a", [2.0, 1.0], lora_r=4), run(tmp_path, "b", [2.5], lora_r=32)
     ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([a, b]))
-    curves, table = comparison(ctx, ["b", "a", "gone"], False, "en")
+    curves, legend, table = comparison(ctx, ["b", "a", "gone"], False, "en")
     assert list(dict.fromkeys(curves["series"])) == ["tiny · identity (b) · training loss",
                                                      "tiny · identity (a) · training loss"]
     assert 'data-key="lora_r"' in table and "ft-diff" in table
-    empty_curves, hint = comparison(ctx, [], False, "en")
-    assert empty_curves.empty and "Pick jobs" in hint
+    # issue 40 item 10: the legend names every series in full, in the chart's colours, and wraps
+    assert legend.count('class="ft-legend-item"') == 2 and "flex-wrap:wrap" in legend
+    assert "tiny · identity (b) · training loss" in legend and "#e66100" in legend and "#0072b2" in legend
+    empty_curves, no_legend, hint = comparison(ctx, [], False, "en")
+    assert empty_curves.empty and no_legend == "" and "Pick jobs" in hint
 
 
 def test_preference_runs_overlay_their_reward_margin_and_accuracy(tmp_path):

@@ -142,6 +142,23 @@ def test_on_a_cpu_the_fit_check_speaks_of_this_machines_ram_not_a_gpu(data_dir):
     assert "On a GPU" not in cpu
     total = f"{psutil.virtual_memory().total / 2 ** 30:.1f} GiB"
     assert "in its RAM" in cpu and total in cpu and _gib(cpu) > 0
+    unmeasured = data_dir / "datasets" / "unmeasured.jsonl"   # not measured yet: rows of max_seq_length count
+    unmeasured.write_text(json.dumps({"instruction": "Add", "input": "2+2", "output": "4"}) + "\n")
     huge = fit_for_form(StartCheck(data_dir, free_memory=lambda _i: None),
-                        *form_values(data_dir, batch_size="4096", max_seq_length="8192"), "en")
+                        *form_values(data_dir, batch_size="4096", max_seq_length="8192", dataset=str(unmeasured)), "en")
     assert "but only" in huge and "lower batch_size" in huge
+
+
+def test_once_the_data_is_measured_a_cpu_job_is_sized_by_its_longest_row(data_dir):
+    """Issue 40 item 4: before Start (or the statistics) measured the data, rows of max_seq_length (an
+    upper bound); after, the longest row's tokens (jobs/models/fit_cpu.py)."""
+    data = data_dir / "datasets" / "short-rows.jsonl"   # where the studio may read it
+    data.write_text(json.dumps({"instruction": "Add", "input": "2+2", "output": "4"}) + "\n")
+    spec = JobSpec.from_dict({"model": str(data_dir / "models" / "tiny"), "dataset": str(data),
+                              "max_seq_length": 512})
+    check = StartCheck(data_dir, free_memory=lambda _i: None)
+    before = check.fit(spec).estimate.allocated_gb
+    assert check.longest_row(spec) is None and check.preflight(spec).ok
+    assert 0 < check.longest_row(spec) < 100 and check.fit(spec).estimate.allocated_gb < before
+    identity = JobSpec.from_dict({"model": str(data_dir / "models" / "tiny"), "max_seq_length": 512})
+    assert 0 < check.longest_row(identity) < 200   # a built-in dataset: measured before Start

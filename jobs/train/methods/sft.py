@@ -27,7 +27,8 @@ class SupervisedFineTuning(Method):
     def load_data(self) -> tuple[list, list]:
         t, spec = self.trainer, self.spec
         # a dataset file is tokenized once into the data dir's cache and read lazily from there
-        examples = tokenized_examples(spec, t.tokenizer, t.data_dir, log=t.log, events=t.events)
+        examples = tokenized_examples(spec, t.tokenizer, t.data_dir, log=t.log, events=t.events,
+                                      processes=t.dist.world_size, device_type=t.device.type)
         train, held = evaluate.split_holdout(examples, spec.eval_fraction, spec.seed)
         if spec.eval_dataset:
             held = evaluate.load_eval_examples(spec, t.tokenizer, log=t.log)

@@ -1,6 +1,7 @@
 """The tokenized dataset cache (jobs/data/cache.py): the same examples as encoding in memory, built
 once and reused, lazy and bounded, bad rows still named by number."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -170,7 +171,7 @@ def test_a_200_mb_dataset_is_tokenized_with_bounded_memory_and_reused(tmp_path):
                     f"generate; from pathlib import Path; generate(Path({str(data)!r}), 804_356)"],
                    cwd=ROOT, check=True)
     assert data.stat().st_size > 190e6
-    spec = JobSpec(dataset=str(data), max_seq_length=256)
+    spec = JobSpec(dataset=str(data), max_seq_length=256, max_steps=0)   # epochs: every row (the cache)
     tokenizer = make_tokenizer()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.monotonic()
@@ -183,6 +184,36 @@ def test_a_200_mb_dataset_is_tokenized_with_bounded_memory_and_reused(tmp_path):
     again = cache.tokenized_examples(spec, tokenizer, tmp_path / "data", log=lambda _l: None)
     assert len(again) == len(store) and time.monotonic() - started < 10
     assert again[804_355].input_ids == store[804_355].input_ids
+
+
+def test_a_job_needing_few_rows_tokenizes_only_its_sample_and_still_refuses_bad_rows(tmp_path, tokenizer,
+                                                                                        monkeypatch):
+    """Issue 40 item 11: 3 steps of 2 use ~6 of 300 rows; every row is read and checked, the seeded
+    sample alone is tokenized (the same examples as encoding those rows), no cache is built; a bad
+    row anywhere in the file still stops the job, named."""
+    from jobs.data import first_rows
+    monkeypatch.setattr(cache, "SMALL_BYTES", 0)
+    monkeypatch.setattr(cache, "build", lambda *a, **k: pytest.fail("the whole file was tokenized"))
+    rows = _rows(300)
+    spec = JobSpec(dataset=_write(tmp_path / "d.jsonl", rows), max_steps=3, batch_size=2, max_seq_length=256,
+                   seed=7)
+    lines: list[str] = []
+    examples = cache.tokenized_examples(spec, tokenizer, tmp_path / "data", log=lines.append)
+    picked = sorted(first_rows.sample_numbers(300, 6, 7))
+    assert len(picked) == 7 and len(examples) == 7   # 6 needed + the spare
+    sample = JobSpec(dataset=_write(tmp_path / "s.jsonl", [rows[n - 1] for n in picked]), max_seq_length=256)
+    assert [e.input_ids for e in examples] == [e.input_ids for e in _in_memory(sample, tokenizer)]
+    assert any("300 rows read and checked" in line and "sample of 7" in line for line in lines), lines
+    short = JobSpec(dataset=spec.dataset, max_steps=3, batch_size=2, max_seq_length=8)   # no answer fits
+    assert first_rows.sampled_examples(Path(spec.dataset), short, tokenizer, 6, 300, lines.append) is None
+    assert "tokenizing every row instead" in lines[-1]                                  # the full build then
+    assert first_rows.rows_needed(JobSpec(max_steps=0)) is None                      # epochs: every row
+    assert first_rows.rows_needed(JobSpec(max_steps=3, eval_fraction=0.1)) is None
+    assert first_rows.rows_needed(JobSpec(max_steps=3, packing="auto"), device_type="cuda") is None
+    rows[250] = {"messages": [{"role": "user", "content": "no answer"}]}
+    bad = JobSpec(dataset=_write(tmp_path / "bad.jsonl", rows), max_steps=3, batch_size=2, max_seq_length=256)
+    with pytest.raises(DataError, match="row 251"):
+        cache.tokenized_examples(bad, tokenizer, tmp_path / "data", log=lambda _l: None)
 
 
 def test_jobs_train_from_the_cache_packed_with_a_holdout_and_the_second_reuses_it(tmp_path, tiny_model):
