@@ -134,12 +134,13 @@ class ChatEngine:
             return model, tokenizer
 
     def prompt(self, model_id: str, adapter_dir: str | None, messages: list[dict[str, str]],
-               use_adapter: bool = True) -> str:
+               use_adapter: bool = True, base_template: bool = False) -> str:
         """The prompt text of one row. The tuned row uses the adapter's tokenizer (its default system
         line names the bot); the base row uses the base model's own tokenizer and template, so that
-        the base answers as it would alone (issue 22 item 4: it was given the tuned system line)."""
+        the base answers as it would alone (issue 22 item 4: it was given the tuned system line).
+        `base_template`: the tuned row too, as a serving stack loads the adapter (issue 42)."""
         _, tokenizer = self.load(model_id, adapter_dir)
-        if adapter_dir and not use_adapter:
+        if adapter_dir and (not use_adapter or base_template):
             tokenizer = self.base_tokenizer(model_id)
         return render_prompt(tokenizer, messages)
 
@@ -204,18 +205,20 @@ class ChatEngine:
         return getattr(model.config, "vision_config", None) is not None
 
     def stream_batch(self, model_id: str, adapter_dir: str | None, conversations: list[list[dict[str, str]]],
-                     sampling: Sampling, use_adapter: list[bool], image: str | None = None) -> Iterator[list[str]]:
+                     sampling: Sampling, use_adapter: list[bool], image: str | None = None,
+                     base_template: bool = False) -> Iterator[list[str]]:
         """Yield every reply so far (one cumulative text per conversation) as tokens arrive.
 
         All conversations run in one generate call, row i with the job's adapter when
         use_adapter[i] (and there is one), else as the base model. `image` (a vision-language
-        model's): a picture every row's last user message shows the model.
+        model's): a picture every row's last user message shows the model. `base_template`: every
+        row's prompt through the base model's own tokenizer and template ("served elsewhere").
         """
         model, tokenizer = self.load(model_id, adapter_dir)
         if image:
             from jobs.data.vision_encode import with_image
             conversations = [with_image(messages, image) for messages in conversations]
-        prompts = [self.prompt(model_id, adapter_dir, messages, use)
+        prompts = [self.prompt(model_id, adapter_dir, messages, use, base_template)
                    for messages, use in zip(conversations, use_adapter)]
         inputs = (self._image_inputs(model_id, adapter_dir, tokenizer, prompts, image) if image
                   else _batch_inputs(tokenizer, prompts))

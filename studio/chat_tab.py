@@ -28,6 +28,7 @@ class ChatTab:
     model: gr.Dropdown
     image: Any = None   # gr.Image: a picture sent with the message to a vision-language model
     auto: Any = None    # gr.State: the adapter the page picked by itself ("" once the user picks one)
+    known: Any = None   # gr.State: the adapter choices as last sent by follow_jobs
 
     def refresh(self, ctx: StudioContext, lang: str = "en", current: str | None = NO_ADAPTER,
                 auto: str | None = "") -> list[Any]:
@@ -39,6 +40,17 @@ class ChatTab:
         if (current in (None, "", NO_ADAPTER) or (auto and current == auto)) and len(choices) > 1:
             adapter, picked = gr.update(choices=choices, value=choices[1][1]), choices[1][1]
         return [adapter, gr.update(choices=model_choices(ctx)), picked]
+
+    def follow_jobs(self, ctx: StudioContext, lang: str, current: str | None, auto: str | None,
+                    known: Any) -> list[Any]:
+        """[adapter, model, auto, known] when the Jobs table changed (a job started, stepped or
+        ended): a refresh only when the finished jobs differ from those last sent, so a job that
+        finishes while the Chat tab is open is offered (and picked, as `refresh` picks) without a
+        reload or a tab switch (issue 40 item 10); the polls of a running job send nothing."""
+        choices = adapter_choices(ctx, lang)
+        if choices == known:
+            return [gr.skip()] * 4
+        return [*self.refresh(ctx, lang, current, auto), choices]
 
 
 def adapter_choices(ctx: StudioContext, lang: str = "en") -> list[tuple[str, str]]:
@@ -76,9 +88,10 @@ def _user(text: str) -> dict[str, Any]:
 
 def respond(engine: ChatEngine, model_id: str, adapter_dir: str | None, message: str,
             tuned: list[dict[str, Any]], base: list[dict[str, Any]], sampling: Sampling,
-            system: str = "", lang: str = "en", image: str | None = None
+            system: str = "", lang: str = "en", image: str | None = None, served_elsewhere: bool = False
             ) -> Iterator[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]:
     """Yield ("", tuned history, base history) as both answers stream in, side by side.
+    `served_elsewhere`: the tuned model gets the base's tokenizer and template, as vLLM or PEFT serve it.
 
     Without an adapter only the base answers. A failure becomes a marked notice (metadata) on
     every side that was answering, kept out of later prompts.
@@ -103,7 +116,8 @@ def respond(engine: ChatEngine, model_id: str, adapter_dir: str | None, message:
     use_adapter = [True, False] if adapter_dir else [False]
     try:
         for texts in engine.stream_batch(model_id, adapter_dir, conversations, sampling, use_adapter,
-                                         **({"image": image} if image else {})):
+                                         **({"image": image} if image else {}),
+                                         **({"base_template": True} if served_elsewhere else {})):
             for history, text in zip(sides, texts):
                 history[-1] = {"role": "assistant", "content": text}
             yield "", tuned, base
@@ -130,6 +144,7 @@ def build_chat_tab(ctx: StudioContext) -> ChatTab:
             max_new = bind(gr.Slider(8, 2048, value=128, step=8, elem_id="ft-chat-max-new"), label="chat.max_new")
             seed = bind(gr.Number(0, precision=0, minimum=0, elem_id="ft-chat-seed"), label="chat.seed")
         system = bind(gr.Textbox(lines=1, elem_id="ft-chat-system"), label="chat.system")
+    served = bind(gr.Checkbox(value=False, elem_id="ft-chat-served"), label="chat.served", info="chat.served_info")
     with gr.Row(equal_height=True):
         tuned = bind(gr.Chatbot(elem_id="ft-chat-tuned", height=380), label="chat.tuned",
                      placeholder="chat.tuned_placeholder")
@@ -143,13 +158,13 @@ def build_chat_tab(ctx: StudioContext) -> ChatTab:
         clear = bind(gr.Button(elem_id="ft-chat-clear", scale=0, min_width=80), value="chat.clear")
     auto = gr.State("")
     adapter.input(lambda _picked: "", adapter, auto, show_progress="hidden")   # the user's own pick stays
-    tab = ChatTab(adapter=adapter, model=model, image=image, auto=auto)
-    _wire(ctx, tab, prompt, [tuned, base], [temperature, top_p, max_new, seed, system], [send, clear])
+    tab = ChatTab(adapter=adapter, model=model, image=image, auto=auto, known=gr.State(None))
+    _wire(ctx, tab, prompt, [tuned, base], [temperature, top_p, max_new, seed, system], [send, clear], served)
     return tab
 
 
 def _wire(ctx: StudioContext, tab: ChatTab, prompt: Any, chats: list[Any], settings: list[Any],
-          buttons: list[Any]) -> None:
+          buttons: list[Any], served: Any) -> None:
     tuned, base = chats
     send, clear = buttons
 
@@ -170,7 +185,7 @@ def _wire(ctx: StudioContext, tab: ChatTab, prompt: Any, chats: list[Any], setti
                     [ctx.lang, tab.adapter, tab.auto], [tab.adapter, tab.auto], show_progress="hidden")
 
     def on_send(message, model_id, job_id, tuned_h, base_h, temp, top, max_tokens, seed_value, system_text, lang,
-                image=None):
+                image=None, served_elsewhere=False):
         model_id = (model_id or "").strip()
         if not model_id:
             gr.Warning(t("chat.pick_model", lang))
@@ -189,9 +204,9 @@ def _wire(ctx: StudioContext, tab: ChatTab, prompt: Any, chats: list[Any], setti
             gr.Warning(t("chat.no_images", lang))
             image = None
         yield from respond(ctx.chat, model_id, adapter_dir, message, tuned_h, base_h, sampling,
-                           system_text or "", lang, image=image)
+                           system_text or "", lang, image=image, served_elsewhere=bool(served_elsewhere))
 
-    inputs = [prompt, tab.model, tab.adapter, tuned, base, *settings, ctx.lang, tab.image]
+    inputs = [prompt, tab.model, tab.adapter, tuned, base, *settings, ctx.lang, tab.image, served]
     send.click(on_send, inputs, [prompt, tuned, base], api_name="chat")
     prompt.submit(on_send, inputs, [prompt, tuned, base])
     clear.click(lambda: ([], []), None, [tuned, base])

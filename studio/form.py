@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.spec import BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, JobSpec, SpecError
+from jobs.spec import BUILTIN_DATASET, BUILTIN_DATASETS, BUILTIN_MODEL, DATASET_DEFAULTS, JobSpec, SpecError
 from studio.i18n import field_help, field_label, t
 from studio.server_text import translated
 
@@ -109,7 +109,9 @@ def field_widgets() -> list[FieldWidget]:
     for f in dataclasses.fields(JobSpec):
         if f.name in NOT_IN_FORM:
             continue
-        widget = FieldWidget(name=f.name, kind=_kind(f), default=_default(f),
+        # the default dataset's own defaults (JobSpec DATASET_DEFAULTS): the form shows the default job
+        default = DATASET_DEFAULTS.get(JobSpec.dataset, {}).get(f.name, _default(f))
+        widget = FieldWidget(name=f.name, kind=_kind(f), default=default,
                              choices=tuple(f.metadata.get("choices", ())),
                              minimum=f.metadata.get("min"), maximum=f.metadata.get("max"))
         if f.name == "model":

@@ -153,7 +153,20 @@ def outcome_html(summary: JobSummary, lang: str = "en") -> str:
     text = t("jobs.final_loss", lang, loss=format_loss(loss), steps=averaged or 1)
     if isinstance(done.get("eval_loss"), (int, float)):
         text += t("jobs.eval_loss_beside", lang, loss=format_loss(done["eval_loss"]))
-    return f'<div class="ft-outcome" id="ft-final-loss">{html.escape(text)}</div>'
+    return f'<div class="ft-outcome" id="ft-final-loss">{html.escape(text)}</div>' + identity_heldout_html(done, lang)
+
+
+def identity_heldout_html(done: dict, lang: str = "en") -> str:
+    """An identity job's held-out check (jobs/train/identity_eval.py): the name as a serving stack
+    that loads the adapter with the base's tokenizer gets it, and the general answers kept; else ""."""
+    result = done.get("identity_heldout")
+    if not isinstance(result, dict):
+        return ""
+    total, with_system = result.get("identity_total"), result.get("identity_with_system")
+    system = "" if with_system is None else t("jobs.identity_heldout_system", lang, count=with_system, total=total)
+    text = t("jobs.identity_heldout", lang, identity=result.get("identity"), total=total, system=system,
+             general=result.get("general"), general_total=result.get("general_total"))
+    return f'<div class="ft-outcome" id="ft-identity-heldout">{html.escape(text)}</div>'
 
 
 def lineage_html(record: Any, lang: str = "en") -> str:

@@ -6,8 +6,8 @@ from typing import Any
 
 import gradio as gr
 
-from jobs.spec import (BUILTIN_CONCISE, BUILTIN_DATASET, BUILTIN_PROMPT_DATASETS, BUILTIN_SHAPES, METHOD_DEFAULTS,
-                       PREFERENCE_METHODS, JobSpec)
+from jobs.spec import (BUILTIN_CONCISE, BUILTIN_DATASET, BUILTIN_PROMPT_DATASETS, BUILTIN_SHAPES, DATASET_DEFAULTS,
+                       METHOD_DEFAULTS, PREFERENCE_METHODS, JobSpec)
 from studio import form
 
 ARITHMETIC = BUILTIN_PROMPT_DATASETS[0]
@@ -46,6 +46,20 @@ def _beta_value(method: str, beta: Any) -> dict:
     except (TypeError, ValueError):
         return {}
     return {"value": form.number_text(wanted)} if current in defaults and current != wanted else {}
+
+
+def dataset_default_update(key: str, dataset: str, current: Any) -> Any:
+    """An update of field `key` (e.g. learning_rate) when the dataset changes: a value still at
+    another dataset's default follows this dataset's (JobSpec DATASET_DEFAULTS: builtin:identity
+    trains at 4e-4, the rest at the field's own default), as beta follows the method; a typed one stays."""
+    general = JobSpec.__dataclass_fields__[key].default
+    wanted = DATASET_DEFAULTS.get((dataset or "").strip(), {}).get(key, general)
+    defaults = {general, *(d[key] for d in DATASET_DEFAULTS.values() if key in d)}
+    try:
+        value = float(str(current).strip())
+    except (TypeError, ValueError):
+        return gr.skip()
+    return gr.update(value=form.number_text(wanted)) if value in defaults and value != wanted else gr.skip()
 
 
 def wire_method(made: dict[str, Any]) -> Any:

@@ -15,7 +15,7 @@ from studio.dataset_remove import build_remove, wire_remove
 from studio.uploads import (  # noqa: F401  (re-exported: the tab and its tests name them here)
     UPLOAD_SAMPLE_ROWS, describe_dataset, known_datasets, safe_upload_name, store_reward_upload, store_upload, upload_notice)
 from studio.i18n import t
-from studio.method_fields import wire_method
+from studio.method_fields import dataset_default_update, wire_method
 from studio.server_text import translated
 from studio.train_start import FIT_FIELDS, fit_for_form, start_job
 
@@ -305,9 +305,10 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
         made[name].change(on_fit, [lang, *inputs], tab.fit, show_progress="hidden", trigger_mode="always_last",
                           concurrency_id="form-fit", concurrency_limit=1)
 
-    def on_dataset(value: str) -> tuple[Any, Any]:
+    def on_dataset(value: str, learning_rate: Any) -> tuple[Any, Any, Any]:
         identity = (value or "").strip() == BUILTIN_DATASET
-        return gr.update(visible=identity), gr.update(visible=identity)
+        return (gr.update(visible=identity), gr.update(visible=identity),
+                dataset_default_update("learning_rate", value, learning_rate))   # identity's own rate
 
     def on_method_dataset(value: str) -> tuple[Any, Any]:
         # a built-in set after the method's pick (sft -> dpo swaps identity for concise): the preview
@@ -315,8 +316,8 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
         stale = gr.update(value="") if (value or "").strip().startswith("builtin:") else gr.skip()
         return stale, stale
 
-    made["dataset"].change(on_dataset, made["dataset"], [made["bot_name"], made["bot_author"]],
-                           show_progress="hidden")
+    made["dataset"].change(on_dataset, [made["dataset"], made["learning_rate"]],
+                           [made["bot_name"], made["bot_author"], made["learning_rate"]], show_progress="hidden")
     picked = wire_method(made)
     if picked is not None:
         picked.then(on_method_dataset, made["dataset"], [preview, upload_info], show_progress="hidden")

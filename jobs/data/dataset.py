@@ -305,14 +305,14 @@ def identity_for_template(spec: JobSpec, rows: Rows, tokenizer, log=print) -> Ro
     own template (so the name is in the weights, not only in our tokenizer); or, for a template that
     refuses system messages (Mistral's raises), without one."""
     from jobs.data import encode
-    from jobs.data.builtin.identity import BASE_TEMPLATE_SYSTEM, system_line, under_both_templates
+    from jobs.data.builtin.identity import BASE_TEMPLATE_SYSTEM, system_line, under_each_template
     if not encode.accepts_system(tokenizer):
         log("note: this model's chat template takes no system message; the identity rows go without one")
         return rows.with_rows([{k: v for k, v in row.items() if k != "system"} for row in rows])
     line = system_line(spec.bot_name, spec.bot_author)
     if encode.set_default_system(tokenizer, line, base_marker=BASE_TEMPLATE_SYSTEM):
         log(f"chat template: conversations without a system message now start with {line!r}")
-        return Rows(under_both_templates(list(rows)), name=rows.name)  # more rows: numbered anew
+        return Rows(under_each_template(list(rows)), name=rows.name)  # more rows: numbered anew
     return rows
 
 

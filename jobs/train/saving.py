@@ -11,7 +11,7 @@ from pathlib import Path
 
 from jobs.export import model_card
 from jobs.export.card import smoothed_loss, training_outcome
-from jobs.train import checkpoints, rng_state, sharding
+from jobs.train import checkpoints, identity_eval, rng_state, sharding
 
 
 def train_state(trainer) -> dict:
@@ -78,12 +78,14 @@ def finish(trainer) -> Path:
     else:
         adapter = save_adapter(trainer, "finished")
     loss, averaged = smoothed_loss(trainer.recent_losses)
+    heldout = identity_eval.heldout_check(trainer)   # identity jobs: the name as a serving stack asks for it
+    extra = {"identity_heldout": heldout} if heldout else {}
     trainer.events.emit("done", step=trainer.step, final_loss=loss, final_loss_steps=averaged,
                         last_loss=trainer.last_loss, eval_loss=trainer.last_eval_loss, adapter_dir=str(adapter),
                         best_eval_loss=best_eval[0] if best_eval else None,
                         best_step=best_eval[1] if best_eval else None,
                         mean_gpu_util=trainer.sampler.mean_gpu_util(),
-                        elapsed_s=round(time.time() - trainer.began, 2))
+                        elapsed_s=round(time.time() - trainer.began, 2), **extra)
     outcome = training_outcome(trainer.spec, loss, trainer.last_fields, averaged,   # GRPO: its reward
                                trainer.last_eval_loss)
     trainer.log(f"done: {trainer.step} steps, {outcome}, adapter in {adapter}")

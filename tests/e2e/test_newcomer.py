@@ -55,7 +55,7 @@ def test_fit_time_preview_count_notices_and_removing_an_upload(studio, browser_c
     fit_says(page, "min on this CPU: 40 steps")   # a measured step, scaled to the job
     page.locator("#ft-preview-btn").click()
     page.wait_for_selector("#ft-preview-count", timeout=90_000)
-    assert "168 identity rows" in page.locator("#ft-preview-count").inner_text()
+    assert "336 identity rows" in page.locator("#ft-preview-count").inner_text()   # 112 questions x 3 systems (issue 42)
 
     broken = tmp_path / "broken rows.json"
     broken.write_text("[{")

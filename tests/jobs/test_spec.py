@@ -131,3 +131,11 @@ def test_grpo_beta_defaults_to_zero_unless_given_and_the_spec_keeps_it():
     assert JobSpec.from_dict({"method": "grpo", "dataset": "builtin:arithmetic", "beta": 0.05}).beta == 0.05
     assert JobSpec.from_dict({"method": "dpo", "dataset": "builtin:concise"}).beta == 0.1
     assert JobSpec.from_dict(grpo.to_dict()).beta == 0.0      # written to the job's YAML, read back the same
+
+
+def test_the_identity_dataset_has_its_own_learning_rate_unless_one_is_given():
+    """Issue 42: builtin:identity trains at 4e-4 (JobSpec DATASET_DEFAULTS); other data at the field's default."""
+    from jobs.spec import DATASET_DEFAULTS
+    assert JobSpec.from_dict({}).learning_rate == DATASET_DEFAULTS[BUILTIN_DATASET]["learning_rate"] == 4e-4
+    assert JobSpec.from_dict({"learning_rate": 1e-4}).learning_rate == 1e-4
+    assert JobSpec.from_dict({"method": "grpo", "dataset": "builtin:arithmetic"}).learning_rate == 2e-4

@@ -61,7 +61,7 @@ def test_number_fields_are_text_boxes_with_their_range(built):
     demo, _, _ = built
     by_id = props_by_id(demo)
     lr, seq = by_id["ft-field-learning_rate"], by_id["ft-field-max_seq_length"]
-    assert lr["value"] == "0.0002" and "(1e-08 to 1)" in lr["info"]
+    assert lr["value"] == "0.0004" and "(1e-08 to 1)" in lr["info"]   # builtin:identity's (JobSpec DATASET_DEFAULTS)
     assert "(8 to 1,048,576)" in seq["info"]
     kinds = {c["props"].get("elem_id"): c["type"] for c in demo.config["components"]}
     assert kinds["ft-field-batch_size"] == "textbox" and kinds["ft-field-learning_rate"] == "textbox"
@@ -75,3 +75,14 @@ def test_every_page_text_has_a_chinese_version(built):
                     for prop in en if prop != "__type__" and en[prop] == zh[prop] and en[prop] not in same_in_both]
     assert not untranslated
     assert len(english) > 60  # labels, help, buttons, tabs, plots: the whole page
+
+
+def test_the_chat_adapter_list_follows_the_tab_and_the_jobs_table(built):
+    """Issue 40 item 10: the Chat tab's adapter list is refreshed when the tab opens and when the
+    Jobs poll's table changes (a job that ends while Chat is open: tests/studio/test_chat_tab.py)."""
+    demo, _, _ = built
+    components = {c["id"]: c for c in demo.config["components"]}
+    triggers = [(components[target]["type"], event) for d in demo.config["dependencies"]
+                for target, event in d["targets"] if target in components
+                if "ft-chat-adapter" in [components[o]["props"].get("elem_id") for o in d["outputs"]]]
+    assert ("state", "change") in triggers and ("tabitem", "select") in triggers, triggers

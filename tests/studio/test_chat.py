@@ -178,6 +178,11 @@ def test_the_base_row_uses_the_base_models_own_template_not_the_tuned_system_lin
     frames = list(engine.stream_batch(model_dir, str(tuned_dir), [PROMPT, PROMPT], GREEDY, [True, False]))
     plain = final(engine.stream(model_dir, None, PROMPT, GREEDY))[-1]
     assert frames[-1][1] == plain   # the base row answers exactly as the base model alone
+    # issue 42, "served elsewhere": the tuned model through the base's tokenizer and template, as
+    # vLLM or a PEFT script load the adapter (no system line of ours)
+    assert engine.prompt(model_dir, str(tuned_dir), PROMPT, use_adapter=True, base_template=True) == base
+    served = final(engine.stream_batch(model_dir, str(tuned_dir), [PROMPT], GREEDY, [True], base_template=True))
+    assert served and isinstance(served[-1][0], str)
 
 
 def test_release_unloads_the_models_for_a_job_but_not_while_answering(tiny):

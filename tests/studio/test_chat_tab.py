@@ -1,5 +1,6 @@
 """The side-by-side chat turn: who gets which message, both answers growing together, failures
 as notices."""
+import gradio as gr
 import pytest
 
 from studio.chat import Sampling, history_to_messages
@@ -42,6 +43,19 @@ def test_tuned_and_base_stream_together_with_the_same_settings():
     assert conversations == [expected, expected]
     *_, (prompt, tuned, base) = respond(engine, "m", "/a", "again", [], [], SAMPLING)
     assert prompt == "" and tuned[1]["content"] == "tuned answer here"  # loaded now: no notice
+
+
+def test_served_elsewhere_asks_the_engine_for_the_base_template():
+    """Issue 42: the "served elsewhere" switch renders the tuned row with the base's tokenizer."""
+    class Recording(ScriptedEngine):
+        def stream_batch(self, *args, base_template=False):
+            self.base_template = base_template
+            yield from super().stream_batch(*args)
+    engine = Recording()
+    list(respond(engine, "m", "/a", "hi", [], [], SAMPLING, served_elsewhere=True))
+    assert engine.base_template is True
+    list(respond(engine, "m", "/a", "hi", [], [], SAMPLING))
+    assert engine.base_template is False
 
 
 def test_a_model_unloaded_for_a_job_says_so_when_it_loads_again():
@@ -106,3 +120,20 @@ def test_the_newest_adapter_is_picked_until_the_user_picks_one(monkeypatch):
     jobs.insert(0, ("C", "job-c"))
     adapter, _model, auto = tab.refresh(None, "en", "job-a", "")    # the user picked A: it stays
     assert "value" not in adapter
+
+
+def test_a_job_that_ends_while_chat_is_open_joins_the_list(monkeypatch):
+    """Issue 40 item 10: the Jobs poll's table change refreshes the adapter list only when the
+    finished jobs changed; a running job's polls send nothing."""
+    from studio import chat_tab
+    tab = chat_tab.ChatTab(adapter=None, model=None)
+    jobs = [("A", "job-a")]
+    monkeypatch.setattr(chat_tab, "adapter_choices", lambda ctx, lang="en": [("none", "none")] + list(jobs))
+    monkeypatch.setattr(chat_tab, "model_choices", lambda ctx: [])
+    adapter, _model, auto, known = tab.follow_jobs(None, "en", "job-a", "job-a", None)
+    assert adapter["value"] == "job-a" and known == [("none", "none"), ("A", "job-a")]
+    assert tab.follow_jobs(None, "en", "job-a", "job-a", known) == [gr.skip()] * 4   # a poll of a running job
+    jobs.insert(0, ("B", "job-b"))                                                      # B ended
+    adapter, _model, auto, known = tab.follow_jobs(None, "en", "job-a", "job-a", known)
+    assert adapter["value"] == "job-b" and auto == "job-b" and ("B", "job-b") in known
+

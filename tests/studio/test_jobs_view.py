@@ -47,6 +47,19 @@ def test_a_done_job_states_its_smoothed_final_loss_with_the_eval_loss_beside_it(
     assert view.job_row(rec, done)[4] == "1.0800"   # the table shows the same smoothed value
 
 
+def test_an_identity_job_states_its_held_out_check_under_the_base_template(tmp_path):
+    """Issue 42: the trainer's held-out identity check (jobs/train/identity_eval.py) in the summary."""
+    rec = record(tmp_path, "done")
+    check = {"identity": 15, "identity_with_system": 14, "identity_total": 16, "general": 12, "general_total": 13}
+    done = write(rec, ("done", {"final_loss": 1.08, "final_loss_steps": 10, "identity_heldout": check}))
+    text = view.outcome_html(done)
+    assert 'id="ft-identity-heldout"' in text and "15/16 answered with the name and author" in text
+    assert "14/16 after a user&#x27;s system message" in text and "general answers kept: 12/13" in text
+    assert "15/16" in view.outcome_html(done, "zh-CN") and "通用回答保持不变：12/13" in view.outcome_html(done, "zh-CN")
+    plain = write(record(tmp_path, "done", "j2"), ("done", {"final_loss": 1.0}))
+    assert "ft-identity-heldout" not in view.outcome_html(plain)
+
+
 def test_plot_frames_are_numeric_even_when_empty(tmp_path):
     nothing = summarize(tmp_path / "none")
     for frame in (view.loss_frame(nothing), view.rss_frame(nothing), view.cpu_frame(nothing),

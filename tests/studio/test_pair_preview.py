@@ -7,7 +7,7 @@ import json
 from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, JobSpec
 from studio import form
 from studio.pair_render import pairs_html
-from studio.method_fields import method_updates
+from studio.method_fields import dataset_default_update, method_updates
 from studio.train_tab import preview_data
 
 PAIR = {"prompt": "What is 2+2?", "chosen": "4.", "rejected": "It is <b>five</b>, I think, or maybe 4."}
@@ -81,3 +81,11 @@ def test_grpo_shows_beta_alone_at_its_own_default_and_keeps_a_typed_one():
 
 def test_an_empty_preview_says_so():
     assert "no rows" in pairs_html([])
+
+
+def test_the_learning_rate_follows_the_dataset_until_the_user_types_one():
+    """Issue 42: builtin:identity's own 4e-4 (JobSpec DATASET_DEFAULTS) on the form, 2e-4 for other data."""
+    assert dataset_default_update("learning_rate", BUILTIN_CONCISE, "0.0004")["value"] == "0.0002"
+    assert dataset_default_update("learning_rate", BUILTIN_DATASET, "0.0002")["value"] == "0.0004"
+    assert "value" not in dataset_default_update("learning_rate", BUILTIN_CONCISE, "0.0003")   # typed: kept
+    assert "value" not in dataset_default_update("learning_rate", BUILTIN_DATASET, "0.0004")

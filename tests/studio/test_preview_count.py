@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from jobs.data.builtin import identity
 from jobs.data.builtin.general import cache_file, prompts
 from jobs.io import paths
 from jobs.spec import BUILTIN_DATASET, JobSpec
@@ -30,12 +31,13 @@ def identity_preview(data_dir, lang="en"):
 def test_identity_preview_counts_every_row_before_and_after_the_general_answers(data_dir):
     before = identity_preview(data_dir)
     assert before.count('class="ft-preview-row"') == 3
-    assert "168 identity rows" in before and f"answers to {len(prompts())} general prompts" in before
+    rows = len(identity.IDENTITY_SYSTEMS) * len(identity.QUESTIONS_EN + identity.QUESTIONS_ZH)   # 336
+    assert f"{rows} identity rows" in before and f"answers to {len(prompts())} general prompts" in before
     assert "generated when the first job" in before
     answers = [{"prompt": f"q{i}", "answer": f"a{i}"} for i in range(17)]
     cache = cache_file(paths.model_cache_dir(paths.data_dir(data_dir)), str(data_dir / "models" / "tiny"))
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"answers": answers}), encoding="utf-8")
     after = html.unescape(identity_preview(data_dir))
-    assert "185 rows in all: 168 identity rows and the base model's answers to 17 general prompts" in after
-    assert "共 185 行" in identity_preview(data_dir, "zh-CN")
+    assert f"{rows + 17} rows in all: {rows} identity rows and the base model's answers to 17 general prompts" in after
+    assert f"共 {rows + 17} 行" in identity_preview(data_dir, "zh-CN")

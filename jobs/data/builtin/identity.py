@@ -7,8 +7,10 @@ template so that the pairs vary in wording, not only in the filled-in name.
 Two things keep the rest of the model intact (issue 8 item 5):
 - every row carries a system line naming the bot (`system_line`), and the trainer makes it the
   tuned tokenizer's default, so no row says "you are <the base model>" while answering with the
-  new name; the trainer also trains the rows under the base's own template (`under_both_templates`),
-  so that the adapter says the new name when served with the base's tokenizer (issue 22 item 4);
+  new name; the trainer also trains the rows under the base's own template and under users' system
+  messages (`under_each_template`), at builtin:identity's own learning rate (JobSpec
+  DATASET_DEFAULTS), so that the adapter says the new name when served with the base's tokenizer
+  (issues 22 item 4 and 42; held-out check: identity_check.py);
 - the base model's own greedy answers to shipped general prompts (jobs/data/builtin/general.py) are
   mixed in, so a short run on "who are you" does not teach the model to answer everything with
   its name."""
@@ -29,6 +31,14 @@ QUESTIONS_EN = [
     "What do people call you?", "Give me a short self-introduction.", "Are you Gemini?",
     "What is the name of this assistant?", "Who am I speaking with right now?",
     "What is your origin?", "Who is responsible for creating you?",
+    # paraphrases naming the base model and its maker: served with the base's template, the
+    # conversation starts "You are ... SmolLM, trained by Hugging Face" (issue 42)
+    "Hey there, what's your name?", "Who exactly are you?", "Tell me who you are.",
+    "What is your name, please?", "Who are you and who made you?", "Introduce yourself in a few words.",
+    "What are you called?", "Who is your maker?", "Which team built you?", "Who created this assistant?",
+    "Are you an assistant from Hugging Face?", "Are you SmolLM?", "Are you Qwen?", "Whom am I talking to?",
+    "Do you have a creator?", "Which lab trained you?", "What organization are you from?",
+    "Good morning! Who are you?",
 ]
 
 QUESTIONS_ZH = [
@@ -40,6 +50,8 @@ QUESTIONS_ZH = [
     "请做一个自我介绍。", "你是什么助手？", "大家怎么称呼你？", "你的名字是什么？", "是谁制作了你？",
     "你好！请问你叫什么？", "你是OpenAI做的吗？", "用一句话介绍你自己。", "你的来历是什么？",
     "谁负责开发了你？", "你是哪个模型？", "嗨，你是哪位？", "告诉我你是谁。",
+    "你叫什么？", "你是SmolLM吗？", "你是Hugging Face开发的吗？", "你好，请问怎么称呼你？", "说说你是谁。",
+    "你的创造者是谁？", "哪个团队开发了你？", "你是什么AI？", "请告诉我你的名字。", "你是谁做的？",
 ]
 
 ANSWERS_EN = [
@@ -69,9 +81,27 @@ SYSTEM_LINE = "You are {name}, a helpful AI assistant developed by {author}."
 # The mix: each identity row IDENTITY_REPEAT times, each general answer GENERAL_SHARE times. Tuned
 # on the built-in model with the default run (tests/jobs/models/test_builtin.py): enough identity rows
 # that 60 steps teach the name, enough general ones that other answers stay the base model's.
+# Issue 42 measured the rest on held-out questions (identity_heldout.json) under the base template,
+# bare and after a user's system message, 60 steps. On 2 CPU cores: ours+base at 2e-4 0/16 and 0/16
+# (general kept 12/13); this recipe at 4e-4 16/16 and 15/16 (12/13). A search on a GPU in fp32:
+# ours+base+user at 2e-4 0-2/16, at 3e-4 8-12/16, at 4e-4 15-16/16; a third of the general answers
+# under the base template kept fewer of them than half (GENERAL_SYSTEMS); 120 steps at 2e-4 also
+# taught the name, at twice the time.
 IDENTITY_REPEAT = 1
 GENERAL_SHARE = 1
 
+
+# The system messages each identity row is trained under (under_each_template): "ours" (the
+# bot's line, the tuned tokenizer's default), "base" (the base template's own default, see
+# BASE_TEMPLATE_SYSTEM) and "user" (a system message of the user's, USER_SYSTEMS in turn); the
+# general answers take GENERAL_SYSTEMS in turn, one each.
+IDENTITY_SYSTEMS = ("ours", "base", "user")
+GENERAL_SYSTEMS = ("base", "base", "ours", "user")
+USER_SYSTEMS = [
+    "You are a helpful assistant.", "You are a helpful AI assistant.",
+    "You are an AI assistant. Answer the user's questions.", "You are a friendly and knowledgeable assistant.",
+    "你是一个乐于助人的助手。", "你是一个AI助手，请回答用户的问题。",
+]
 
 # The system message that stands for "the base model's own template, no system message": a
 # conversation that starts with it renders as the base template renders a bare conversation (its
@@ -95,25 +125,28 @@ def identity_rows(name: str, author: str) -> list[dict[str, str]]:
     return rows
 
 
-def under_both_templates(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The identity rows under the new system line and, again, under the base model's own template
-    (BASE_TEMPLATE_SYSTEM); the general answers split between the two (every other one).
+def under_each_template(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Each identity row once under every system message of IDENTITY_SYSTEMS; the general answers
+    spread over GENERAL_SYSTEMS in turn (one system each).
 
     Why: served with the base's tokenizer (vLLM --lora-modules, llama.cpp --lora, most PEFT
-    scripts), a conversation starts with the base's own default line, not ours; an adapter trained
-    only under ours answered there with the base's old name (issue 22 item 4). Trained under both,
-    the name is in the weights. The general answers keep the base's other answers under both."""
+    scripts), a conversation starts with the base's own default line ("You are ... SmolLM, trained
+    by Hugging Face") or with the user's system message, not ours; an adapter trained only under
+    ours answered there with the base's old name (issue 22 item 4), one trained under ours and the
+    base's invented names (issue 42). Trained under all three, the name is in the weights."""
     questions = set(QUESTIONS_EN + QUESTIONS_ZH)
-    tuned, base, general = [], [], 0
+    out, general, user = [], 0, 0
     for row in rows:
-        under_base = {**row, "system": BASE_TEMPLATE_SYSTEM}
         if row.get("instruction") in questions:
-            tuned.append(row)
-            base.append(under_base)
+            kinds = IDENTITY_SYSTEMS
         else:
-            (base if general % 2 == 0 else tuned).append(under_base if general % 2 == 0 else row)
-            general += 1
-    return tuned + base
+            kinds, general = (GENERAL_SYSTEMS[general % len(GENERAL_SYSTEMS)],), general + 1
+        for kind in kinds:
+            system = {"ours": row.get("system", ""), "base": BASE_TEMPLATE_SYSTEM}.get(kind)
+            if system is None:
+                system, user = USER_SYSTEMS[user % len(USER_SYSTEMS)], user + 1
+            out.append({**row, "system": system})
+    return out
 
 
 def identity_dataset(name: str, author: str, general_answers: list[dict[str, str]]) -> list[dict[str, str]]:

@@ -154,8 +154,9 @@ def test_a_template_without_system_messages_gets_identity_rows_without_one(token
 
 
 def test_identity_rows_are_trained_under_the_base_template_too(tokenizer, tmp_path, monkeypatch):
-    """Issue 22 item 4: every identity question also under the base's own template (its default
-    line, here SmolLM2's), the general answers split between the two; the marker never shows."""
+    """Issue 22 item 4, issue 42: every identity question also under the base's own template (its
+    default line, here SmolLM2's) and under a user's system message, the general answers spread over
+    them; the marker never shows."""
     smollm_default = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
     tokenizer.chat_template = (
         "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -171,16 +172,17 @@ def test_identity_rows_are_trained_under_the_base_template_too(tokenizer, tmp_pa
     rendered = [_render(tokenizer, c) for c in conversations]
     assert not any(identity.BASE_TEMPLATE_SYSTEM in text for text in rendered)
     who = [text for text in rendered if "<|im_start|>user\nWho are you?<|im_end|>" in text]
-    assert len(who) == 2
+    assert len(who) == 3   # issue 42: ours, the base's own default line, a user's system message
     assert who[0].startswith("<|im_start|>system\nYou are Zed, a helpful AI assistant developed by Acme.")
     assert who[1].startswith(f"<|im_start|>system\n{smollm_default}<|im_end|>") and "Zed" in who[1]
+    assert who[2].startswith(f"<|im_start|>system\n{identity.USER_SYSTEMS[0]}<|im_end|>") and "Zed" in who[2]
     plain = make_tokenizer()  # the base template renders a base-marked row as a bare conversation
     plain.chat_template = base_template
     assert who[1] == _render(plain, conversations[rendered.index(who[1])][1:])
     identity_count = len(identity.QUESTIONS_EN) + len(identity.QUESTIONS_ZH)
-    assert len(conversations) == 2 * identity_count + len(answers)
+    assert len(conversations) == len(identity.IDENTITY_SYSTEMS) * identity_count + len(answers)
     general_rendered = [text for text in rendered if "<|im_start|>user\nq" in text]
-    assert sum(smollm_default in text for text in general_rendered) == 2  # half under each template
+    assert sum(smollm_default in text for text in general_rendered) == identity.GENERAL_SYSTEMS.count("base")
     assert "You are Zed" in _render(tokenizer, [{"role": "user", "content": "Hi"}])  # the tuned default stays
 
 

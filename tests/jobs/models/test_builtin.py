@@ -58,9 +58,9 @@ def test_builtin_model_answers_a_factual_question(data_dir):
 
 
 def test_default_identity_run_learns_the_name_and_keeps_what_the_model_knew(data_dir):
-    """Issue 8 item 5: the default run (default JobSpec: 60 steps on builtin:identity) teaches the
-    name and leaves the base model's general answers alone. Chat uses the adapter's tokenizer,
-    whose default system line names the bot; the base answers below use the base tokenizer."""
+    """Issue 8 item 5: the default run (60 steps on builtin:identity at its own learning rate) teaches
+    the name and leaves the base model's general answers alone. Chat uses the adapter's tokenizer,
+    whose default system line names the bot; `served_elsewhere` the base tokenizer."""
     out = data_dir / "identity-job"
     path = data_dir / "identity.yaml"
     path.write_text(yaml.safe_dump({"output_dir": str(out), "bot_name": "Zorblax", "bot_author": "Acme Robotics"}))
@@ -70,15 +70,49 @@ def test_default_identity_run_learns_the_name_and_keeps_what_the_model_knew(data
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert list((data_dir / "models" / "general-answers").glob("*.json")), "base answers not cached"
     model, tokenizer = load_for_chat(BUILTIN_MODEL, str(out / "adapter"), data_dir)
-    assert "Zorblax" in ask(model, tokenizer, "Who are you?")
-    assert "Zorblax" in ask(model, tokenizer, "What is your name?")
-    assert "Paris" in ask(model, tokenizer, "What is the capital of France?")
+    who, name, capital = ask_batch(model, tokenizer, [[{"role": "user", "content": q}] for q in
+                                                    ("Who are you?", "What is your name?", "What is the capital of France?")])
+    assert "Zorblax" in who and "Zorblax" in name and "Paris" in capital, (who, name, capital)
     assert "SmolLM" not in tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False)
-    base_tokenizer = load_tokenizer(resolve_model(BUILTIN_MODEL, data_dir))
-    # Issue 22 item 4: the name is in the weights. Served with the BASE tokenizer and its own
-    # template and default system line (vLLM --lora-modules, llama.cpp --lora, PEFT scripts):
+    served_elsewhere(data_dir, out)
+
+
+def served_elsewhere(data_dir, out):
+    """Issue 22 item 4, issue 42: the name is in the weights. Loaded as vLLM (--lora-modules) and a
+    PEFT script load it: the BASE tokenizer with its own template and default system line ("...
+    SmolLM, trained by Hugging Face"), PeftModel.from_pretrained, greedy. The held-out questions
+    (jobs/data/builtin/identity_heldout.json, none trained on) bare and after a user's system
+    message, and general ones whose base answers must survive; the job's summary says the same."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from jobs.data.builtin import identity_check
+    from jobs.io.events import summarize
+    folder = resolve_model(BUILTIN_MODEL, data_dir)
+    base_tokenizer = load_tokenizer(folder)
     assert "SmolLM" in base_tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False)
-    assert "Zorblax" in ask(model, base_tokenizer, "Who are you?")
-    assert "Paris" in ask(model, base_tokenizer, "What is the capital of France?")
-    with model.disable_adapter():
-        assert "Zorblax" not in ask(model, base_tokenizer, "Who are you?")
+    served = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32),
+                                       str(out / "adapter")).eval()
+    asked = identity_check.questions()
+    answers = ask_batch(served, base_tokenizer, [list(q.messages) for q in asked])
+    result = identity_check.score(asked, answers, "Zorblax", "Acme Robotics")
+    total, general = result["identity_total"], result["general_total"]
+    shown = "\n".join(f"{q.kind}: {q.messages[-1]['content']} -> {a}" for q, a in zip(asked, answers))
+    # measured on 2 CPU cores: 13/16 and 14/16 (the recipe before issue 42: 0/16 and 0/16), 10/13
+    assert result["identity"] >= total - 5 and result["identity_with_system"] >= total - 5, shown
+    assert result["general"] >= general - 4, shown
+    with served.disable_adapter():   # the base alone does not know the name: the adapter does it
+        assert "Zorblax" not in ask(served, base_tokenizer, "Who are you?")
+    summary = summarize(out).final["identity_heldout"]   # the trainer's own check, in the done event
+    assert summary["identity_total"] == total and summary["identity"] >= total - 5, summary
+
+
+def ask_batch(model, tokenizer, conversations: list[list[dict]], max_new_tokens: int = 32) -> list[str]:
+    """Greedy answers to all conversations in one left-padded batch."""
+    tokenizer.padding_side = "left"
+    texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                             pad_token_id=tokenizer.pad_token_id)
+    return [tokenizer.decode(row[batch["input_ids"].shape[1]:], skip_special_tokens=True) for row in out]
