@@ -7,8 +7,8 @@ from contextlib import closing
 from tests.e2e.browser import new_context
 from tests.e2e.studio_page import command_has, open_studio, pick_option, set_text
 
-TABS_ZH = ["训练", "任务", "对比", "导出", "对话"]
-TABS_EN = ["Train", "Jobs", "Compare", "Export", "Chat"]
+TABS_ZH = ["训练", "任务", "对比", "导出", "对话", "评测"]
+TABS_EN = ["Train", "Jobs", "Compare", "Export", "Chat", "Evaluate"]
 
 
 def tab_names(page) -> list[str]:

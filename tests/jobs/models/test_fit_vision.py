@@ -199,8 +199,10 @@ def test_the_prediction_against_the_vision_benchs_measured_peak():
     (row,) = [r for r in map(json.loads, (ROOT / "bench" / "results" / "vision.jsonl").read_text().splitlines())
               if r.get("stack") == "fusetune" and r.get("packing", "off") == "off"
               and r.get("checkpointing", "auto") == "auto" and not r.get("measurement_note")]
-    tokens, patches = bench_rows_longest()
-    assert (tokens, patches) == (1667, 3996)
+    # the row as the bench ran it: 1,667 tokens. tests/tiny.py's tokenizer is trained on the identity
+    # rows, so a change of those (issue 42) re-splits the rows' words; the images' patches stay
+    tokens, (_, patches) = 1667, bench_rows_longest()
+    assert patches == 3996
     kwargs = dict(free_bytes=140 * GIB, total_bytes=H200_BYTES)
     bench = dict(gradient_checkpointing="auto", packing="off")
     like_for_like = fit.estimate_peak(vl_spec(max_seq_length=tokens, **bench), seven_b(), **kwargs)
