@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +14,11 @@ import yaml
 
 from jobs.io.layout import JobLayout
 from jobs.messages import say
-from jobs.spec import SpecError, _check_bounds, _check_dataset_path, _parse_rewards
+from jobs.spec import SpecError, _check_bounds, _check_dataset_path, _f, _parse_rewards  # _f: the same field helper as JobSpec
 from jobs.yaml_bounded import load_config_yaml
 
 TEXT_METRICS = ("exact_match", "rouge_l", "bleu", "chrf")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-def _f(default: Any, help: str, **extra: Any) -> Any:
-    meta = {"help": help, **extra}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 @dataclass
