@@ -30,8 +30,8 @@ import numpy as np
 
 from jobs.messages import say
 from jobs.data import encode, first_rows
-from jobs.data.dataset import Problems, Rows, _kind, detect_format, load_conversations, to_conversations
-from jobs.data.readers import Problem, iter_rows, max_row_bytes
+from jobs.data.dataset import Problems, Rows, detect_format, load_conversations, object_rows, to_conversations
+from jobs.data.readers import max_row_bytes
 from jobs.data.encode import DataError, Example
 from jobs.data.fast_template import Encoder
 from jobs.io import paths, phases
@@ -252,15 +252,7 @@ def _pool(workers: int, tokenizer, max_length: int):
 def conversation_chunks(path: Path, spec: JobSpec, problems: Problems, counts: dict):
     """Lists of up to CHUNK_ROWS conversations, in file order; bad rows go to `problems`."""
     fmt, chunk = spec.dataset_format, Rows(name=path.name)
-    for item in iter_rows(path):
-        counts["rows"] += 1
-        if isinstance(item, Problem):
-            problems.add(item.message, item.number)
-            continue
-        number, value, where = item
-        if not isinstance(value, dict):
-            problems.add(say("row_not_object", where=where, kind=_kind(value)), number)
-            continue
+    for number, value, where in object_rows(path, problems, counts):
         if fmt == "auto":
             fmt = detect_format([value])
         chunk.append(value)

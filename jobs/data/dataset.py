@@ -94,6 +94,21 @@ def scan_rows(reference: str, limit: int | None = None, first: int | None = None
     return rows, problems
 
 
+def object_rows(path, problems: "Problems", counts: dict):
+    """(number, value, where) of each row of `path` that is a JSON object, in file order; any other
+    row's problem goes to `problems`. counts["rows"] counts every row read, bad ones too."""
+    for item in iter_rows(path):
+        counts["rows"] += 1
+        if isinstance(item, Problem):
+            problems.add(item.message, item.number)
+            continue
+        number, value, where = item
+        if not isinstance(value, dict):
+            problems.add(say("row_not_object", where=where, kind=_kind(value)), number)
+            continue
+        yield number, value, where
+
+
 def _kind(value: Any) -> str:
     kinds = {list: "kind_list", str: "kind_string", type(None): "kind_null", bool: "kind_bool"}
     if type(value) in kinds:

@@ -17,9 +17,8 @@ import random
 from pathlib import Path
 
 from jobs.data import encode
-from jobs.data.dataset import Problems, Rows, _kind, detect_format, to_conversations
+from jobs.data.dataset import Problems, Rows, detect_format, object_rows, to_conversations
 from jobs.data.encode import DataError
-from jobs.data.readers import Problem, iter_rows
 from jobs.io import phases
 from jobs.messages import say
 from jobs.spec import JobSpec
@@ -76,16 +75,8 @@ def sampled_examples(path: Path, spec: JobSpec, tokenizer, needed: int, total_ro
 def _read_checked(path: Path, fmt: str, wanted: set[int], total_rows: int) -> tuple[Rows, Problems, str, int]:
     """(the wanted rows, every bad row's problem, the format, rows read): every row converted once."""
     phases.report(phases.TOKENIZING, 0, total_rows, "rows")
-    problems, picked, chunk, rows = Problems(), Rows(name=path.name), Rows(name=path.name), 0
-    for item in iter_rows(path):
-        rows += 1
-        if isinstance(item, Problem):
-            problems.add(item.message, item.number)
-            continue
-        number, value, where = item
-        if not isinstance(value, dict):
-            problems.add(say("row_not_object", where=where, kind=_kind(value)), number)
-            continue
+    problems, picked, chunk, counts = Problems(), Rows(name=path.name), Rows(name=path.name), {"rows": 0}
+    for number, value, where in object_rows(path, problems, counts):
         if fmt == "auto":
             fmt = detect_format([value])
         for rows_of in (chunk, picked) if number in wanted else (chunk,):
@@ -95,8 +86,8 @@ def _read_checked(path: Path, fmt: str, wanted: set[int], total_rows: int) -> tu
         if len(chunk) >= CHUNK_ROWS:
             to_conversations(chunk, fmt, problems)   # checked; only the sample is kept
             chunk = Rows(name=path.name)
-            phases.report(phases.TOKENIZING, rows, total_rows, "rows")
+            phases.report(phases.TOKENIZING, counts["rows"], total_rows, "rows")
     if chunk:
         to_conversations(chunk, fmt, problems)
-    return picked, problems, fmt, rows
+    return picked, problems, fmt, counts["rows"]
 
