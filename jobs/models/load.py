@@ -99,8 +99,13 @@ def load_tokenizer(source: str):
     return tokenizer
 
 
-def load_base_model(source: str, dtype: torch.dtype, device: torch.device, load_in_4bit: bool = False):
-    """A causal LM, or for a vision-language model (jobs/models/vision.py) the image-text model."""
+def load_base_model(source: str, dtype: torch.dtype, device: torch.device, load_in_4bit: bool = False,
+                    sharded: bool = False):
+    """A causal LM, or for a vision-language model (jobs/models/vision.py) the image-text model.
+
+    `sharded` (a 4-bit base FSDP2 will split): the packed NF4 codes are stored in `dtype`, not uint8,
+    as Answer.AI's FSDP-QLoRA does (`bnb_4bit_quant_storage`): FSDP2 makes each shard an
+    `nn.Parameter`, which torch 2.11 refuses for an integer tensor (seen on the H200)."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
     config = load_config(source)
     reason = vision.refusal(config)
@@ -112,7 +117,7 @@ def load_base_model(source: str, dtype: torch.dtype, device: torch.device, load_
         from transformers import BitsAndBytesConfig
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=dtype)
+            bnb_4bit_compute_dtype=dtype, **({"bnb_4bit_quant_storage": dtype} if sharded else {}))
         kwargs["device_map"] = {"": device.index or 0} if device.type == "cuda" else {"": "cpu"}
     try:
         model = auto_class.from_pretrained(source, **kwargs)

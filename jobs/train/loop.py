@@ -90,7 +90,8 @@ class Trainer:
         self.log(f"loading {self.source} on {self.device} as {self.dtype}"
                  + (" with 4-bit NF4 base weights" if spec.load_in_4bit else ""))
         phases.report(phases.LOADING)
-        base = models.load_base_model(self.source, self.dtype, sharding.load_device(self), spec.load_in_4bit)
+        base = models.load_base_model(self.source, self.dtype, sharding.load_device(self), spec.load_in_4bit,
+                                         sharded=self.sharded)
         base.config.use_cache = False
         self.model = models.add_lora(base, spec)
         # counted once, here: the budget plan (_accelerate) and GRPO's policy passes (plan_batches)

@@ -86,3 +86,14 @@ def test_the_chat_adapter_list_follows_the_tab_and_the_jobs_table(built):
                 for target, event in d["targets"] if target in components
                 if "ft-chat-adapter" in [components[o]["props"].get("elem_id") for o in d["outputs"]]]
     assert ("state", "change") in triggers and ("tabitem", "select") in triggers, triggers
+
+
+def test_where_the_engine_runs_the_page_starts_with_it_on(tmp_path):
+    """Issue 42's GPU defaults: on a machine whose GPU runs the Triton engine the checkbox starts ticked
+    (the JobSpec/YAML default stays off); where it cannot run, it is off and disabled (test above)."""
+    from studio import form, train_tab
+    ctx = StudioContext(data_dir=tmp_path, runner=None)
+    ctx.fused_kernels = lambda: (True, "Triton kernels available on NVIDIA H200.")
+    widget = next(w for w in form.field_widgets() if w.name == "fused_kernels")
+    box = train_tab._component(ctx, widget)
+    assert box.value is True and box.interactive is not False
