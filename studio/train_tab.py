@@ -117,16 +117,11 @@ def _component(ctx: StudioContext, widget: form.FieldWidget) -> gr.components.Co
     common = {"label": widget.label("en"), "info": widget.info("en"), "elem_id": f"ft-field-{widget.name}"}
     if _unavailable(ctx, widget.name):
         return gr.Checkbox(value=False, interactive=False, **common)
-    if widget.name == "fused_kernels":
-        # where the engine runs (a CUDA GPU with Triton), the page starts with it on: it is what the studio
-        # is for, and a GPU user left on the PyTorch path trains ~2-3x slower (bench/results/job.jsonl, (a)
-        # against (b)). The YAML/CLI default stays off, so a config file means the same on every machine.
-        return gr.Checkbox(value=True, **common)
     if widget.kind == "dropdown":
         return gr.Dropdown(choices=list(widget.choices), value=widget.default,
                            allow_custom_value=widget.allow_custom, **common)
-    if widget.kind == "checkbox":
-        return gr.Checkbox(value=widget.default, **common)
+    if widget.kind == "checkbox":   # the fused engine starts on where it runs (the YAML default stays off)
+        return gr.Checkbox(value=widget.default or widget.name == "fused_kernels", **common)
     # Numbers are text boxes parsed by form.parse_number: a number widget would coerce "abc" or a
     # blank to its previous value without a word, and 2.5 to 2 in an integer field.
     value = form.number_text(widget.default) if widget.kind in form.NUMBER_KINDS else str(widget.default)
