@@ -207,6 +207,8 @@ def main(argv: list[str] | None = None) -> None:
     use_allowed_dirs(args.allow_dir)  # the studio's read policy (jobs/checks/access.py) picks them up
     trust_proxies(args.trusted_proxy)  # whose X-Forwarded-For the login throttle believes (studio/login_guard.py)
     cluster = check_cluster(args.cluster)  # the Ray cluster the Jobs tab shows (studio/cluster_view.py)
+    if cluster:  # the one dashboard a cluster token goes to, here and in the jobs (jobs/io/cluster_auth.py)
+        os.environ["FUSETUNE_CLUSTER"] = cluster
     if args.allow_reward_code:
         os.environ[ALLOW_REWARD_CODE_ENV] = "1"
     os.umask(PRIVATE_UMASK)  # uploads, jobs and caches are the user's alone (0600 files, 0700 folders)

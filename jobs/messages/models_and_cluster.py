@@ -66,6 +66,16 @@ MESSAGES: dict[str, str] = {
                          "(here and on the cluster's nodes)",
     "cluster_unreachable": "cannot reach the Ray cluster at {address} ({detail}): check that its head node runs "
                            "(ray start --head --dashboard-host 0.0.0.0) and that this is its dashboard's address",
+    # a dashboard with token authentication (jobs/io/cluster_auth.py): 401 without a token, 403 for a wrong one
+    "cluster_needs_token": "the Ray cluster at {address} needs a token ({detail}): set FUSETUNE_CLUSTER_TOKEN to "
+                           "the cluster's token (`ray get-auth-token` on its head node prints it) where the studio "
+                           "runs, or RAY_AUTH_MODE=token there to send Ray's own (RAY_AUTH_TOKEN or ~/.ray/auth_token)",
+    "cluster_token_refused": "the Ray cluster at {address} refused the token from {source} ({detail}): set "
+                             "FUSETUNE_CLUSTER_TOKEN to the cluster's token (`ray get-auth-token` on its head node "
+                             "prints it) where the studio runs",
+    "cluster_token_elsewhere": "the Ray cluster at {address} needs a token ({detail}), and this studio sends its "
+                               "token only to its own cluster, {cluster}: start the studio with this address as "
+                               "--cluster (or FUSETUNE_CLUSTER) to use it",
     "cluster_too_small": "the Ray cluster has {have} {resource} in all, and the job asks for {need} "
                          "(workers x {per_worker} each): lower workers or add nodes",
     "worker_died": "worker {rank} (pid {pid}) on node {node} died at step {step}: {detail}; the last checkpoint "

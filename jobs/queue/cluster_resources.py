@@ -12,6 +12,9 @@ connection to the cluster's GCS:
 - `GET /api/jobs/`: the Jobs API's jobs (`ray job list`), with the `fusetune_job` metadata that
   jobs/train/cluster.py attaches: the job folder, where the job's files are.
 
+A dashboard with token authentication (Ray >= 2.52, `RAY_AUTH_MODE=token`) gets the operator's token
+as a bearer header (jobs/io/cluster_auth.py); its 401 or 403 is said as "needs a token: set ...".
+
 `ClusterReader` is the small interface the queue (jobs/queue/cluster_queue.py) and the Jobs tab's
 cluster panel read through, so that tests can hand in a fake; `CachedReader` keeps one reading per
 address for a few seconds, however many pages and queue passes ask."""
@@ -25,6 +28,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from jobs.io.cluster_auth import auth_headers, token_refusal
 from jobs.messages import say
 
 TIMEOUT_S = 3.0     # a dashboard that does not answer in this long is reported as unreachable
@@ -117,6 +121,8 @@ class DashboardReader:
     def _get(self, address: str, url: str) -> Any:
         try:
             return self._fetch(url, self.timeout_s)
+        except urllib.error.HTTPError as exc:
+            raise ClusterUnreachable(_refusal(address.strip(), exc)) from None
         except (OSError, ValueError) as exc:   # URLError, a timeout, a refused connection, not JSON
             raise ClusterUnreachable(say("cluster_unreachable", address=address.strip(), detail=_detail(exc))) from None
 
@@ -210,9 +216,16 @@ def parse_jobs(jobs: list) -> tuple[ClusterJob, ...]:
 
 
 def _get_json(url: str, timeout_s: float) -> Any:
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    request = urllib.request.Request(url, headers={"Accept": "application/json", **auth_headers(url)})
     with urllib.request.urlopen(request, timeout=timeout_s) as answer:   # noqa: S310 (the operator's address)
         return json.loads(answer.read().decode("utf-8"))
+
+
+def _refusal(address: str, exc: urllib.error.HTTPError) -> str:
+    """What a dashboard's HTTP error means for people: a token to set (401/403), else unreachable."""
+    if exc.code in (401, 403):
+        return token_refusal(address, _detail(exc))
+    return say("cluster_unreachable", address=address, detail=_detail(exc))
 
 
 def _detail(exc: BaseException) -> str:

@@ -13,6 +13,11 @@ worker watches; they agree on a step, save and exit like a local job's ranks. On
 ended after STOP_GRACE_S is the Ray job stopped outright (`stop_job`). (LLaMA-Factory's `USE_RAY=1`
 and Axolotl run their trainers on Ray Train the same way; the Jobs API is Ray's own `ray job submit`.)
 
+A dashboard with token authentication (Ray >= 2.52) gets the operator's token as the client's bearer
+header (jobs/io/cluster_auth.py: FUSETUNE_CLUSTER_TOKEN, or Ray's own under RAY_AUTH_MODE=token), on
+every request the client makes: submit, status, the log tail, stop. It is never put in the job's
+runtime env, its config or its log.
+
 Ray is optional (requirements-cluster.txt): it is imported here, in functions, only for a cluster job."""
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ import threading
 import time
 from pathlib import Path
 
+from jobs.io.cluster_auth import auth_headers, token_refusal
 from jobs.io.events import EventWriter, read_events
 from jobs.io.layout import JobLayout
 from jobs.io.storage import make_private_dir, write_private_text
@@ -63,7 +69,7 @@ def submit_and_follow(spec: JobSpec, layout: JobLayout, data_dir: Path) -> int:
     """Submit the job in `layout` (its config written with absolute paths), follow it to its end and
     return its exit code; every refusal is one line on stderr and an error event."""
     try:
-        from ray.job_submission import JobSubmissionClient
+        import ray.job_submission  # noqa: F401 (is Ray installed here?)
     except ImportError:
         return _refuse(layout, say("ray_not_installed"), EXIT_CONFIG, "config")
     layout = JobLayout(layout.root.resolve())   # the workers see the folder by this path
@@ -72,19 +78,34 @@ def submit_and_follow(spec: JobSpec, layout: JobLayout, data_dir: Path) -> int:
     layout.stop_workers.unlink(missing_ok=True)  # an old cancel's request must not stop this run
     make_private_dir(layout.ray)
     try:
-        client = JobSubmissionClient(spec.cluster)
+        client = connect(spec.cluster)
         began = time.time()
         job_id = client.submit_job(entrypoint=entrypoint(layout, Path(data_dir).resolve()),
                                    submission_id=_submission_id(layout), runtime_env=runtime_env(dict(os.environ)),
                                    metadata={"fusetune_job": str(layout.root)})
     except Exception as exc:  # ConnectionError, RuntimeError from the dashboard, a refused runtime env
-        detail = _first_line(exc)
-        return _refuse(layout, say("cluster_unreachable", address=spec.cluster, detail=detail), EXIT_FAILED, "config")
+        return _refuse(layout, _unreachable(spec.cluster, exc), EXIT_FAILED, "config")
     write_private_text(layout.ray / "submission_id", job_id)
     print(f"fusetune: submitted Ray job {job_id} to {spec.cluster}: {spec.workers} worker(s), "
           f"{spec.gpus_per_worker} GPU(s) each; job folder {layout.root}", flush=True)
     cancelled = _follow(client, job_id, layout)
     return _outcome(client.get_job_info(job_id), layout, began, cancelled)
+
+
+def connect(address: str):
+    """A Jobs API client of the dashboard at `address`, sending the operator's token when there is one
+    (without one, Ray's client still sends its own under RAY_AUTH_MODE=token)."""
+    from ray.job_submission import JobSubmissionClient
+    return JobSubmissionClient(address, headers=auth_headers(address) or None)
+
+
+def _unreachable(address: str, exc: BaseException) -> str:
+    """Why the dashboard refused the client: a token to set (Ray's AuthenticationError: a 401 or 403), else
+    it could not be reached."""
+    from ray.exceptions import AuthenticationError
+    if isinstance(exc, AuthenticationError):
+        return token_refusal(address, _first_line(exc))
+    return say("cluster_unreachable", address=address, detail=_first_line(exc))
 
 
 def _submission_id(layout: JobLayout) -> str:

@@ -3,8 +3,10 @@
 Ray Train sets the same environment torchrun gives a rank (RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR/PORT) and has already joined the process group (gloo on CPUs, NCCL
 on GPUs), so the worker runs the very rank a local data-parallel job runs (`cli._run`, with
-jobs/train/distributed.py's DDP); rank 0 writes the events, checkpoints and adapter into the job
-folder, which every node sees at the same path.
+jobs/train/distributed.py's DDP, or FSDP2 with `sharding: fsdp`: jobs/train/sharding.py's
+`init_device_mesh` lays its one-dimensional mesh over the world group Ray made, so nothing differs
+here); rank 0 writes the events, checkpoints and adapter into the job folder, which every node sees
+at the same path.
 
 Each worker records in the folder's ray/ where it runs (node, pid) and how it ended, so that the
 driver can name the worker and node of a failure. A worker cannot be sent a signal (it trains in a

@@ -46,6 +46,22 @@ def test_the_panel_speaks_chinese_and_names_an_unreachable_cluster(tmp_path):
     assert "--cluster ADDRESS" in panel_html(ctx, "  ", "en")
 
 
+def test_a_cluster_that_demands_a_token_says_what_to_set_and_shows_once_it_is_set(tmp_path, monkeypatch):
+    """A dashboard under Ray's token auth answers the panel 401: one sentence naming the setting, in either
+    language; with FUSETUNE_CLUSTER_TOKEN set (the studio's environment) the same panel shows the cluster."""
+    for name in ("FUSETUNE_CLUSTER_TOKEN", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    ctx = context(tmp_path, [OURS])
+    with dashboard(token="s3cret-token") as (address, _):
+        refused = panel_html(ctx, address, "en", fresh=True)
+        assert f"the Ray cluster at {address} needs a token (HTTP 401 Unauthorized): set FUSETUNE_CLUSTER_TOKEN" \
+            in refused and "ft-error" in refused and "Traceback" not in refused
+        assert f"位于 {address} 的 Ray 集群需要令牌" in panel_html(ctx, address, "zh-CN", fresh=True)
+        monkeypatch.setenv("FUSETUNE_CLUSTER_TOKEN", "s3cret-token")
+        shown = panel_html(ctx, address, "en", fresh=True)
+    assert f"{address}: 2 of 3 nodes alive" in shown and "s3cret-token" not in shown + refused
+
+
 def test_the_shown_cluster_is_the_studios_else_the_newest_cluster_jobs(tmp_path):
     assert default_address(context(tmp_path, [OURS], cluster="http://studio:8265")) == "http://studio:8265"
     assert default_address(context(tmp_path, [OURS])) == "http://head:8265"

@@ -5,6 +5,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from jobs.io.gpus import Placement, Wait
 from jobs.queue.cluster_queue import SETTLE_S, ClusterQueue
 from jobs.queue.cluster_resources import (Amount, CachedReader, ClusterNode, ClusterUnreachable, ClusterView,
@@ -55,6 +57,35 @@ def test_an_unreachable_cluster_is_named_with_the_reason():
         assert "Connection refused" in str(exc) and "ray start --head" in str(exc)
     else:
         raise AssertionError("a closed port was read")
+
+
+def _no_token(monkeypatch):
+    for name in ("FUSETUNE_CLUSTER_TOKEN", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_a_dashboard_with_token_auth_is_read_with_the_operators_token_and_refusals_say_what_to_set(monkeypatch):
+    """Ray's token auth (RAY_AUTH_MODE=token): without a token the dashboard answers 401 and the reading says
+    the cluster needs one and where to set it; with FUSETUNE_CLUSTER_TOKEN every endpoint gets it as a bearer
+    header; a wrong one (403) is named by where it came from, never shown."""
+    _no_token(monkeypatch)
+    seen = []
+    with dashboard(token="s3cret-token", seen=seen) as (address, _):
+        with pytest.raises(ClusterUnreachable) as refused:
+            DashboardReader().read(address)
+        assert str(refused.value).startswith(f"the Ray cluster at {address} needs a token (HTTP 401 Unauthorized): "
+                                             "set FUSETUNE_CLUSTER_TOKEN to the cluster's token")
+        monkeypatch.setenv("FUSETUNE_CLUSTER_TOKEN", "wrong")
+        with pytest.raises(ClusterUnreachable) as refused:
+            DashboardReader().read(address)
+        assert "refused the token from FUSETUNE_CLUSTER_TOKEN (HTTP 403 Forbidden)" in str(refused.value)
+        assert "wrong" not in str(refused.value)
+        monkeypatch.setenv("FUSETUNE_CLUSTER_TOKEN", "s3cret-token")
+        seen.clear()
+        view = DashboardReader().read(address)
+    assert len(view.nodes) == 3 and view.jobs[0].status == "RUNNING"
+    assert seen == [("GET", path, "Bearer s3cret-token") for path in ("/api/v0/nodes?detail=1", "/api/cluster_status",
+                                                                      "/api/jobs/")]
 
 
 class FakeReader:

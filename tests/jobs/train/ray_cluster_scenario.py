@@ -27,20 +27,22 @@ from tests.conftest import ROOT
 DASHBOARD_PORT = 8265  # a namespace of its own: every port is free
 
 
-def start_cluster(attempts: int = 2):
+def start_cluster(attempts: int = 3):
     """A head (it runs the Ray jobs' drivers: no CPU asked) and two worker nodes; each job's workers are
-    spread over the two. Tried twice: a raylet must register within Ray's fixed 30 s, which a loaded
-    CI machine can miss."""
+    spread over the two. Returns the cluster and its dashboard's address. Tried up to three times: a
+    raylet must register within Ray's fixed 30 s, which a loaded CI machine can miss; each try takes
+    other ports, since a failed try's dashboard may still hold its port while it exits (seen at load 20
+    on 2 cores: "Failed to bind to 127.0.0.1:8265 because it's already occupied")."""
     from ray.cluster_utils import Cluster
     for attempt in range(attempts):
-        cluster = Cluster()
+        cluster, shift = Cluster(), 10 * attempt
         try:
-            cluster.add_node(num_cpus=0, include_dashboard=True, dashboard_port=DASHBOARD_PORT,
-                             dashboard_agent_listen_port=52365)
+            cluster.add_node(num_cpus=0, include_dashboard=True, dashboard_port=DASHBOARD_PORT + shift,
+                             dashboard_agent_listen_port=52365 + shift)
             for index in range(2):  # each node on one machine needs its own agent port
-                cluster.add_node(num_cpus=3, dashboard_agent_listen_port=52366 + index)
+                cluster.add_node(num_cpus=3, dashboard_agent_listen_port=52366 + shift + index)
             cluster.wait_for_nodes()
-            return cluster
+            return cluster, f"http://127.0.0.1:{DASHBOARD_PORT + shift}"
         except Exception:
             cluster.shutdown()
             if attempt == attempts - 1:
@@ -109,10 +111,9 @@ def main(plan_path: str) -> None:
     parallel = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 for argv in plan.get("parallel", [])]
     began = time.monotonic()
-    cluster = start_cluster()
+    cluster, address = start_cluster()
     results: dict = {"cluster": {"seconds": time.monotonic() - began}}
     try:
-        address = f"http://127.0.0.1:{DASHBOARD_PORT}"
         def one(spec: dict) -> None:
             results[spec["name"]] = (run_queued if "config" in spec else run)(spec, address)
             if "then" in spec:  # a run that needs this one's folder (a resume)

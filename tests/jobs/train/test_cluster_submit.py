@@ -11,6 +11,7 @@ from jobs.io import gpus
 from jobs.io.events import summarize
 from jobs.spec import JobSpec, SpecError
 from jobs.train import cli
+from tests.jobs.fake_ray import dashboard
 
 with contextlib.suppress(ImportError):  # imported before the CLI's log tee: Ray's colorama keeps the stream it saw
     import ray.job_submission  # noqa: F401
@@ -59,6 +60,55 @@ def test_an_unreachable_cluster_fails_at_once_naming_the_address(tmp_path, capsy
     final = summarize(tmp_path / "job").final
     assert final["kind"] == "config" and "ray start --head" in final["message"]
     assert "cannot reach the Ray cluster" in (tmp_path / "job" / "train.log").read_text()
+
+
+TOKEN = "s3cret-token"
+VERSION = {"/api/version": {"version": "4", "ray_version": "2.60.0", "ray_commit": "0" * 40, "session_name": "s"}}
+
+
+def _token_env(monkeypatch, value=None):
+    for name in ("FUSETUNE_CLUSTER_TOKEN", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    if value is not None:
+        monkeypatch.setenv("FUSETUNE_CLUSTER_TOKEN", value)
+
+
+def test_the_jobs_api_client_sends_the_operators_token_on_every_request(monkeypatch):
+    """A dashboard under Ray's token auth (a stand-in demanding the bearer token): the Jobs API client of a
+    cluster job sends FUSETUNE_CLUSTER_TOKEN on the version check, a stop and a logs read (and, by the
+    same headers, on submit, status and the log tail)."""
+    pytest.importorskip("ray", reason="Ray is an optional extra: pip install -r requirements-cluster.txt")
+    from jobs.train.cluster import connect
+    _token_env(monkeypatch, TOKEN)
+    answers = {**VERSION, "/api/jobs/fusetune-x/stop": {"stopped": True}, "/api/jobs/fusetune-x/logs": {"logs": "step 1\n"}}
+    seen = []
+    with dashboard(answers, token=TOKEN, seen=seen) as (address, _):
+        client = connect(address)
+        assert client.stop_job("fusetune-x") is True and client.get_job_logs("fusetune-x") == "step 1\n"
+    assert {(method, path) for method, path, _ in seen} == {
+        ("GET", "/api/version"), ("POST", "/api/jobs/fusetune-x/stop"), ("GET", "/api/jobs/fusetune-x/logs")}
+    assert {header for *_, header in seen} == {f"Bearer {TOKEN}"}
+
+
+@pytest.mark.parametrize("given, words", [
+    (None, "needs a token (AuthenticationError: Authentication required: Unauthorized: Missing authentication "
+           "token): set FUSETUNE_CLUSTER_TOKEN to the cluster's token"),
+    ("wrong-token", "refused the token from FUSETUNE_CLUSTER_TOKEN (AuthenticationError: Authentication failed: "
+                    "Forbidden: Invalid authentication token)")])
+def test_a_cluster_that_demands_a_token_refuses_the_job_saying_what_to_set(tmp_path, capsys, in_process_cli,
+                                                                             monkeypatch, given, words):
+    """Without the token (or with a wrong one) the job fails at once with one line saying what to set; the
+    token is never written into the job folder."""
+    pytest.importorskip("ray", reason="Ray is an optional extra: pip install -r requirements-cluster.txt")
+    _token_env(monkeypatch, given)
+    with dashboard(VERSION, token=TOKEN) as (address, _):
+        code = cli.main([str(_config(tmp_path, cluster=address)), "--data-dir", str(tmp_path / "data")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err[-1].startswith(f"fusetune: the Ray cluster at {address} {words}"), err
+    final = summarize(tmp_path / "job").final
+    assert final["kind"] == "config" and words in final["message"]
+    written = "".join(p.read_text(errors="replace") for p in (tmp_path / "job").rglob("*") if p.is_file())
+    assert "token" in written and "wrong-token" not in written and TOKEN not in written
 
 
 def test_the_queue_places_a_cluster_job_on_no_gpu_of_this_machine(tmp_path):

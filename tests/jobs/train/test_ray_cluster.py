@@ -1,6 +1,7 @@
 """Jobs on a Ray cluster (jobs/train/cluster.py, ray_driver.py, ray_worker.py), on CPU: a local cluster of a
 head and two three-CPU worker nodes (ray.cluster_utils.Cluster), jobs submitted by `python -m jobs.train`
-through the Ray Jobs API and trained by Ray Train across two gloo workers.
+through the Ray Jobs API and trained by Ray Train across two gloo workers (DDP, and FSDP2 with
+`sharding: fsdp`).
 
 Ray binds the machine's network address even when given 127.0.0.1, so the cluster and its jobs run
 inside a network namespace of their own with only loopback up (`unshare -n`, as root, as CI runs):
@@ -25,7 +26,7 @@ from tests.conftest import ROOT
 from tests.jobs.train.test_distributed import assert_same_training, write_config
 
 pytest.importorskip("ray", reason="Ray is an optional extra: pip install -r requirements-cluster.txt")
-pytestmark = pytest.mark.slow  # a cluster and three jobs: a minute or two alone, more on a loaded machine
+pytestmark = pytest.mark.slow  # a cluster and four jobs: a minute or two alone, more on a loaded machine
 
 
 def _namespace_problem() -> str | None:
@@ -66,7 +67,10 @@ def cluster_runs(tmp_path_factory, tiny_model):
     killed = write_config(tmp, "killed", tiny_model, max_steps=100000, learning_rate=1e-3, save_steps=2)
     plan = {"results": str(tmp / "results.json"),
             "parallel": [_cli(two, "--output_dir", tmp / "one", "--batch_size", 4, "--data-dir", data)],
-            "runs": [{"name": "two", "argv": _on_cluster(two, data)},
+            "runs": [{"name": "two", "argv": _on_cluster(two, data), "job": str(tmp / "two"),
+                      # FSDP2 between the same two workers, after the DDP job: its workers' CPUs are free again
+                      "then": {"name": "fsdp", "argv": _on_cluster(two, data, "--output_dir", tmp / "fsdp",
+                                                                   "--sharding", "fsdp")}},
                      {"name": "cancel", "config": {**queued, "output_dir": "", "workers": 2, "gpus_per_worker": 0},
                       "data_dir": str(tmp / "studio"), "stop_after_steps": 2},
                      {"name": "killed", "argv": _on_cluster(killed, data), "job": str(tmp / "killed"),
@@ -108,6 +112,22 @@ def test_a_job_on_two_ray_workers_trains_like_one_process(cluster_runs):
     log = (tmp / "two" / "train.log").read_text()
     assert "submitted Ray job fusetune-two-" in log and "RayTrainWorker" in log and "\x1b[" not in log  # the workers' lines, without Ray's colours
     assert yaml.safe_load((tmp / "two" / "config.yaml").read_text())["workers"] == 2
+
+
+def test_fsdp_between_two_ray_workers_trains_like_one_process(cluster_runs):
+    """sharding fsdp on the same two gloo workers: FSDP2 over the process group Ray Train made, each worker
+    holding half of every layer, gives the one process's losses and adapter (in the same PEFT files)."""
+    results, tmp = cluster_runs
+    fsdp = results["fsdp"]
+    assert fsdp["rc"] == 0, fsdp["output"]
+    run, _ = assert_same_training(tmp / "fsdp", tmp / "one", 6)
+    assert any(line.startswith("sharding: fsdp over 2 processes") for line in run.start["patch_report"])
+    assert (run.start["processes"], run.start["global_batch"]) == (2, 4)
+    assert "FSDP2, the model sharded" in (tmp / "fsdp" / "train.log").read_text()
+    assert sorted(p.name for p in (tmp / "fsdp" / "adapter").iterdir()) == \
+        sorted(p.name for p in (tmp / "one" / "adapter").iterdir())
+    records = [json.loads((tmp / "fsdp" / "ray" / f"worker-{rank}.json").read_text()) for rank in (0, 1)]
+    assert [r["code"] for r in records] == [0, 0] and len({r["node_id"] for r in records}) == 2
 
 
 def test_the_studio_queue_runs_a_cluster_job_and_its_cancel_keeps_a_checkpoint(cluster_runs):
