@@ -1,5 +1,5 @@
-"""Compare runs, pure parts: several jobs' loss curves in one frame, and their configs side by
-side with the keys whose values differ marked."""
+"""Compare runs, pure parts: several jobs' loss curves in one frame, their configs side by side with
+the keys whose values differ marked, and their latest evaluations' base-vs-tuned tables together."""
 from __future__ import annotations
 
 import html
@@ -7,9 +7,11 @@ from typing import Any
 
 import pandas as pd
 
+from jobs.evaluate import report
 from jobs.io.events import JobSummary
 from jobs.spec import JobSpec
 from studio import plots
+from studio.evaluate_tab import results_frame
 from studio.i18n import t
 from studio.jobs_view import loss_points
 
@@ -86,3 +88,33 @@ def config_table_html(labels: list[str], specs: list[dict[str, Any]], only_diff:
     return (f'<div id="ft-compare-rows"><div style="font-size:13px;margin:4px 0 8px">{summary}</div>'
             f'<div style="overflow-x:auto"><table style="border-collapse:collapse;font-size:13px">'
             f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div></div>')
+
+
+EVAL_COLUMNS = ["metric", "job", "evaluation", "rows", "base", "tuned", "difference", "95% CI"]
+
+
+def evaluations_frame(runs: list[tuple[str, str]], lang: str = "en") -> tuple[pd.DataFrame, list[str]]:
+    """(each run's latest evaluation, metric by metric with the runs of one metric next to each other;
+    the labels of the runs that have none) for `runs` = (label, job folder) in the order picked. The
+    table per run is the Evaluate tab's (base, tuned, difference, 95% interval, lm-eval tasks)."""
+    frames, missing = [], []
+    for order, (label, job_dir) in enumerate(runs):
+        layout = report.latest(job_dir)
+        frame = results_frame(layout)
+        if layout is None or frame.empty:
+            missing.append(label)
+            continue
+        cancelled = (report.read_results(layout) or {}).get("cancelled")
+        name = layout.root.name + (f" ({t('compare.eval_cancelled', lang)})" if cancelled else "")
+        frames.append(frame.assign(job=label, evaluation=name, order=order))
+    if not frames:
+        return pd.DataFrame(columns=EVAL_COLUMNS), missing
+    metrics = list(dict.fromkeys(m for f in frames for m in f["metric"]))   # first-seen order
+    table = pd.concat(frames, ignore_index=True)
+    table["rank"] = table["metric"].map(metrics.index)
+    return table.sort_values(["rank", "order"], kind="stable")[EVAL_COLUMNS].reset_index(drop=True), missing
+
+
+def evaluations_note(missing: list[str], lang: str = "en") -> str:
+    """The empty state, as text: which picked jobs have no evaluation yet, and where to make one."""
+    return t("compare.no_evaluation", lang, jobs=", ".join(missing)) if missing else ""

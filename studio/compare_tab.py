@@ -1,6 +1,7 @@
 """The Compare tab: pick several jobs; their loss and eval-loss curves overlaid on one chart (and, for
-preference jobs, their reward margin and accuracy on a second one), and their configs side by side
-with the differing keys marked."""
+preference jobs, their reward margin and accuracy on a second one), their configs side by side
+with the differing keys marked, and their latest evaluations (the Evaluate tab's base-vs-tuned tables)
+metric by metric, with a note naming the picked jobs that have none."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from studio.i18n import t
 class CompareTab:
     select: gr.Dropdown
     only_diff: gr.Checkbox
-    outputs: list[Any]  # [select, plot, legend, config, rewards]: what refresh() returns values for
+    outputs: list[Any]  # [select, plot, legend, config, rewards, evals, evals_note]: what refresh() returns
 
     def refresh(self, ctx: StudioContext, picked: list[str] | None, only_diff: bool = False,
                 lang: str = "en") -> list[Any]:
@@ -29,7 +30,8 @@ class CompareTab:
         kept = [job_id for job_id in (picked or []) if job_id in ids]
         choices = [view.job_choice(r, lang) for r in records]
         plot, legend, table = comparison(ctx, kept, only_diff, lang)
-        return [gr.update(choices=choices, value=kept), plot, legend, table, reward_comparison(ctx, kept, lang)]
+        return [gr.update(choices=choices, value=kept), plot, legend, table, reward_comparison(ctx, kept, lang),
+                *evaluation_comparison(ctx, kept, lang)]
 
 
 def comparison(ctx: StudioContext, job_ids: list[str] | None, only_diff: bool, lang: str) -> tuple[Any, str, str]:
@@ -51,6 +53,15 @@ def reward_comparison(ctx: StudioContext, job_ids: list[str] | None, lang: str) 
     return gr.update(value=frame, visible=not frame.empty)
 
 
+def evaluation_comparison(ctx: StudioContext, job_ids: list[str] | None, lang: str) -> tuple[Any, str]:
+    """(the picked jobs' latest evaluations as one table, hidden when none has any; the note naming
+    those without one)."""
+    records = [r for r in (ctx.runner.get(job_id) for job_id in job_ids or []) if r is not None]
+    frame, missing = compare.evaluations_frame([(compare.run_label(r), r.job_dir) for r in records], lang)
+    note = compare.evaluations_note(missing, lang)
+    return gr.update(value=frame, visible=not frame.empty), render.notice_html(note, "info") if note else ""
+
+
 def build_compare_tab(ctx: StudioContext) -> CompareTab:
     bind = ctx.page.bind
     bind(gr.Markdown(), value="compare.intro")
@@ -69,7 +80,11 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
                    title="compare.reward_title", x_title="plot.step", y_title="plot.value", color_title="plot.series")
     only_diff = bind(gr.Checkbox(value=False, elem_id="ft-compare-only-diff"), label="compare.only_diff")
     config = gr.HTML(elem_id="ft-compare-config")
-    tab = CompareTab(select=select, only_diff=only_diff, outputs=[select, plot, legend, config, rewards])
+    evals = bind(gr.Dataframe(interactive=False, wrap=True, visible=False, elem_id="ft-compare-evals"),
+                 label="compare.evals")
+    evals_note = gr.HTML(elem_id="ft-compare-evals-note")
+    tab = CompareTab(select=select, only_diff=only_diff,
+                     outputs=[select, plot, legend, config, rewards, evals, evals_note])
 
     def on_pick(job_ids: list[str], only: bool, lang: str) -> tuple[Any, str, str]:
         return comparison(ctx, job_ids, only, lang)
@@ -85,6 +100,8 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
     for trigger in (select.change, ctx.lang.change):
         trigger(lambda job_ids, lang: reward_comparison(ctx, job_ids, lang), [select, ctx.lang], rewards,
                 show_progress="hidden")
+        trigger(lambda job_ids, lang: evaluation_comparison(ctx, job_ids, lang), [select, ctx.lang],
+                [evals, evals_note], show_progress="hidden")
     refresh_btn.click(lambda picked, only, lang: tab.refresh(ctx, picked, only, lang),
                       [select, only_diff, ctx.lang], tab.outputs)
     return tab

@@ -2,18 +2,15 @@
 models answer the same rows, scored side by side, with the difference and its confidence interval, a
 per-row view sorted by the change, and the files to download.
 
-The page writes the form as an EvalConfig YAML and runs `python -m jobs.evaluate` on it in a
-subprocess (exactly the CLI, as the Export tab runs the export CLI), reading the evaluation's
-events.jsonl for the progress bar. Cancel sends its process group SIGTERM: the CLI keeps the rows done.
-It does not go through the job queue yet (jobs/queue/ knows training jobs only)."""
+The page checks the form as an EvalConfig (a refusal names the field at once) and queues it in the
+studio's job queue (`Runner.submit_evaluation`, jobs/queue/evaluations.py): the runner starts
+`python -m jobs.evaluate` on the GPU it places it on, after any job that holds that GPU, as it starts a
+training job. Meanwhile the page shows why it waits, then the progress read from the evaluation's
+events.jsonl. Cancel is the queue's cancel (queued: it never starts; running: SIGTERM, the CLI keeps
+the rows done). An evaluation outlives the page that queued it, as a job does."""
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import tempfile
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -21,61 +18,45 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 import pandas as pd
-import yaml
 
 from jobs.evaluate import report
+from jobs.evaluate.config import EvalConfig
 from jobs.evaluate.harness import bundled_tasks
 from jobs.io.events import read_events
-from jobs.io.layout import EvalLayout, JobLayout
+from jobs.io.layout import EvalLayout
+from jobs.queue.store import JobState
+from jobs.spec import SpecError
 from studio import jobs_view as view
 from studio import render
 from studio.context import StudioContext
 from studio.i18n import t
 from studio.server_text import translated
 
-ROOT = Path(__file__).resolve().parents[1]
-GRACE_S = 60.0   # a batch in progress finishes or is dropped within this (as the runner's cancel grace)
+POLL_S = 0.5
 ROWS_SHOWN = 500
 
 
-class EvalRuns:
-    """The evaluations running now, by page key (one per page), so that Cancel can stop its own."""
+class PageEvaluations:
+    """The evaluation each page (by Gradio session) is following, so that its Cancel stops its own."""
 
     def __init__(self):
-        self._running: dict[str, subprocess.Popen] = {}
+        self._following: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def start(self, key: str, command: list[str]) -> subprocess.Popen:
-        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+    def follow(self, key: str, evaluation_id: str) -> None:
         with self._lock:
-            self._running[key] = proc
-        return proc
+            self._following[key] = evaluation_id
 
-    def done(self, key: str, proc: subprocess.Popen) -> None:
+    def done(self, key: str, evaluation_id: str) -> None:
         with self._lock:
-            if self._running.get(key) is proc:
-                del self._running[key]
+            if self._following.get(key) == evaluation_id:
+                del self._following[key]
 
-    def cancel(self, key: str) -> bool:
+    def cancel(self, ctx: StudioContext, key: str) -> bool:
+        """Cancel the page's evaluation, waiting or running; False when it follows none."""
         with self._lock:
-            proc = self._running.get(key)
-        if proc is None or proc.poll() is not None:
-            return False
-        _signal_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
-        return True
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
+            evaluation_id = self._following.get(key)
+        return evaluation_id is not None and ctx.runner.cancel(evaluation_id)
 
 
 def eval_config(job_dir: str, eval_file: str | None, max_new_tokens: int, limit: int, benchmark: bool) -> dict:
@@ -86,27 +67,37 @@ def eval_config(job_dir: str, eval_file: str | None, max_new_tokens: int, limit:
             "tasks": sorted(bundled_tasks()) if benchmark else []}
 
 
-def run_evaluation(ctx: StudioContext, config: dict, on_progress: Callable[[float, str], None],
-                   runs: EvalRuns, key: str) -> tuple[int, str]:
-    """(exit code, its error line) of `python -m jobs.evaluate` on `config`, reporting progress."""
-    fd, path = tempfile.mkstemp(suffix=".yaml", prefix="evaluate-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        yaml.safe_dump(config, fh)
-    folder = JobLayout(config["job"]).evaluation(config["name"]).root
-    proc = runs.start(key, [sys.executable, "-m", "jobs.evaluate", path, "--data-dir", str(ctx.data_dir)])
-    errors: list[str] = []
-    reader = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)
-    reader.start()
+def queue_evaluation(ctx: StudioContext, job_id: str | None, eval_file: str | None, max_new_tokens: int,
+                     limit: int, benchmark: bool, lang: str) -> tuple[str | None, str]:
+    """(the queued evaluation's id, "") or (None, the refusal as status HTML): checked here, before the
+    queue, so a bad field is named at once."""
+    record = ctx.runner.get(job_id) if job_id else None
+    if record is None:
+        return None, render.notice_html(t("evaluate.pick_job", lang), "warn")
     try:
-        while proc.poll() is None:
-            _report(folder, on_progress)
-            time.sleep(0.5)
-    finally:
-        runs.done(key, proc)
-        reader.join(timeout=5)
-        Path(path).unlink(missing_ok=True)
-    line = next((e[len("error: "):].strip() for e in reversed(errors) if e.startswith("error: ")), "")
-    return proc.returncode, line or " | ".join(e.strip() for e in errors[-3:])
+        config = EvalConfig.from_dict(eval_config(record.job_dir, eval_file, max_new_tokens, limit, benchmark))
+        return ctx.runner.submit_evaluation(record.id, dataclasses.asdict(config)).id, ""
+    except (SpecError, OSError, RuntimeError) as exc:   # RunnerError, a StorageError: one line each
+        return None, render.notice_html(t("evaluate.failed", lang, error=translated(str(exc), lang)), "error")
+
+
+def follow_evaluation(ctx: StudioContext, evaluation_id: str, on_progress: Callable[[float, str], None],
+                      lang: str) -> Iterator[str]:
+    """The status HTML each time it changes while the evaluation waits or runs (why it waits, then
+    its progress on `on_progress`); returns once it has ended."""
+    shown = None
+    while (record := ctx.runner.get(evaluation_id)) is not None and not record.finished:
+        if record.state == JobState.QUEUED:
+            reason = translated(record.reason, lang) or t("evaluate.queued", lang)
+            status, level = t("evaluate.waiting", lang, reason=reason), "warn"
+            on_progress(0.0, status)
+        else:
+            status, level = t("evaluate.running", lang), "info"
+            _report(Path(record.job_dir), on_progress)
+        if status != shown:
+            shown = status
+            yield render.notice_html(status, level)
+        time.sleep(POLL_S)
 
 
 def _report(folder: Path, on_progress) -> None:
@@ -117,12 +108,31 @@ def _report(folder: Path, on_progress) -> None:
         on_progress(done / total if total else 0.0, f"{last['phase']} {done}/{total}" if total else last["phase"])
 
 
+def ended_view(ctx: StudioContext, evaluation_id: str, lang: str) -> tuple[str, pd.DataFrame, pd.DataFrame, list[str]]:
+    """(status HTML, results table, rows table, files) of an evaluation that has ended."""
+    record = ctx.runner.get(evaluation_id)
+    empty = results_frame(None), rows_frame(None), []
+    if record is None:
+        return (render.notice_html(t("evaluate.failed", lang, error=evaluation_id), "error"), *empty)
+    layout = EvalLayout(record.job_dir)
+    if record.state == JobState.DONE:
+        status = render.notice_html(t("evaluate.done", lang, folder=str(layout.root)), "ok")
+    elif record.state == JobState.CANCELLED:
+        kept = layout.results.is_file()   # stopped while running: the rows done so far, with their table
+        status = render.notice_html(t("evaluate.cancelled", lang, folder=str(layout.root)) if kept
+                                    else t("evaluate.cancelled_waiting", lang), "warn")
+    else:
+        return (render.notice_html(t("evaluate.failed", lang, error=translated(record.reason, lang)), "error"),
+                *empty)
+    return status, results_frame(layout), rows_frame(layout), downloads(layout)
+
+
 def results_frame(layout: EvalLayout | None) -> pd.DataFrame:
     """The base-vs-tuned table: metric, rows, base, tuned, difference, 95% interval."""
     columns = ["metric", "rows", "base", "tuned", "difference", "95% CI"]
-    if layout is None or not layout.results.is_file():
+    results = report.read_results(layout) if layout is not None else None
+    if results is None:
         return pd.DataFrame(columns=columns)
-    results = json.loads(layout.results.read_text(encoding="utf-8"))
     rows = [[e["metric"], e["rows"], round(e["base"], 3), round(e["tuned"], 3), round(e["difference"], 3),
              f"[{e['ci_low']:+.3f}, {e['ci_high']:+.3f}]"] for e in results["table"]]
     for task, metrics in (results.get("benchmarks") or {}).items():
@@ -146,21 +156,21 @@ def downloads(layout: EvalLayout) -> list[str]:
     return [str(p) for p in (layout.results, layout.rows, layout.rows_csv, layout.benchmarks) if p.is_file()]
 
 
-def start_evaluation(ctx: StudioContext, job_id: str | None, eval_file: str | None, max_new_tokens: int,
-                     limit: int, benchmark: bool, on_progress, lang: str, runs: EvalRuns, key: str = ""):
-    """(status HTML, results table, rows table, files) after one evaluation of the picked job."""
-    record = ctx.runner.get(job_id) if job_id else None
-    empty = results_frame(None), rows_frame(None), []
-    if record is None:
-        return (render.notice_html(t("evaluate.pick_job", lang), "warn"), *empty)
-    config = eval_config(record.job_dir, eval_file, max_new_tokens, limit, benchmark)
-    code, error = run_evaluation(ctx, config, on_progress, runs, key)
-    layout = JobLayout(record.job_dir).evaluation(config["name"])
-    if code not in (0, 130):
-        return (render.notice_html(t("evaluate.failed", lang, error=translated(error, lang)), "error"), *empty)
-    status = t("evaluate.cancelled" if code == 130 else "evaluate.done", lang, folder=str(layout.root))
-    return (render.notice_html(status, "warn" if code == 130 else "ok"), results_frame(layout), rows_frame(layout),
-            downloads(layout))
+def evaluate(ctx: StudioContext, job_id: str | None, eval_file: str | None, max_new_tokens: int, limit: int,
+             benchmark: bool, on_progress, lang: str, pages: PageEvaluations, key: str = "") -> Iterator[tuple]:
+    """The page's outputs (status HTML, results table, rows table, files) while one evaluation of the
+    picked job is queued, waits, runs and ends: the last are its results."""
+    evaluation_id, refusal = queue_evaluation(ctx, job_id, eval_file, max_new_tokens, limit, benchmark, lang)
+    if evaluation_id is None:
+        yield refusal, results_frame(None), rows_frame(None), []
+        return
+    pages.follow(key, evaluation_id)
+    try:
+        for status in follow_evaluation(ctx, evaluation_id, on_progress, lang):
+            yield status, gr.update(), gr.update(), gr.update()
+    finally:
+        pages.done(key, evaluation_id)
+    yield ended_view(ctx, evaluation_id, lang)
 
 
 def evaluable_choices(ctx: StudioContext, lang: str = "en") -> list[tuple[str, str]]:
@@ -196,19 +206,19 @@ def build_evaluate_tab(ctx: StudioContext) -> gr.Dropdown:
     table = bind(gr.Dataframe(interactive=False, elem_id="ft-eval-table"), label="evaluate.table")
     rows = bind(gr.Dataframe(interactive=False, wrap=True, elem_id="ft-eval-rows"), label="evaluate.rows")
     files = bind(gr.File(file_count="multiple", interactive=False, elem_id="ft-eval-files"), label="evaluate.files")
-    runs = EvalRuns()
+    pages = PageEvaluations()
 
     def on_run(job_id, path, max_new_tokens, row_limit, bench, language, request: gr.Request,
                progress: gr.Progress = gr.Progress()) -> Iterator[tuple[Any, ...]]:
-        yield render.notice_html(t("evaluate.running", language), "info"), gr.update(), gr.update(), gr.update()
-        yield start_evaluation(ctx, job_id, path, max_new_tokens or 64, row_limit or 0, bench,
-                               lambda fraction, message: progress(fraction, desc=message), language, runs,
-                               request.session_hash or "")
+        yield from evaluate(ctx, job_id, path, max_new_tokens or 64, row_limit or 0, bench,
+                            lambda fraction, message: progress(fraction, desc=message), language, pages,
+                            request.session_hash or "")
 
     run.click(on_run, [select, eval_file, max_new, limit, benchmark, ctx.lang], [status, table, rows, files],
               api_name="evaluate")
+
     def on_cancel(request: gr.Request) -> None:
-        runs.cancel(request.session_hash or "")
+        pages.cancel(ctx, request.session_hash or "")
 
     cancel.click(on_cancel, None, None, api_name="evaluate_cancel", show_progress="hidden")
     refresh_btn.click(lambda picked, language: evaluate_choices_update(ctx, picked, language), [select, ctx.lang],

@@ -1,6 +1,7 @@
-"""`python -m jobs.evaluate CONFIG.yaml [--data-dir DIR]`: evaluate a finished job (jobs/evaluate/config.py
-says the keys). Writes `<job>/evaluations/<name>/` (jobs/io/layout.py EvalLayout), prints the table and
-the folder. Exit 0 done; 2 a refused config (one line naming the field), 3 bad eval data, 5 a data dir
+"""`python -m jobs.evaluate CONFIG.yaml [--data-dir DIR] [--in-folder]`: evaluate a finished job
+(jobs/evaluate/config.py says the keys; the studio runs it through its job queue, jobs/queue/evaluations.py,
+with --in-folder). Writes `<job>/evaluations/<name>/` (jobs/io/layout.py EvalLayout), prints the table
+and the folder. Exit 0 done; 2 a refused config (one line naming the field), 3 bad eval data, 5 a data dir
 that cannot be written, 1 other failures, 130 cancelled (SIGTERM: the rows scored so far are kept, with their table)."""
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as jobs/train/cli.py: be
 import argparse  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -20,7 +20,8 @@ from jobs.evaluate.config import EvalConfig  # noqa: E402
 from jobs.export.files import ExportError  # noqa: E402
 from jobs.export.job_config import exported_spec  # noqa: E402
 from jobs.io import paths  # noqa: E402
-from jobs.io.layout import EvalLayout, JobLayout  # noqa: E402
+from jobs.io.events import EventWriter  # noqa: E402
+from jobs.io.layout import EvalLayout, new_eval_folder  # noqa: E402
 from jobs.io.storage import as_storage_error  # noqa: E402
 from jobs.spec import SpecError  # noqa: E402
 
@@ -31,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m jobs.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("config", help="the evaluation's YAML (job, eval_file, max_new_tokens, metrics, tasks...)")
     parser.add_argument("--data-dir", default=None, help="Fusetune data dir holding the model cache")
+    parser.add_argument("--in-folder", action="store_true",
+                        help="CONFIG is <job>/evaluations/<name>/config.yaml, made by the studio's queue "
+                             "(jobs/queue/evaluations.py): evaluate in that folder instead of a new one")
     return parser
 
 
@@ -38,33 +42,23 @@ def _err(line: str) -> None:
     print(f"error: {line}", file=sys.stderr)
 
 
-def new_eval_folder(job: str, name: str) -> EvalLayout:
-    """The evaluation's folder (0700), named `name` or the time; a clash of times gets a -2, -3 tail."""
-    base = name or time.strftime("%Y%m%d-%H%M%S")
-    for attempt in range(1, 100):
-        layout = JobLayout(Path(job).expanduser()).evaluation(base if attempt == 1 else f"{base}-{attempt}")
-        layout.root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        try:
-            layout.root.mkdir(mode=0o700)
-            return layout
-        except FileExistsError:
-            if name:
-                raise
-    raise FileExistsError(base)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.umask(0o077)   # the job folder's files are private (docs/contracts.md, "Data dir")
+    queued = EvalLayout(Path(args.config).parent) if args.in_folder else None
     try:
-        config = EvalConfig.from_yaml(args.config)
+        config = EvalConfig.from_yaml(args.config, to_run=queued is None)
         spec = exported_spec(config.job)
-        layout = new_eval_folder(config.job, config.name)
+        layout = queued or new_eval_folder(config.job, config.name)
     except (SpecError, ExportError) as exc:
+        if queued is not None:   # the queue reads why from the folder's events, as a job's
+            EventWriter(queued.root).emit("error", kind="config", message=str(exc))
         _err(str(exc))
         return EXIT_CONFIG
-    config.name = layout.root.name
-    layout.config.write_text(config.to_yaml(), encoding="utf-8")
+    if queued is None:
+        config.name = layout.root.name
+        layout.config.write_text(config.to_yaml(), encoding="utf-8")
+    _use_gpus(config.gpus)
     try:   # the libraries' caches (lm-eval's datasets) in the data dir, as the trainer's (jobs/io/paths.py)
         data_dir = paths.data_dir(args.data_dir)
         paths.use_data_dir_caches(data_dir)
@@ -76,14 +70,31 @@ def main(argv: list[str] | None = None) -> int:
     return _run(config, spec, layout, data_dir, lambda: stop["asked"])
 
 
+def _is_stderr(path: Path) -> bool:
+    try:
+        ours, theirs = os.fstat(sys.stderr.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
+
+
+def _use_gpus(key: str) -> None:
+    """Run on the GPU the config names, unless whoever started it chose already (the queue sets
+    FUSETUNE_GPUS_PLACED with CUDA_VISIBLE_DEVICES, as for the trainer: jobs/io/gpus.py)."""
+    if key != "auto" and not os.environ.get("FUSETUNE_GPUS_PLACED"):
+        os.environ.update(CUDA_VISIBLE_DEVICES=key, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+
+
 def _run(config, spec, layout: EvalLayout, data_dir, cancelled) -> int:
     from jobs.evaluate.run import Evaluation
     log_file = open(layout.log, "a", encoding="utf-8")   # noqa: SIM115 - open for the whole run
+    to_file = not _is_stderr(layout.log)   # the queue points stderr at evaluate.log: once is enough
 
     def log(line: str) -> None:   # stderr for a terminal, evaluate.log for the page and later
         print(line, file=sys.stderr, flush=True)
-        log_file.write(f"{line}\n")
-        log_file.flush()
+        if to_file:
+            log_file.write(f"{line}\n")
+            log_file.flush()
 
     evaluation = Evaluation(config, spec, layout, data_dir, log=log)
     try:

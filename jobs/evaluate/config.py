@@ -14,6 +14,7 @@ import yaml
 
 from jobs.io.layout import JobLayout
 from jobs.messages import say
+from jobs.spec_values import _normalise_gpus
 from jobs.spec import SpecError, _check_bounds, _check_dataset_path, _f, _parse_rewards  # _f: the same field helper as JobSpec
 from jobs.yaml_bounded import load_config_yaml
 
@@ -46,6 +47,8 @@ class EvalConfig:
     tasks: Any = _f([], "lm-evaluation-harness tasks run on base and tuned: the bundled fusetune_tiny_qa, or any "
                     "lm-eval task whose data is on this machine; empty: none.")
     task_limit: int = _f(0, "lm-eval: examples per task at most (0: all).", min=0, max=10_000_000)
+    gpus: str = _f("auto", "The GPU it runs on: auto (in the studio's queue, the first free one) or one GPU number "
+                   "such as 0; the queue writes here the one it was given.")
     bootstrap_samples: int = _f(1000, "Resamples of the rows for the 95% confidence interval of each difference.",
                                 min=10, max=1_000_000)
 
@@ -84,6 +87,9 @@ class EvalConfig:
             if metric not in TEXT_METRICS:
                 raise SpecError("metrics", say("value_not_choice", value=metric, choices=", ".join(TEXT_METRICS)))
         self.rewards = _parse_rewards(self.rewards)
+        self.gpus = _normalise_gpus(self.gpus)
+        if self.gpus != "auto" and not self.gpus.isdigit():
+            raise SpecError("gpus", say("eval_one_gpu", value=self.gpus))
         _check_job(self.job)
         if self.eval_file:
             if self.eval_file.startswith("builtin:"):

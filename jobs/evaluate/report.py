@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from jobs.io.layout import EvalLayout
+from jobs.io.layout import EvalLayout, JobLayout
 
 
 def prompt_text(prompt) -> str:
@@ -77,3 +77,21 @@ def write_results(layout: EvalLayout, summary: dict, rows: list[dict]) -> None:
 
 def write_benchmarks(layout: EvalLayout, benchmarks: dict) -> None:
     _write_atomic(layout.benchmarks, json.dumps(benchmarks, ensure_ascii=False, indent=1) + "\n")
+
+
+def latest(job_dir: str | Path) -> EvalLayout | None:
+    """The job's evaluation whose results were written last (a cancelled one's too: it has its rows'
+    table), or None when none has results yet."""
+    evaluations = JobLayout(job_dir).evaluations
+    done = [layout for layout in map(EvalLayout, evaluations.iterdir() if evaluations.is_dir() else [])
+            if layout.results.is_file()]
+    return max(done, key=lambda layout: (layout.results.stat().st_mtime, layout.root.name), default=None)
+
+
+def read_results(layout: EvalLayout) -> dict | None:
+    """results.json (docs/contracts.md, "Evaluate"), or None when absent or unreadable."""
+    try:
+        results = json.loads(layout.results.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return results if isinstance(results, dict) else None

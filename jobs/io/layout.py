@@ -39,8 +39,9 @@ EVAL_LOG_FILE = "evaluate.log"
 
 
 @dataclass(frozen=True)
-class JobLayout:
-    """Paths inside one job's output folder."""
+class _RunFolder:
+    """What a job's folder and an evaluation's folder share: the config as run, its events (read by the
+    same readers) and the cancel request the queue writes (both are run by jobs/queue/runner.py)."""
 
     root: Path
 
@@ -52,20 +53,25 @@ class JobLayout:
         return self.root / CONFIG_FILE
 
     @property
-    def log(self) -> Path:
-        return self.root / LOG_FILE
-
-    @property
     def events(self) -> Path:
         return self.root / EVENTS_FILE
 
     @property
-    def completions(self) -> Path:
-        return self.root / COMPLETIONS_FILE
-
-    @property
     def cancel_request(self) -> Path:
         return self.root / CANCEL_FILE
+
+
+@dataclass(frozen=True)
+class JobLayout(_RunFolder):
+    """Paths inside one job's output folder."""
+
+    @property
+    def log(self) -> Path:
+        return self.root / LOG_FILE
+
+    @property
+    def completions(self) -> Path:
+        return self.root / COMPLETIONS_FILE
 
     @property
     def stop_workers(self) -> Path:
@@ -131,22 +137,10 @@ class JobLayout:
 
 
 @dataclass(frozen=True)
-class EvalLayout:
+class EvalLayout(_RunFolder):
     """Paths inside one evaluation's folder, `<job>/evaluations/<name>/` (docs/contracts.md, "Evaluate").
-    Its config.yaml and events.jsonl have the job folder's names, so the job readers read them too."""
-
-    root: Path
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
-
-    @property
-    def config(self) -> Path:
-        return self.root / CONFIG_FILE
-
-    @property
-    def events(self) -> Path:
-        return self.root / EVENTS_FILE
+    Its config.yaml, events.jsonl and cancel.request are a job folder's (_RunFolder), so the job readers
+    and the queue read them too."""
 
     @property
     def log(self) -> Path:
@@ -187,3 +181,19 @@ def new_job_folder(jobs_dir: str | Path, tries: int = 8) -> tuple[str, JobLayout
             continue
         return job_id, layout
     raise AssertionError("unreachable")
+
+
+def new_eval_folder(job_dir: str | Path, name: str = "") -> EvalLayout:
+    """A fresh evaluation folder (0700) under the job's evaluations/, named `name` or the time; a clash
+    of times gets a -2, -3 tail (a clash of a given name is a FileExistsError)."""
+    base = name or time.strftime("%Y%m%d-%H%M%S")
+    for attempt in range(1, 100):
+        layout = JobLayout(Path(job_dir).expanduser()).evaluation(base if attempt == 1 else f"{base}-{attempt}")
+        layout.root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            layout.root.mkdir(mode=0o700)
+            return layout
+        except FileExistsError:
+            if name:
+                raise
+    raise FileExistsError(base)

@@ -3,7 +3,7 @@ a trainer could not be started (moved out of jobs/queue/runner.py, unchanged, to
 from __future__ import annotations
 
 from jobs.messages import say
-from jobs.queue import procs
+from jobs.queue import evaluations, procs
 from jobs.io.events import summarize
 from jobs.io.layout import JobLayout
 from jobs.io.storage import as_storage_error, is_disk_error
@@ -24,6 +24,9 @@ def spawn_failure(argv: list[str], layout: JobLayout, exc: BaseException) -> str
 def outcome(record: JobRecord, code: int | None) -> tuple[JobState, str]:
     """The final state and a human reason, read from the job's own events first."""
     final = summarize(record.job_dir).final
+    evaluation = evaluations.ended(record, final, procs.describe_exit(code))
+    if evaluation is not None:   # an evaluation stopped early, or silent (jobs/queue/evaluations.py)
+        return evaluation
     cancelled = JobLayout(record.job_dir).cancel_request.exists()
     if final and final["type"] == "done":  # a cancel that came after the last step changes nothing
         return JobState.DONE, FINISHED_BEFORE_CANCEL if cancelled else ""

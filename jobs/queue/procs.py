@@ -10,8 +10,12 @@ import os
 import secrets
 import signal
 import socket
+from pathlib import Path
 
 import psutil
+
+from jobs.io import paths
+from jobs.io.layout import CONFIG_FILE
 
 HOST = socket.gethostname()
 
@@ -55,7 +59,10 @@ def find_trainer(job_dir: str) -> int | None:
 
 
 def _names_job(cmdline: list[str], job_dir: str) -> bool:
-    return any("jobs.train" in part for part in cmdline) and any(str(job_dir) in part for part in cmdline)
+    # jobs.evaluate: an evaluation the queue runs (jobs/queue/evaluations.py), recognised as a trainer is.
+    # Its folder lies inside its job's, so the folder's own config.yaml must be an argument, not a prefix.
+    config = str(Path(job_dir) / CONFIG_FILE)
+    return any("jobs.train" in part or "jobs.evaluate" in part for part in cmdline) and config in cmdline
 
 
 def signal_group(pid: int | None, sig: int) -> None:
@@ -74,3 +81,13 @@ def describe_exit(code: int | None) -> str:
     if code < 0 and -code in signal.valid_signals():
         return f"signal {signal.Signals(-code).name}"
     return f"exit code {code}"
+
+
+def job_env(data_dir: Path, job_id: str) -> dict[str, str]:
+    """The environment a job's process starts with (moved here from jobs/queue/runner.py, unchanged)."""
+    # Progress bars are \r-animated lines: unreadable in a log file, so they are turned off.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "FUSETUNE_JOB_ID": job_id,
+           "FUSETUNE_HOME": str(data_dir), "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+    paths.cache_env(data_dir, env)
+    env.pop("FUSETUNE_AUTH", None)  # the studio's password: no job needs it in its environment
+    return env

@@ -1,11 +1,13 @@
 """(jobs/queue) Deleting a job: its row and its folder, never a running job's, never a folder outside
-<data dir>/jobs/, never one an export is reading."""
+<data dir>/jobs/, never one an export is reading, nor while an evaluation of it runs (an evaluation's
+own row leaves its folder, which holds its results, in the job's)."""
 from __future__ import annotations
 
 import shutil
 import time
 from pathlib import Path
 
+from jobs.queue import evaluations
 from jobs.queue.runner_log import RunnerError
 from jobs.queue.store import FINISHED, JobState, JobStore
 
@@ -18,6 +20,7 @@ def delete_job(store: JobStore, jobs_dir: Path, job_id: str) -> bool:
     record = store.get(job_id)
     if record is None:
         return False
+    evaluations.before_job_deleted(store, record)   # its queued evaluations go; a running one refuses
     if record.state == JobState.QUEUED:
         store.transition(job_id, (JobState.QUEUED,), state=JobState.CANCELLED,
                       finished_at=time.time(), reason="removed before it started")
@@ -41,5 +44,6 @@ def delete_job(store: JobStore, jobs_dir: Path, job_id: str) -> bool:
             trash.rename(folder)
         raise RunnerError(f"job {record.name!r} changed state while being deleted; try again")
     shutil.rmtree(trash, ignore_errors=True)
+    evaluations.after_job_deleted(store, record)
     return True
 

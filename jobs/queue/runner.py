@@ -9,6 +9,7 @@ The queue is GPU-aware (jobs/io/gpus.py): jobs on disjoint GPU sets run at the s
 processes' memory, and a job with several processes (or machines: its rendezvous) runs through torchrun
 (jobs/launch.py). On a machine without GPUs at most `max_running` jobs run at a time. A Ray cluster job
 waits for its cluster's free GPUs and CPUs instead, holding none here (jobs/queue/cluster_queue.py).
+An evaluation (`python -m jobs.evaluate`) is queued and placed as a job is (jobs/queue/evaluations.py).
 
 Claim, then spawn: a queued job is first moved to running in SQLite by one runner instance, which
 records itself as the job's owner (`JobStore.claim`), and only the winner of that claim starts
@@ -20,7 +21,6 @@ methods the UI calls restart it if it has died; one broken job never breaks a pa
 """
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -35,7 +35,7 @@ from jobs.io.layout import JobLayout, new_job_folder
 from jobs.io.storage import PRIVATE_UMASK, as_storage_error, open_private, write_private_text
 from jobs.launch import spec_launch_argv
 from jobs.messages import say
-from jobs.queue import cluster_queue, placement, procs, removal, resume
+from jobs.queue import cluster_queue, evaluations, placement, procs, removal, resume
 from jobs.queue.outcome import outcome as _outcome, spawn_failure as _spawn_failure
 from jobs.queue.runner_log import RunnerError, _guarded, _log, default_name
 from jobs.spec import JobSpec, SpecError
@@ -73,7 +73,10 @@ class Runner:
 
     def command(self, layout: JobLayout, processes: int = 1, spec: dict | None = None) -> list[str]:
         """The trainer's argv for a job folder (the only place it is built): through torchrun
-        (jobs.launch) when the job runs as several processes or on several machines (its rendezvous)."""
+        (jobs.launch) when the job runs as several processes or on several machines (its rendezvous);
+        for an evaluation, the evaluate CLI's (jobs/queue/evaluations.py)."""
+        if (spec or {}).get("kind") == evaluations.KIND:
+            return evaluations.command(self.python, layout.root, self.data_dir)
         return spec_launch_argv(self.python, processes, spec or {}) + ["-m", "jobs.train", str(layout.config),
                                                                        "--data-dir", str(self.data_dir)]
 
@@ -109,6 +112,12 @@ class Runner:
         record = self.store.add(job_id, spec.name, layout.root, spec.to_dict())
         self._reconcile_quietly()
         return self.store.get(job_id) or record
+
+    def submit_evaluation(self, job_id: str, config: dict) -> JobRecord:
+        """Queue an evaluation of the finished job `job_id`; `config`: a validated EvalConfig mapping."""
+        record = evaluations.add(self.store, job_id, config)
+        self._reconcile_quietly()
+        return self.store.get(record.id) or record
 
     def cancel(self, job_id: str) -> bool:
         """Stop this one job: a queued one becomes cancelled and never starts (it stays listed until
@@ -169,9 +178,15 @@ class Runner:
         return removal.delete_job(self.store, paths.jobs_dir(self.data_dir), job_id)
 
     def list_jobs(self) -> list[JobRecord]:
+        """The jobs, newest first; evaluations are not jobs (`list_evaluations`)."""
         self._ensure_monitor()
         self._reconcile_quietly()
-        return self.store.list()
+        return [r for r in self.store.list() if not evaluations.is_evaluation(r)]
+
+    def list_evaluations(self, job_id: str) -> list[JobRecord]:
+        """The queued, running and finished evaluations of one job, newest first."""
+        self._reconcile_quietly()
+        return evaluations.of_job(self.store, job_id)
 
     def get(self, job_id: str) -> JobRecord | None:
         self._ensure_monitor()
@@ -244,7 +259,8 @@ class Runner:
         machine, held = gpus.read_gpus(), gpus.held_by_jobs(running)
         ours, releasable = placement.studio_share(self.studio_gpu) if machine else ({}, False)
         claimed: set[int] = set()
-        local = [r for r in running if not r.spec.get("cluster")]  # a Ray cluster job holds nothing here
+        # a Ray cluster job holds nothing here; an evaluation on a CPU-only machine takes no slot
+        local = [r for r in running if not r.spec.get("cluster") and not evaluations.is_evaluation(r)]
         for record in queued:
             spec, asked = record.spec, placement.read(record.job_dir)
             if spec.get("cluster"):  # the Ray cluster's free resources decide; no local GPU is given
@@ -253,7 +269,7 @@ class Runner:
                 demand = gpus.Demand(asked["need_gb"], ours, releasable, asked["start_anyway"])
                 decision = gpus.place(spec.get("gpus", "auto"), spec.get("processes", 0), machine, held, claimed,
                                       demand=demand)
-                if not machine and len(local) >= self.max_running:
+                if not machine and len(local) >= self.max_running and not evaluations.is_evaluation(record):
                     decision = gpus.Wait(say("wait_running_job"))
             if isinstance(decision, gpus.Placement):
                 self._placements[record.id] = decision
@@ -316,9 +332,11 @@ class Runner:
             self._release_chat(record)
         argv = self.command(layout, placed.processes, record.spec)
         try:
-            if not record.spec.get("cluster"):
+            if evaluations.is_evaluation(record):
+                evaluations.record_gpu(layout.root, placed)
+            elif not record.spec.get("cluster"):
                 gpus.record_placement(layout.config, placed)
-            with open_private(layout.log, "ab") as log:
+            with open_private(evaluations.log_file(record), "ab") as log:
                 proc = subprocess.Popen(argv, cwd=REPO_ROOT, env={**self._env(record), **placed.env()},
                                         stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -345,18 +363,13 @@ class Runner:
         if self.store.transition(record.id, (JobState.RUNNING,), state=state, reason=reason,
                                  finished_at=time.time()) and state == JobState.FAILED:
             try:
-                with open_private(JobLayout(record.job_dir).log, "a", encoding="utf-8") as log:
+                with open_private(evaluations.log_file(record), "a", encoding="utf-8") as log:
                     log.write(f"fusetune: {reason}\n")
             except OSError:
                 pass  # the reason is in the database, which is what the studio shows
 
     def _env(self, record: JobRecord) -> dict[str, str]:
-        # Progress bars are \r-animated lines: unreadable in a log file, so they are turned off.
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "FUSETUNE_JOB_ID": record.id,
-               "FUSETUNE_HOME": str(self.data_dir), "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
-        paths.cache_env(self.data_dir, env)
-        env.pop("FUSETUNE_AUTH", None)  # the studio's password: no job needs it in its environment
-        return env
+        return procs.job_env(self.data_dir, record.id)
 
     def _alive(self, record: JobRecord) -> bool:
         child = self._children.get(record.id)

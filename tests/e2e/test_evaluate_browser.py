@@ -1,6 +1,7 @@
 """Evaluate in a real browser: train the tiny model from the form, then on the Evaluate tab pick the
 job, upload eval rows and press Evaluate: the base-vs-tuned table (with its interval), the rows with
-both answers and the files to download appear."""
+both answers and the files to download appear (the evaluation ran through the job queue); Compare then
+shows it for the job."""
 from __future__ import annotations
 
 import json
@@ -37,4 +38,10 @@ def test_evaluate_a_finished_job(studio, browser_context, tmp_path):
     assert "change exact_match" in per_row and "The capital of France is Paris." in per_row
     files = page.locator("#ft-eval-files").inner_text().replace("\n", "")
     assert "rows.csv" in files and "rows.jsonl" in files and "results.json" in files
+
+    page.get_by_role("tab", name="Compare").click()   # the same evaluation, beside the job's other results
+    pick_option(page, "ft-compare-select", job_id)
+    page.wait_for_function("() => (document.querySelector('#ft-compare-evals') || {innerText: ''})"
+                           ".innerText.includes('exact_match')", timeout=30_000)
+    assert f"to evaluate ({job_id})" in page.locator("#ft-compare-evals").inner_text()
     page.close()

@@ -85,3 +85,49 @@ def test_preference_runs_overlay_their_reward_margin_and_accuracy(tmp_path):
                       "tiny · identity (dpo) · eval reward margin": [[2, 0.3]],
                       "tiny · identity (dpo) · eval reward accuracy": [[2, 0.75]]}
     assert reward_comparison(ctx, ["sft"], "en")["visible"] is False
+
+
+def _evaluated(job_dir, name, table, cancelled=False, written_at=None):
+    """An evaluation folder as `python -m jobs.evaluate` leaves it (only its results.json matters here)."""
+    import json
+    import os
+    from jobs.io.layout import JobLayout
+    layout = JobLayout(job_dir).evaluation(name)
+    layout.root.mkdir(parents=True)
+    layout.results.write_text(json.dumps({"table": table, "cancelled": cancelled, "benchmarks": None}))
+    if written_at is not None:
+        os.utime(layout.results, (written_at, written_at))
+
+
+def _entry(metric, base, tuned, rows=4):
+    return {"metric": metric, "rows": rows, "base": base, "tuned": tuned, "difference": tuned - base,
+            "ci_low": tuned - base - 1, "ci_high": tuned - base + 1}
+
+
+def test_the_latest_evaluations_of_the_picked_jobs_metric_by_metric(tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    _evaluated(a, "older", [_entry("bleu", 1.0, 2.0)], written_at=1_000)
+    _evaluated(a, "newer", [_entry("chrf", 30.0, 40.0), _entry("bleu", 10.0, 20.0)], written_at=2_000)
+    _evaluated(b, "stopped", [_entry("bleu", 10.0, 12.5, rows=2)], cancelled=True)
+    c.mkdir()
+    frame, missing = compare.evaluations_frame([("A", str(a)), ("B", str(b)), ("C", str(c))])
+    assert list(frame.columns) == ["metric", "job", "evaluation", "rows", "base", "tuned", "difference", "95% CI"]
+    assert frame.values.tolist() == [["chrf", "A", "newer", 4, 30.0, 40.0, 10.0, "[+9.000, +11.000]"],
+                                     ["bleu", "A", "newer", 4, 10.0, 20.0, 10.0, "[+9.000, +11.000]"],
+                                     ["bleu", "B", "stopped (cancelled)", 2, 10.0, 12.5, 2.5, "[+1.500, +3.500]"]]
+    assert missing == ["C"] and compare.evaluations_note(missing) == (
+        "No evaluation yet: C. The Evaluate tab scores a finished job.")
+    assert "尚无评测：C" in compare.evaluations_note(missing, "zh-CN")
+
+
+def test_compare_hides_the_evaluation_table_when_no_picked_job_has_one(tmp_path):
+    from studio.compare_tab import evaluation_comparison
+    evaluated, plain = run(tmp_path, "a", [1.0]), run(tmp_path, "b", [1.0])
+    _evaluated(evaluated.job_dir, "e1", [_entry("rouge_l", 5.0, 9.0)])
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([evaluated, plain]))
+    table, note = evaluation_comparison(ctx, ["a", "b"], "en")
+    assert table["visible"] and table["value"]["job"].tolist() == ["tiny · identity (a)"]
+    assert "No evaluation yet: tiny · identity (b)" in note
+    table, note = evaluation_comparison(ctx, ["b"], "en")
+    assert not table["visible"] and "No evaluation yet" in note
+    assert evaluation_comparison(ctx, [], "en")[1] == ""

@@ -1,16 +1,22 @@
-"""The Evaluate tab: the form becomes an EvalConfig the CLI accepts, the CLI's refusal shows as one
-translated line, an evaluation's files become the base-vs-tuned table and the rows sorted by the
-change, and Cancel stops the process group it started."""
+"""The Evaluate tab: the form becomes an EvalConfig the CLI accepts, a refusal shows as one translated
+line before anything is queued, an evaluation waiting in the queue says on what and Cancel takes it
+out, and an evaluation's files become the base-vs-tuned table and the rows sorted by the change."""
+import html
 import json
-import sys
-import time
 from dataclasses import dataclass
 
 from jobs.evaluate.config import EvalConfig
+from jobs.io import gpus
 from jobs.io.layout import JobLayout
+from jobs.queue.runner import Runner
+from jobs.queue.store import JobState
+from jobs.spec import JobSpec
 from studio.context import StudioContext
-from studio.evaluate_tab import (EvalRuns, downloads, eval_config, evaluate_choices_update, results_frame,
-                                 rows_frame, start_evaluation)
+from studio.evaluate_tab import (PageEvaluations, downloads, eval_config, evaluate, evaluate_choices_update,
+                                 results_frame, rows_frame)
+from tests.jobs.fakes import starts, write_fake_trainer
+from tests.jobs.queue.test_placement import gpu
+from tests.jobs.queue.test_runner import wait_for
 from tests.studio.fakes import ListRunner
 
 
@@ -48,16 +54,39 @@ def test_an_uploads_path_is_written_as_plain_text(tmp_path):
     assert written["eval_file"] == "/up/eval.jsonl"
 
 
-def test_a_refused_evaluation_shows_the_clis_line(tmp_path):
+def test_a_refused_evaluation_names_the_field_before_anything_is_queued(tmp_path):
     job = _finished_job(tmp_path / "job")
     rows = tmp_path / "rows.txt"
     rows.write_text("x")
     ctx = StudioContext(data_dir=tmp_path / "data", runner=ListRunner([Record("j1", str(job))]))
-    status, table, per_row, files = start_evaluation(ctx, "j1", str(rows), 16, 5, False, lambda *_: None, "zh-CN",
-                                                     EvalRuns())
+    (status, table, per_row, files), = evaluate(ctx, "j1", str(rows), 16, 5, False, lambda *_: None, "zh-CN",
+                                                PageEvaluations())
     assert "eval_file" in status and "rows.txt" in status and files == [] and table.empty and per_row.empty
-    status, *_ = start_evaluation(ctx, None, None, 16, 5, False, lambda *_: None, "en", EvalRuns())
-    assert "Pick a finished job first." in status
+    (status, *_), = evaluate(ctx, None, None, 16, 5, False, lambda *_: None, "en", PageEvaluations())
+    assert "Pick a finished job first." in status and not (job / "evaluations").exists()
+
+
+def test_a_waiting_evaluation_says_on_what_and_cancel_takes_it_out(tmp_path, monkeypatch):
+    """One GPU (made up), held by a running job: the page shows why its evaluation waits; its Cancel
+    cancels it in the queue, and it never starts."""
+    monkeypatch.setattr(gpus, "read_gpus", lambda: [gpu(0)])
+    runner = Runner(tmp_path / "data", python=str(write_fake_trainer(tmp_path)))
+    job = _finished_job(tmp_path / "data" / "jobs" / "trained")
+    runner.store.add("trained", "tiny · chat", job, {"model": "x"}, state=JobState.DONE)
+    busy = runner.submit(JobSpec(name="hang"))
+    ctx, pages, progress = StudioContext(data_dir=tmp_path / "data", runner=runner), PageEvaluations(), []
+    outputs = evaluate(ctx, "trained", None, 8, 0, False, lambda *shown: progress.append(shown), "en", pages, "page")
+    status, *_ = next(outputs)
+    status = html.unescape(status)
+    assert "Waiting in the job queue: waiting for a free GPU: GPU 0 is in use by job 'hang'" in status
+    assert progress[-1][0] == 0.0 and "GPU 0 is in use by job 'hang'" in progress[-1][1]
+    assert pages.cancel(ctx, "page") and not pages.cancel(ctx, "another page")
+    (status, table, per_row, files), = list(outputs)
+    assert "Cancelled before it started" in status and table.empty and files == []
+    (evaluation,) = runner.list_evaluations("trained")
+    assert evaluation.state == "cancelled" and starts(evaluation.job_dir) == []
+    runner.cancel(busy.id)
+    wait_for(lambda: runner.get(busy.id).finished, timeout=60, interval=0.1)
 
 
 def test_results_and_rows_from_an_evaluations_files(tmp_path):
@@ -83,11 +112,3 @@ def test_only_finished_jobs_are_offered(tmp_path):
                          Record("running", str(tmp_path / "b"), state="running")])
     update = evaluate_choices_update(StudioContext(data_dir=tmp_path / "data", runner=runner), None)
     assert [value for _, value in update["choices"]] == ["new"] and update["value"] == "new"
-
-
-def test_cancel_stops_the_process_group(tmp_path):
-    runs = EvalRuns()
-    proc = runs.start("page", [sys.executable, "-c", "import time; time.sleep(60)"])
-    started = time.monotonic()
-    assert runs.cancel("page") and proc.wait(timeout=10) != 0
-    assert time.monotonic() - started < 10 and not runs.cancel("other")

@@ -29,6 +29,8 @@ def job(tmp_path):
     ({"eval_file": "builtin:identity"}, "eval_file", "must be a data file"),
     ({"eval_file": "rows.txt"}, "eval_file", "unsupported type"),
     ({"name": "../up"}, "name", "may hold only letters"),
+    ({"gpus": "0,1"}, "gpus", "an evaluation runs on one GPU"),
+    ({"gpus": "first"}, "gpus", "is not auto, all or a list of GPU numbers"),
 ])
 def test_bad_values_name_the_field(job, data, field, words):
     with pytest.raises(SpecError) as caught:
@@ -65,3 +67,16 @@ def test_cli_refuses_in_one_line_with_exit_2(job, tmp_path, capsys, in_process_c
     assert main([str(path)]) == 2
     assert "is not valid YAML" in capsys.readouterr().err
     assert not (job / "evaluations").exists()
+
+
+def test_a_queued_evaluation_says_in_its_folder_why_it_was_refused(job, in_process_cli):
+    """The queue makes the folder and runs the CLI with --in-folder (jobs/queue/evaluations.py): a
+    refusal is then an error event there, which the queue shows as the reason."""
+    from jobs.io.events import read_events
+    from jobs.io.layout import new_eval_folder
+    layout = new_eval_folder(job, "queued")
+    layout.config.write_text(yaml.safe_dump({"job": str(job), "name": "queued", "gpus": 0, "limit": -1}))
+    assert main([str(layout.config), "--in-folder"]) == 2
+    assert [(e["type"], e["message"]) for e in read_events(layout.root)] == [
+        ("error", "limit: -1 is below the minimum 0")]
+    assert EvalConfig.from_dict({"job": str(job), "name": "queued", "gpus": 0}, to_run=False).gpus == "0"
