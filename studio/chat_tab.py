@@ -18,6 +18,7 @@ from studio.chat import ChatEngine, Sampling, history_to_messages
 from studio.context import StudioContext
 from studio.form import error_text
 from studio.i18n import t
+from studio.serve_panel import build_serve_panel
 
 NO_ADAPTER = "none"
 
@@ -160,6 +161,7 @@ def build_chat_tab(ctx: StudioContext) -> ChatTab:
     adapter.input(lambda _picked: "", adapter, auto, show_progress="hidden")   # the user's own pick stays
     tab = ChatTab(adapter=adapter, model=model, image=image, auto=auto, known=gr.State(None))
     _wire(ctx, tab, prompt, [tuned, base], [temperature, top_p, max_new, seed, system], [send, clear], served)
+    build_serve_panel(ctx)   # the jobs over the OpenAI API, beside the chat (issue 39)
     return tab
 
 

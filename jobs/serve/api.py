@@ -1,19 +1,20 @@
 """The HTTP routes (FastAPI, as vLLM's and ms-swift's OpenAI servers): GET /v1/models, POST
 /v1/chat/completions and POST /v1/completions, streamed as server-sent events (`data: {...}` then
-`data: [DONE]`) or whole. Every /v1 route wants `Authorization: Bearer KEY` when the server has a key.
+`data: [DONE]`) or whole. Every /v1 route wants `Authorization: Bearer KEY` when the server has a key
+(`--api-key`, or one of the page's keys: jobs/serve/keys.py).
 
 A handler checks the request, turns it into rows (one per prompt and `n`), hands them to the
 scheduler's thread and waits on an asyncio queue that the thread fills."""
 from __future__ import annotations
 
 import asyncio
-import hmac
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from jobs.serve import prompts
 from jobs.serve.errors import APIError, error_response, install_handlers
+from jobs.serve.keys import Gate, KeyStore
 from jobs.serve.responses import Answer, sse
 from jobs.serve.rows import Row, Sampling
 from jobs.serve.scheduler import Generation, QueueFull, Scheduler
@@ -21,16 +22,18 @@ from jobs.serve.schema import ChatRequest, CompletionRequest, Sampled, parse
 from jobs.serve.served import Served, ServedModel
 
 
-def create_app(served: Served, scheduler: Scheduler, api_key: str | None = None) -> FastAPI:
+def create_app(served: Served, scheduler: Scheduler, api_key: str | None = None,
+               keys: KeyStore | None = None) -> FastAPI:
+    """`keys`: the page's key store (jobs/serve/keys.py), re-read when it changes; its keys work
+    beside `api_key`."""
     app = FastAPI(title="Fusetune OpenAI-compatible API", docs_url=None, redoc_url=None, openapi_url=None)
     install_handlers(app)
+    gate = Gate(api_key, keys)
 
-    async def check_key(request: Request) -> None:
-        if api_key is None:
-            return
+    def check_key(request: Request) -> None:   # sync: FastAPI runs it on a thread (it may read a file)
         given = request.headers.get("authorization", "")
         token = given[7:].strip() if given[:7].lower() == "bearer " else ""
-        if not hmac.compare_digest(token.encode(), api_key.encode()):
+        if not gate.allows(token):
             what = "no API key was given" if not token else "the API key is not valid"
             raise APIError(401, f"{what}: send the server's key as 'Authorization: Bearer KEY'",
                            code="invalid_api_key")
@@ -68,7 +71,7 @@ def create_app(served: Served, scheduler: Scheduler, api_key: str | None = None)
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "batches": scheduler.batches}
+        return {"status": "ok", "batches": scheduler.batches, "joins": scheduler.joins, "steps": scheduler.steps}
 
     app.include_router(v1)
     return app

@@ -1,7 +1,9 @@
 """Serve finished jobs over an OpenAI-compatible HTTP API.
 
-`python -m jobs.serve JOB_DIR [JOB_DIR ...] [--host H] [--port P] [--api-key KEY]`: the jobs' common
-base model (by its own name) and each job's adapter (by its folder's name) as models of one server.
+`python -m jobs.serve JOB_DIR [JOB_DIR ...] [--host H] [--port P] [--api-key KEY] [--keys-file FILE]`:
+the jobs' common base model (by its own name) and each job's adapter (by its folder's name) as models
+of one server. Keys: `--api-key` and every key of the studio's key store (jobs/serve/keys.py, created
+on the Chat tab's Serve panel), re-read when it changes; with neither, no key is asked for.
 Prints one line, `Fusetune API serving N models at http://HOST:PORT/v1`, once it accepts requests.
 Exit 2 with a one-line reason when a job cannot be served, 1 when the address cannot be bound."""
 from __future__ import annotations
@@ -17,6 +19,9 @@ import sys  # noqa: E402
 from jobs.serve.scheduler import MAX_BATCH_ROWS, MAX_WAITING  # noqa: E402
 
 KEY_ENV = "FUSETUNE_API_KEY"
+# The studio's Serve switch sets this to its own pid: the server stops when the studio is gone, also
+# when the studio was killed and had no chance to stop it (studio/serve_runs.py).
+PARENT_ENV = "FUSETUNE_SERVE_PARENT"
 LOCAL = ("127.0.0.1", "localhost", "::1")
 
 
@@ -27,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--api-key", default=None, help=f"require 'Authorization: Bearer KEY' (or set {KEY_ENV})")
     parser.add_argument("--data-dir", default=None, help="Fusetune data dir holding the model cache")
+    parser.add_argument("--keys-file", default=None,
+                        help="the API key store whose keys are accepted too (default: the data dir's "
+                             "api-keys.json, the keys made on the Chat tab's Serve panel)")
     parser.add_argument("--max-waiting", type=int, default=MAX_WAITING,
                         help=f"requests that may wait for a batch; more are answered 429 (default {MAX_WAITING})")
     parser.add_argument("--max-batch", type=int, default=MAX_BATCH_ROWS,
@@ -61,23 +69,31 @@ def main(argv: list[str] | None = None) -> int:
         sock.close()
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if key is None and args.host not in LOCAL:
+    from jobs.serve.keys import KeyFileError, KeyStore, keys_file
+    store = KeyStore(args.keys_file or keys_file(args.data_dir))
+    try:
+        stored = store.list()
+    except KeyFileError as exc:
+        sock.close()
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if key is None and not stored and args.host not in LOCAL:
         print(f"warning: serving on {args.host} without an API key: anyone who can reach it may use it "
-              f"(set --api-key or {KEY_ENV})", file=sys.stderr)
-    _run(served, sock, key, args)
+              f"(set --api-key or {KEY_ENV}, or create a key on the Chat tab's Serve panel)", file=sys.stderr)
+    _run(served, sock, key, store, args)
     return 0
 
 
-def _run(served, sock: socket.socket, key: str | None, args) -> None:
+def _run(served, sock: socket.socket, key: str | None, store, args) -> None:
     import uvicorn
 
     from jobs.serve.api import create_app
     from jobs.serve.engine import Engine
     from jobs.serve.scheduler import Scheduler
 
-    scheduler = Scheduler(Engine(served.model, log=lambda line: print(line, file=sys.stderr)),
-                          max_waiting=args.max_waiting, max_batch_rows=args.max_batch)
-    app = create_app(served, scheduler, key)
+    engine = Engine(served.model, log=lambda line: print(line, file=sys.stderr), slots=args.max_batch)
+    scheduler = Scheduler(engine, max_waiting=args.max_waiting, max_batch_rows=args.max_batch)
+    app = create_app(served, scheduler, key, store)
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
 
@@ -89,7 +105,26 @@ def _run(served, sock: socket.socket, key: str | None, args) -> None:
                       f"({', '.join(served.models)})", flush=True)
 
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    server = AnnouncingServer(config)
+    _stop_with_parent(server)
     try:
-        AnnouncingServer(config).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         scheduler.stop()
+
+
+def _stop_with_parent(server) -> None:
+    """With PARENT_ENV set (by the studio), end the server once that process is gone."""
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit():
+        return
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == int(parent):
+            time.sleep(1.0)
+        print("the studio that started this server is gone: stopping", file=sys.stderr, flush=True)
+        server.should_exit = True
+
+    threading.Thread(target=watch, name="stop-with-parent", daemon=True).start()

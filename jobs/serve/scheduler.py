@@ -1,15 +1,23 @@
-"""The queue between the HTTP handlers and the model: one thread owns the model and runs batch after
-batch; each batch is formed, when the previous one ends, from the requests waiting then.
+"""The queue between the HTTP handlers and the model: one thread owns the model and runs one batch
+at a time, a decode step at a time, with continuous batching (vLLM/TGI's in-flight batching):
 
-Batch-at-a-time, not continuous batching: the decode loop (jobs/train/decode.py) keeps one static KV
-cache whose rows all start decoding at the same step, so a request that arrives while a batch runs
-joins the next batch, not the running one (vLLM/TGI's continuous batching would admit it at the next
-decode step; that needs per-row cache slots the loop does not have). Requests share a batch when they
-ask for the same model id and the same temperature and top_p; a seeded request runs alone, so its seed
-alone decides its answer. Each row stops on its own (EOS, stop strings, max_tokens), and the batch
-ends when its last row does.
+- A batch holds requests for the same model id (adapter) and the same temperature and top_p. A
+  request that arrives while it decodes joins it before the next decode step: its prompt is
+  prefilled, then it decodes alongside (engine.py: slots.py's CUDA-graph cache on the GPU,
+  batch.py's DynamicCache on the CPU). A row that finishes (EOS, a stop string, max_tokens, the
+  client gone) leaves at once and frees its slot; a request ends when its last row does, without
+  waiting for the rest of the batch.
+- At most `max_batch_rows` rows decode together (a request's n answers count each); a request that
+  does not fit waits. Joining stops at the first waiting request that cannot share the batch, so a
+  stream of same-model requests never starves a request for another model: the batch drains, and
+  the next batch starts with the oldest waiting request and every waiting one that can share it.
+- A seeded request runs alone, so its seed alone decides its answer; the engine may refuse a join
+  (`engine.can_join`: no free slot, no room in the GPU cache, a model whose cache is not joinable),
+  and the request waits.
+- The queue is bounded: `submit` raises QueueFull (HTTP 429) when `max_waiting` requests already wait.
 
-The queue is bounded: `submit` raises QueueFull (HTTP 429) when `max_waiting` requests already wait."""
+`batches` (opened), `joins` (requests admitted into a batch already decoding) and `steps` (decode
+steps) count what happened, for /health and the tests."""
 from __future__ import annotations
 
 import itertools
@@ -52,6 +60,24 @@ class Generation:
         alone = self.serial if self.sampling.seed is not None else None
         return self.model_id, self.sampling.temperature, self.sampling.top_p, alone
 
+    @property
+    def done(self) -> bool:
+        return all(row.done for row in self.rows)
+
+
+@dataclass
+class Running:
+    """The batch decoding now and the requests in it (each leaves when its rows are done)."""
+
+    key: tuple
+    batch: object
+    generations: list[Generation] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        """Slots taken: the rows still decoding."""
+        return sum(not row.done for g in self.generations for row in g.rows)
+
 
 class Scheduler:
     def __init__(self, engine, max_waiting: int = MAX_WAITING, max_batch_rows: int = MAX_BATCH_ROWS):
@@ -59,7 +85,7 @@ class Scheduler:
         self._waiting: deque[Generation] = deque()
         self._cond = threading.Condition()
         self._stopped = False
-        self.batches = 0
+        self.batches = self.joins = self.steps = 0
         self._thread = threading.Thread(target=self._loop, name="fusetune-serve-batches", daemon=True)
         self._thread.start()
 
@@ -76,14 +102,21 @@ class Scheduler:
             self._cond.notify()
 
     def _loop(self) -> None:
+        running: Running | None = None
         while True:
             with self._cond:
-                while not self._waiting and not self._stopped:
+                while not self._waiting and running is None and not self._stopped:
                     self._cond.wait()
                 if self._stopped:
                     return
-                batch = self._take_batch()
-            self._run(batch)
+                joining = self._take_batch() if running is None else self._take_joiners(running)
+            try:
+                running = self._advance(running, joining)
+            except Exception as exc:   # noqa: BLE001 - a failed batch answers its requests, the server lives on
+                traceback.print_exc(file=sys.stderr)
+                for g in {id(g): g for g in (running.generations if running else []) + joining}.values():
+                    g.sink([("error", f"generation failed: {type(exc).__name__}: {exc}")])
+                running = None
 
     def _take_batch(self) -> list[Generation]:
         """The oldest waiting request and every later one that can share its batch, in arrival order."""
@@ -96,28 +129,55 @@ class Scheduler:
                 rows += len(other.rows)
         return batch
 
-    def _run(self, batch: list[Generation]) -> None:
-        rows = [row for g in batch for row in g.rows]
-        self.batches += 1
-        try:
-            self.engine.run(rows, batch[0].sampling, batch[0].adapter, batch[0].tokenizer,
-                            on_column=lambda _: self._report(batch),
-                            cancelled=lambda: all(g.cancelled.is_set() for g in batch))
-        except Exception as exc:   # noqa: BLE001 - a failed batch answers its requests, the server lives on
-            traceback.print_exc(file=sys.stderr)
-            for g in batch:
-                g.sink([("error", f"generation failed: {type(exc).__name__}: {exc}")])
-            return
-        self._report(batch)
-        for g in batch:
+    def _take_joiners(self, running: Running) -> list[Generation]:
+        """The waiting requests, oldest first, that join the running batch now: up to the first that
+        cannot (another model or sampling, no free slots, a cache that could not hold it)."""
+        joining, rows = [], running.rows
+        while self._waiting:
+            other = self._waiting[0]
+            if (other.batch_key != running.key or rows + len(other.rows) > self.max_batch_rows
+                    or not self.engine.can_join(running.batch, [r for g in joining for r in g.rows] + other.rows)):
+                break
+            joining.append(self._waiting.popleft())
+            rows += len(other.rows)
+        return joining
+
+    def _advance(self, running: Running | None, joining: list[Generation]) -> Running | None:
+        """Admit `joining` (opening a batch for them when none runs), then one decode step."""
+        if joining:
+            rows = [row for g in joining for row in g.rows]
+            if running is None:
+                first = joining[0]
+                running = Running(first.batch_key, self.engine.open(rows, first.sampling, first.adapter,
+                                                                    first.tokenizer))
+                self.batches += 1
+            else:
+                self.joins += len(joining)
+            running.generations += joining
+            running.batch.admit(rows)
+            self._settle(running)
+        if running.generations:
+            running.batch.step()
+            self.steps += 1
+            self._settle(running)
+        return running if running.generations else None
+
+    def _settle(self, running: Running) -> None:
+        """Hand out the new text, end the requests whose rows are all done, free their slots."""
+        for g in running.generations:
+            if g.cancelled.is_set():
+                for row in g.rows:
+                    row.finish_reason = row.finish_reason or "cancelled"
+        self._report(running.generations)
+        for g in [g for g in running.generations if g.done]:
+            running.generations.remove(g)
             g.sink([("end",)])
+        running.batch.retire()
 
     @staticmethod
     def _report(batch: list[Generation]) -> None:
         for g in batch:
             if g.cancelled.is_set():
-                for row in g.rows:
-                    row.finish_reason = row.finish_reason or "cancelled"
                 continue
             events = []
             for row in g.rows:

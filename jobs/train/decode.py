@@ -209,11 +209,14 @@ def decode(model, ids: torch.Tensor, mask: torch.Tensor, max_new: int, temperatu
                        all_done)
 
 
-def start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph=None, log=None):
+def start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph=None, log=None,
+                  decoder_class=None):
     """(decoder, step): the batch prefilled (first token in `decoder.out[:, 0]`) and the callable that
     writes the next column, a CUDA-graph replay where capture works. GRPO's `decode` and the API
-    server (jobs/serve/engine.py, which reads each column as it lands, for streaming) both run this."""
-    decoder = StaticDecoder(model, ids, mask, max_new, temperature, top_p, sorted(eos), pad_id)
+    server (jobs/serve/batch.py, which reads each column as it lands, for streaming) both run this;
+    `decoder_class`: a StaticDecoder subclass (the server's slots.py lets rows join its cache)."""
+    decoder_class = decoder_class or StaticDecoder
+    decoder = decoder_class(model, ids, mask, max_new, temperature, top_p, sorted(eos), pad_id)
     decoder.prefill()
     step = decoder.decode_step
     if use_graph is None:
@@ -225,7 +228,7 @@ def start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, us
             log_once(log, "grpo sampling: one decode step captured as a CUDA graph, replayed per token")
         except Exception as exc:   # noqa: BLE001 - any capture failure falls back to the eager step
             torch.cuda.synchronize()
-            decoder = StaticDecoder(model, ids, mask, max_new, temperature, top_p, sorted(eos), pad_id)
+            decoder = decoder_class(model, ids, mask, max_new, temperature, top_p, sorted(eos), pad_id)
             decoder.prefill()
             step = decoder.decode_step
             log_once(log, f"grpo sampling: CUDA graph capture failed ({type(exc).__name__}: {exc}); "

@@ -65,8 +65,14 @@ def stop(proc) -> None:
 
 
 @pytest.fixture(scope="session")
-def server(tiny_job, second_job):
-    proc, url = start_server([tiny_job, second_job], "--api-key", API_KEY)
+def keys_file(tmp_path_factory):
+    """The server's key store (jobs/serve/keys.py), as the Chat tab's Serve panel keeps one."""
+    return tmp_path_factory.mktemp("keys") / "api-keys.json"
+
+
+@pytest.fixture(scope="session")
+def server(tiny_job, second_job, keys_file):
+    proc, url = start_server([tiny_job, second_job], "--api-key", API_KEY, "--keys-file", str(keys_file))
     yield url
     stop(proc)
 

@@ -1,6 +1,8 @@
 """The scheduler without a model (a stand-in engine): requests that can share a batch do, a seeded
-one runs alone, the bounded queue answers 429 through the API, and a row's streamed text never
-shows what a stop string will cut."""
+one runs alone, a request joins the running batch at the next step and leaves it when its own rows
+are done (counted in decode steps, not wall time), the row limit and another model's request hold
+joins back, the bounded queue answers 429 through the API, and a row's streamed text never shows
+what a stop string will cut."""
 import threading
 
 import httpx
@@ -13,23 +15,53 @@ from jobs.serve.served import Served, ServedModel
 from tests.asgi_call import run_coroutine
 
 
+class FakeBatch:
+    """Every live row takes one token per admit/step and ends at its max_tokens."""
+
+    can_join = True
+
+    def __init__(self, engine):
+        self.engine, self.rows = engine, []
+
+    def admit(self, rows):
+        if not self.engine.started.is_set():
+            self.engine.started.set()
+            self.engine.release.wait(10)
+        self.engine.admitted.append([r.index for r in rows])
+        self.rows += rows
+        self._take(rows)
+
+    def step(self):
+        self._take(self.rows)
+
+    @staticmethod
+    def _take(rows):
+        for row in rows:
+            row.take(5, eos=set(), decode_text=lambda ids: "x" * len(ids))
+
+    def retire(self):
+        self.rows = [r for r in self.rows if not r.done]
+
+
 class HeldEngine:
-    """Records each batch's rows; the first batch waits until `release` is set."""
+    """Records the rows each batch opens with (`batches`) and each admission (`admitted`); the first
+    admission waits until `release` is set."""
 
     def __init__(self):
-        self.batches, self.started, self.release = [], threading.Event(), threading.Event()
+        self.batches, self.admitted = [], []
+        self.started, self.release = threading.Event(), threading.Event()
 
-    def run(self, rows, sampling, adapter, tokenizer, on_column, cancelled):
-        self.started.set()
-        self.release.wait(10)
+    def open(self, rows, sampling, adapter, tokenizer):
         self.batches.append([r.index for r in rows])
-        for row in rows:
-            row.finish_reason = "length"
+        return FakeBatch(self)
+
+    def can_join(self, batch, rows):
+        return batch.can_join
 
 
-def generation(sink, temperature=1.0, seed=None, index=0, model="m"):
-    return Generation(model, None, None, [Row(index=index, prompt=[1], max_tokens=2, stop=[])],
-                      Sampling(temperature=temperature, seed=seed), sink)
+def generation(sink, temperature=1.0, seed=None, index=0, model="m", max_tokens=2, n=1):
+    rows = [Row(index=index, prompt=[1], max_tokens=max_tokens, stop=[]) for _ in range(n)]
+    return Generation(model, None, None, rows, Sampling(temperature=temperature, seed=seed), sink)
 
 
 def test_waiting_requests_share_a_batch_by_model_and_sampling_and_a_seeded_one_runs_alone():
@@ -37,7 +69,7 @@ def test_waiting_requests_share_a_batch_by_model_and_sampling_and_a_seeded_one_r
     sink = lambda events: ended.release() if ("end",) in events else None   # noqa: E731
     scheduler = Scheduler(engine, max_waiting=8)
     try:
-        scheduler.submit(generation(sink, index=0))          # runs at once, held
+        scheduler.submit(generation(sink, index=0, max_tokens=1))   # runs at once, held, then ends
         assert engine.started.wait(10)
         for i, kw in enumerate([{}, {"temperature": 0.5}, {}, {"seed": 3}, {"model": "other"}], start=1):
             scheduler.submit(generation(sink, index=i, **kw))
@@ -45,7 +77,52 @@ def test_waiting_requests_share_a_batch_by_model_and_sampling_and_a_seeded_one_r
         assert all(ended.acquire(timeout=10) for _ in range(6))
     finally:
         scheduler.stop()
-    assert engine.batches == [[0], [1, 3], [2], [4], [5]]
+    assert engine.batches == [[0], [1, 3], [2], [4], [5]] and scheduler.joins == 0
+
+
+def ends_at_step(scheduler, ends, name):
+    """A sink that records the scheduler's decode-step count when request `name` ends."""
+    return lambda events: ends.__setitem__(name, scheduler.steps) if ("end",) in events else None
+
+
+def test_a_request_joins_the_running_batch_at_the_next_step_and_leaves_before_it_ends():
+    engine, ends = HeldEngine(), {}
+    scheduler = Scheduler(engine, max_waiting=8, max_batch_rows=2)
+    try:
+        scheduler.submit(generation(ends_at_step(scheduler, ends, "a"), index=0, max_tokens=8))
+        assert engine.started.wait(10)                         # A is prefilling (held)
+        for name, index in (("b", 1), ("c", 2)):               # B fits the free slot, C waits for one
+            scheduler.submit(generation(ends_at_step(scheduler, ends, name), index=index, max_tokens=2))
+        engine.release.set()
+        for _ in range(100):
+            if len(ends) == 3:
+                break
+            threading.Event().wait(0.05)
+    finally:
+        scheduler.stop()
+    assert engine.batches == [[0]] and engine.admitted == [[0], [1], [2]]
+    assert scheduler.batches == 1 and scheduler.joins == 2
+    # B joined after A's first step and ended after its own 2 tokens, long before A's 8
+    assert ends == {"b": 2, "c": 3, "a": 7}
+
+
+def test_a_request_for_another_model_stops_later_joins_so_it_is_not_starved():
+    engine, ends = HeldEngine(), {}
+    scheduler = Scheduler(engine, max_waiting=8)
+    try:
+        scheduler.submit(generation(ends_at_step(scheduler, ends, "a"), index=0, max_tokens=4))
+        assert engine.started.wait(10)
+        scheduler.submit(generation(ends_at_step(scheduler, ends, "b"), index=1))
+        scheduler.submit(generation(ends_at_step(scheduler, ends, "other"), index=2, model="other"))
+        scheduler.submit(generation(ends_at_step(scheduler, ends, "late"), index=3))
+        engine.release.set()
+        for _ in range(100):
+            if len(ends) == 4:
+                break
+            threading.Event().wait(0.05)
+    finally:
+        scheduler.stop()
+    assert engine.batches == [[0], [2], [3]] and scheduler.joins == 1   # B joined; "late" waited its turn
 
 
 def test_a_full_queue_answers_429_in_openai_shape():
