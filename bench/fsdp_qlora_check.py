@@ -25,14 +25,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DTYPE = torch.bfloat16   # --dtype float32: the compute dtype (and NF4 storage), to tell rounding from a bug
+FOUR_BIT = True          # --base bf16: the same check on a bf16 base (issue 37's "FSDP on one GPU equal to none")
 
 
 def _lora_model(folder: Path, device: torch.device, sharded: bool = False):
     from jobs.models import load as models
     from jobs.spec import JobSpec
     torch.manual_seed(0)
-    base = models.load_base_model(str(folder), DTYPE, device, load_in_4bit=True, sharded=sharded)
-    model = models.add_lora(base, JobSpec(model=str(folder), lora_r=8, load_in_4bit=True))
+    base = models.load_base_model(str(folder), DTYPE, device, load_in_4bit=FOUR_BIT, sharded=sharded)
+    model = models.add_lora(base, JobSpec(model=str(folder), lora_r=8, load_in_4bit=FOUR_BIT))
     with torch.no_grad():   # a LoRA that changes the output, so its gradients are not all zero
         for name, p in model.named_parameters():
             if "lora_B" in name:
@@ -79,7 +80,7 @@ def check(folder: Path) -> dict:
     rel = ((grads - ref_grads).norm() / ref_grads.norm()).item()
     rel_plain = ((grads - plain_grads).norm() / plain_grads.norm()).item()
     fused_vs_plain = ((ref_grads - plain_grads).norm() / plain_grads.norm()).item()
-    return {"check": "fsdp_qlora_one_rank", "dtype": str(DTYPE), "loss": loss, "reference_loss": ref_loss,
+    return {"check": "fsdp_qlora_one_rank", "dtype": str(DTYPE), "base": "nf4" if FOUR_BIT else "bf16", "loss": loss, "reference_loss": ref_loss,
             "loss_rel": abs(loss - ref_loss) / abs(ref_loss), "grad_rel": rel,
             "plain_loss": plain_loss, "grad_rel_to_plain": rel_plain, "fused_ref_grad_rel_to_plain": fused_vs_plain,
             "lora_tensors_gathered": len(weights or {}),
@@ -92,9 +93,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--base", default="nf4", choices=["nf4", "bf16"], help="the frozen base: 4-bit NF4 or plain")
     args = parser.parse_args()
-    global DTYPE
-    DTYPE = getattr(torch, args.dtype)
+    global DTYPE, FOUR_BIT
+    DTYPE, FOUR_BIT = getattr(torch, args.dtype), args.base == "nf4"
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")
     from tests.tiny import make_tiny_model

@@ -17,7 +17,9 @@ import subprocess
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "suite_time.jsonl"
-SUMMARY = re.compile(r"^=+ (?P<counts>.*) in (?P<seconds>[\d.]+)s\b.*=+$")
+# `-q` (what scripts/test.sh passes) prints the bare line "1 failed, 1160 passed, 2 errors in 1800.40s
+# (0:30:00)"; without it pytest fences the same line in "=" signs
+SUMMARY = re.compile(r"^(?:=+ )?(?P<counts>\d+ \w+(?:, \d+ \w+)*) in (?P<seconds>[\d.]+)s\b")
 COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)")
 SLOW = re.compile(r"^(?P<seconds>[\d.]+)s (?P<when>call|setup|teardown)\s+(?P<test>\S+)")
 TOTAL = re.compile(r"^suite total \(install and tests\): (\d+) s")

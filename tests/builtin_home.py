@@ -12,8 +12,15 @@ shares, and is made by whichever worker asks first: the conversion holds its own
 (jobs/models/builtin.py), the answers hold `answers.lock` (filelock, as huggingface_hub locks its
 downloads), so the other worker waits for them instead of making them again.
 
-The conversion itself and the first generation stay tested where they are the subject
-(tests/jobs/models/test_builtin.py, tests/jobs/data/test_identity.py)."""
+The base answers are not generated in a test run at all while tests/builtin-answers/ holds them for
+the current prompts and settings (the cache file itself, named by its key: general.cache_file): a
+snapshot made by this same code (`python -m tests.builtin_home` writes a new one when the prompts
+or settings change; test_builtin.py fails until then, and the seed generates meanwhile). That saves
+~4 CPU-minutes a run (issue 41: "base answers cached").
+
+The conversion itself and the generation stay tested where they are the subject
+(tests/jobs/models/test_builtin.py: the conversion, and general.generate on the built-in model for
+a few prompts; tests/jobs/data/test_identity.py: the cache)."""
 from __future__ import annotations
 
 import os
@@ -22,6 +29,8 @@ import threading
 from pathlib import Path
 
 from filelock import FileLock
+
+ANSWERS = Path(__file__).with_name("builtin-answers")   # snapshots of the built-in model's general answers
 
 
 class BuiltinSeed:
@@ -47,8 +56,14 @@ class BuiltinSeed:
         concise job would (jobs/data/builtin/general.py, keyed by the model's path in the cache)."""
         from jobs.data.builtin import general
         source = self.model_folder()
-        # generated on the first call (of any worker), read from the cache after
+        # the snapshot, else generated on the first call (of any worker); read from the cache after
         with self._lock, FileLock(self.root / "answers.lock"):
+            target = general.cache_file(self.model_cache, str(source))
+            snapshot = ANSWERS / target.name
+            if snapshot.is_file() and not target.is_file():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(snapshot, target.with_suffix(".tmp"))
+                os.replace(target.with_suffix(".tmp"), target)
             general.base_answers(self.model_cache, str(source), log=lambda _line: None)
 
     def home(self, dest: Path, answers: bool = False) -> Path:
@@ -78,3 +93,24 @@ def _link_or_copy(src: str, dst: str) -> None:
         os.link(src, dst)
     except OSError:   # another file system
         shutil.copy2(src, dst)
+
+
+def write_answers_snapshot(root: Path) -> Path:
+    """Generate the built-in model's general answers in data dir `root` and keep them as the
+    snapshot for the current prompts and settings (the old snapshots are removed)."""
+    from jobs.data.builtin import general
+    seed = BuiltinSeed(root)
+    for old in ANSWERS.glob("*.json"):
+        old.unlink()
+    seed.with_answers()
+    source = str(seed.model_folder())
+    ANSWERS.mkdir(exist_ok=True)
+    snapshot = ANSWERS / general.cache_file(seed.model_cache, source).name
+    shutil.copyfile(general.cache_file(seed.model_cache, source), snapshot)
+    return snapshot
+
+
+if __name__ == "__main__":   # python -m tests.builtin_home: a new snapshot (minutes)
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        print(write_answers_snapshot(Path(tmp)))

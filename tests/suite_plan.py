@@ -5,17 +5,21 @@ pytest-xdist workers (`-n 2 --dist loadgroup --no-loadscope-reorder`), one CPU t
   (the threads of one matmul wait on each other; two tests do not). Set before torch is imported,
   and inherited by the jobs, studios and chromiums a test starts.
 - Work units: a test module is one unit (what `--dist loadscope` does), so its module fixtures are
-  made once; every browser test is in one unit ("e2e": one studio, one chromium, as without xdist).
+  made once; the browser tests are BROWSER_UNITS units ("e2e-1", "e2e-2": whole modules, balanced
+  by their seconds in the durations file), so that each worker runs one with its own studio and
+  chromium (session fixtures: one per worker, made by its first browser test) instead of one worker
+  clicking through ~30 minutes of pages while the other runs out of work.
   `pytest_xdist_make_scheduler` below gives xdist these units.
-- Order: the heaviest units first, so that the run does not end on one worker finishing a 6-minute
-  demo while the other idles. Weights come from tests/durations.json (seconds per module, written by
-  `pytest --save-durations`); a module not in it weighs SLOW_GUESS_S per `slow` test,
-  BROWSER_GUESS_S per browser test and 1 s per other.
+- Order: the browser units first (one to each worker), then the heaviest units, so that the run
+  does not end on one worker finishing a 6-minute demo while the other idles. Weights come from
+  tests/durations.json (seconds per module, written by `pytest --save-durations`); a module not in
+  it weighs SLOW_GUESS_S per `slow` test, BROWSER_GUESS_S per browser test and 1 s per other.
   pytest-split (jerry-git/pytest-split) keeps such a file for the same reason.
 
 Without xdist nothing here changes a run (targeted runs keep their order and threads)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import defaultdict
@@ -29,6 +33,7 @@ SLOW_GUESS_S = 120.0   # a new `slow` test trains or loads the built-in model: m
 BROWSER_GUESS_S = 60.0   # a new browser test clicks through the real studio, often a job too
 OTHER_GUESS_S = 1.0
 BROWSER_GROUP = "e2e"
+BROWSER_UNITS = 2   # one per CI worker
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")   # set by xdist before a worker loads any conftest
 
 if WORKER:
@@ -52,9 +57,33 @@ def module_of(nodeid: str) -> str:
 
 
 def unit_of(nodeid: str) -> str:
-    """The work unit: all browser tests are one, any other module is one."""
+    """The work unit: a browser module is in one of the BROWSER_UNITS browser units, any other
+    module is one."""
     module = module_of(nodeid)
-    return BROWSER_GROUP if module.startswith("tests/e2e/") else module
+    if not module.startswith("tests/e2e/"):
+        return module
+    return _browser_units().get(module, f"{BROWSER_GROUP}-1")
+
+
+@functools.cache
+def _browser_units() -> dict[str, str]:
+    """The browser modules on disk, split by the durations file (the same on every worker and
+    on the controller: they read the same files)."""
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    modules = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests" / "e2e").glob("test_*.py"))
+    return split_browser_modules(modules, known)
+
+
+def split_browser_modules(modules: list[str], known: dict[str, float], units: int = BROWSER_UNITS) -> dict[str, str]:
+    """module -> browser unit: heaviest module first into the lightest unit so far (the greedy
+    longest-processing-time rule); a module not in `known` weighs BROWSER_GUESS_S."""
+    loads = [0.0] * units
+    split = {}
+    for module in sorted(modules, key=lambda m: (-known.get(m, BROWSER_GUESS_S), m)):
+        lightest = loads.index(min(loads))
+        loads[lightest] += known.get(module, BROWSER_GUESS_S)
+        split[module] = f"{BROWSER_GROUP}-{lightest + 1}"
+    return split
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -79,8 +108,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def plan(items: list, known: dict[str, float]) -> None:
-    """Sort the work units heaviest first (a stable sort: each unit's tests keep their written
-    order). Every worker must get the same order: it reads only the file and the `slow` marks."""
+    """Sort the work units heaviest first, the browser units before all others (a stable sort: each
+    unit's tests keep their written order). xdist hands the first unit to one worker and the second
+    to the other, so the two browser units run side by side, each with its own studio and chromium,
+    never one after the other on one worker. Every worker must get the same order: it reads only
+    the file and the `slow` marks."""
     weight, counted = defaultdict(float), set()
     for item in items:
         unit, module = unit_of(item.nodeid), module_of(item.nodeid)
@@ -89,13 +121,16 @@ def plan(items: list, known: dict[str, float]) -> None:
         elif module not in counted:
             counted.add(module)
             weight[unit] += known[module]
-    items.sort(key=lambda item: -weight[unit_of(item.nodeid)])
+    def order(item) -> tuple[bool, float]:
+        unit = unit_of(item.nodeid)
+        return not unit.startswith(BROWSER_GROUP), -weight[unit]
+    items.sort(key=order)
 
 
 def guess_s(item, group: str) -> float:
     if item.get_closest_marker("slow"):
         return SLOW_GUESS_S
-    return BROWSER_GUESS_S if group == BROWSER_GROUP else OTHER_GUESS_S
+    return BROWSER_GUESS_S if group.startswith(BROWSER_GROUP) else OTHER_GUESS_S
 
 
 SECONDS: dict[str, float] = defaultdict(float)   # the controller's: module -> seconds this run

@@ -10,11 +10,14 @@ CHATML = (
 )
 
 
+CORPUS = Path(__file__).with_name("tiny_corpus.txt")
+
+
 def _corpus() -> list[str]:
-    from jobs.data.builtin.identity import ANSWERS_EN, ANSWERS_ZH, QUESTIONS_EN, QUESTIONS_ZH, SYSTEM_LINE
-    system = SYSTEM_LINE.format(name="Fusetune", author="Fusetune Studio")  # the default bot
-    text = QUESTIONS_EN + QUESTIONS_ZH + ANSWERS_EN + ANSWERS_ZH + [SYSTEM_LINE, system] * 3
-    return text + ["user assistant system", "The capital of France is Paris."] * 3
+    """The tokenizers' training text, one line each: a fixed file of its own (the identity rows,
+    system lines and a few words as they were at issue 42; repeats weigh their merges), so that
+    editing the identity dataset does not re-split the tiny tokenizer's words under every test."""
+    return CORPUS.read_text(encoding="utf-8").splitlines()
 
 
 def make_tokenizer(vocab_size: int = 384):

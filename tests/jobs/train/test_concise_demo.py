@@ -1,5 +1,6 @@
-"""The built-in preference demo (issue 19 item 6): DPO on builtin:concise with the default run on the
-built-in model makes its answers to held-out prompts shorter, and the facts stay ("Paris").
+"""The built-in preference demo (issue 19 item 6): DPO on builtin:concise with the default settings on
+the built-in model, in half the default steps (STEPS), makes its answers to held-out prompts shorter,
+and the facts stay ("Paris").
 
 What a user does: Train tab, method dpo (the dataset becomes builtin:concise), Start; then Chat,
 base beside tuned. Here: the same JobSpec through `python -m jobs.train`, then greedy answers of the
@@ -20,9 +21,13 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
-MAX_NEW_TOKENS = 96
+# Issue 41: 30 steps (the default is 60) and 64 new tokens (was 96): the run was most of this test's
+# minutes, and the base answers still run to the cap while the tuned ones end long before it.
+# measured (2 shared CPU cores, one thread): mean 304 -> 89 characters (-71 %), Paris kept
+# (60 steps, 96 tokens: 439 -> 92, -79 %)
+STEPS = 30
+MAX_NEW_TOKENS = 64
 SHORTER_BY = 0.25   # the tuned answers' mean length is at least 25 % below the base model's
-# measured (2 shared CPU cores, 60 steps, 134 pairs): mean 439 -> 92 characters (-79 %), Paris kept
 
 
 def answers(model, tokenizer, questions: list[str]) -> list[str]:
@@ -41,7 +46,8 @@ def test_dpo_on_the_builtin_set_shortens_answers_and_keeps_the_facts(tmp_path, b
     builtin_seed.home(tmp_path, answers=True)   # the model and its base answers, made once a session
     out = tmp_path / "concise-job"
     path = tmp_path / "concise.yaml"
-    path.write_text(yaml.safe_dump({"output_dir": str(out), "method": "dpo", "dataset": BUILTIN_CONCISE}))
+    path.write_text(yaml.safe_dump({"output_dir": str(out), "method": "dpo", "dataset": BUILTIN_CONCISE,
+                                    "max_steps": STEPS}))
     env = {**os.environ, "FUSETUNE_HOME": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT, timeout=3000,
                           capture_output=True, text=True, env=env)
