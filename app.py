@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     from studio.app import PAGE_CSS, build_studio
     from studio.context import StudioContext
     from studio.route_guard import launch_kwargs as guard_kwargs
+    from studio import quiet_page
     context = StudioContext(data_dir=data_dir, runner=runner, cluster=cluster)
     runner.studio_gpu = context.chat  # its models are the studio's, unloaded for a job that needs the room
     runner.start_monitor()
@@ -237,10 +238,12 @@ def main(argv: list[str] | None = None) -> None:
     # contents the UI shows anyway; uploads, the model cache and everything else stay refused.
     patient_launch_check()
     try:
-        demo.queue(default_concurrency_limit=4).launch(
+        # an idle page and studio cost next to nothing (studio/quiet_page.py: two of Gradio's busy loops)
+        quiet_page.calm_queue(demo.queue(default_concurrency_limit=4)).launch(
             server_name=args.host, server_port=args.port, auth=auth, show_error=True, css=PAGE_CSS,
             allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True,
-            **guard_kwargs(guards(auth, os.environ["GRADIO_TEMP_DIR"], args.max_upload_mb)))
+            **guard_kwargs([*guards(auth, os.environ["GRADIO_TEMP_DIR"], args.max_upload_mb),
+                            quiet_page.middleware()]))
     except OSError as exc:  # taken between the check above and now
         if "port" not in str(exc).lower():
             raise

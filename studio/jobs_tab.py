@@ -5,7 +5,8 @@ ends (a "Cancelling job A" must not stay above job B, nor above A once it is can
 
 A gr.Timer polls every POLL_S seconds while a job runs or waits, or something changed; an idle page
 (nothing running or queued, nothing new) polls ever more slowly, up to IDLE_POLL_MAX_S, and any click
-brings it back to POLL_S (an open, idle Jobs page cost a third of a core in the browser at 1.5 s).
+brings it back to POLL_S (an open, idle Jobs page cost a third of a core in the browser at 1.5 s;
+what Gradio itself cost an idle page and studio is in studio/quiet_page.py).
 All state is read from disk (the SQLite store and the job's events.jsonl / train.log), so a
 reopened browser shows exactly what the job is doing; the job never depends on the page. Each poll
 re-sends only what changed (a per-browser signature).
@@ -31,7 +32,9 @@ from studio.context import StudioContext
 from studio.i18n import t
 
 POLL_S = 1.5
-IDLE_POLL_MAX_S = 12.0
+# an idle page's slowest poll: a job started from the CLI or another page shows up within this;
+# at 12 s the page's polls still cost chromium ~7 % of a core (bench/idle_page.py, issue 40 item 6)
+IDLE_POLL_MAX_S = 30.0
 SHARED_TTL_S = 0.5   # a poll may show the table and a job this much late; a click reads them afresh
 LOG_LINES = 200
 GB_FORMAT = ".2~f"  # d3 format: 1.83, not 1.827000 on a flat curve

@@ -65,14 +65,14 @@ def test_an_idle_page_polls_ever_more_slowly_and_a_running_job_or_a_click_brings
     first = unpack(refresh(ctx, "a", None, None, pick=True))
     assert first["timer"]["value"] == 1.5                     # a click: back to the fast poll
     sigs, interval, seen = (first["t_sig"], first["d_sig"]), 1.5, []
-    for _ in range(5):
+    for _ in range(6):
         out = unpack(refresh(ctx, "a", *sigs, shared=True, interval=interval))
         interval = interval if is_skip(out["timer"]) else out["timer"]["value"]
         seen.append(interval)
-    assert seen == [3.0, 6.0, 12.0, 12.0, 12.0]               # nothing runs, nothing changes
+    assert seen == [3.0, 6.0, 12.0, 24.0, 30.0, 30.0]         # nothing runs, nothing changes
     running = job(tmp_path, "b", "running")
     busy = StudioContext(data_dir=tmp_path, runner=ListRunner([rec, running]))
-    out = unpack(refresh(busy, "a", *sigs, shared=True, interval=12.0))
+    out = unpack(refresh(busy, "a", *sigs, shared=True, interval=30.0))
     assert out["timer"]["value"] == 1.5                        # another job runs: follow it closely
 
 
