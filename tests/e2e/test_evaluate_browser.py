@@ -26,8 +26,10 @@ def test_evaluate_a_finished_job(studio, browser_context, tmp_path):
     page.get_by_role("tab", name="Evaluate").click()
     pick_option(page, "ft-eval-select", job_id)
     page.locator("#ft-eval-file input[type=file]").set_input_files(str(rows))
+    # 90 s: on CI's two loaded workers (2026-12-04) the upload's name was not shown within 30 s, once;
+    # alone and after the same modules it shows in seconds
     page.wait_for_function("() => document.querySelector('#ft-eval-file').innerText.includes('eval.jsonl')",
-                           timeout=30_000)
+                           timeout=90_000)
     set_text(page, "ft-eval-max-new", "8")
     page.locator("#ft-eval-run").click()
     page.wait_for_function("() => document.querySelector('#ft-eval-status').innerText.includes('Evaluated')",
