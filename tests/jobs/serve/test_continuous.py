@@ -63,6 +63,18 @@ def request(engine_tok, prompt, max_tokens, sink):
     return Generation("m", "job0", tok, [row], Sampling(temperature=0.0), sink)
 
 
+def second_arrives_while_first_decodes(served, scheduler, first_ask, second_ask):
+    """Submit the first request, hold it at its first token, submit the second, let both finish:
+    (first, second) answers. `*_ask` = (prompt, max_tokens)."""
+    first, second = Answer(scheduler, hold=True), Answer(scheduler)
+    scheduler.submit(request(served, *first_ask, first))
+    assert first.first.wait(60)            # the first request is decoding: the second arrives now
+    scheduler.submit(request(served, *second_ask, second))
+    first.go.set()
+    assert first.done.wait(60) and second.done.wait(60)
+    return first, second
+
+
 def test_a_greedy_request_joined_mid_batch_answers_as_alone(served):
     engine, tok, generate = served
     long_prompt, short_prompt = ask(tok, "Who are you?"), ask(tok, "What is the capital of France?")
@@ -71,12 +83,7 @@ def test_a_greedy_request_joined_mid_batch_answers_as_alone(served):
         alone = Answer(scheduler)
         scheduler.submit(request(served, short_prompt, 10, alone))
         assert alone.done.wait(60)
-        first, joined = Answer(scheduler, hold=True), Answer(scheduler)
-        scheduler.submit(request(served, long_prompt, 24, first))
-        assert first.first.wait(60)            # the first request is decoding: the second arrives now
-        scheduler.submit(request(served, short_prompt, 10, joined))
-        first.go.set()
-        assert first.done.wait(60) and joined.done.wait(60)
+        first, joined = second_arrives_while_first_decodes(served, scheduler, (long_prompt, 24), (short_prompt, 10))
     finally:
         scheduler.stop()
     assert scheduler.batches == 2 and scheduler.joins == 1
@@ -91,12 +98,7 @@ def test_the_static_batch_answers_the_same_and_nobody_joins_it(served):
     prompt = ask(tok, "What is the capital of France?")
     scheduler = Scheduler(static)
     try:
-        first, second = Answer(scheduler, hold=True), Answer(scheduler)
-        scheduler.submit(request(served, prompt, 10, first))
-        assert first.first.wait(60)
-        scheduler.submit(request(served, prompt, 10, second))
-        first.go.set()
-        assert first.done.wait(60) and second.done.wait(60)
+        first, second = second_arrives_while_first_decodes(served, scheduler, (prompt, 10), (prompt, 10))
     finally:
         scheduler.stop()
     assert first.text == second.text == generate(prompt, 10)
@@ -111,12 +113,7 @@ def test_rows_join_the_static_cache_in_free_slots_and_answer_as_alone(served):
     long_prompt, short_prompt = ask(tok, "Who are you?"), ask(tok, "What is the capital of France?")
     scheduler = Scheduler(slots)
     try:
-        first, joined = Answer(scheduler, hold=True), Answer(scheduler)
-        scheduler.submit(request(served, long_prompt, 24, first))
-        assert first.first.wait(60)
-        scheduler.submit(request(served, short_prompt, 10, joined))
-        first.go.set()
-        assert first.done.wait(60) and joined.done.wait(60)
+        first, joined = second_arrives_while_first_decodes(served, scheduler, (long_prompt, 24), (short_prompt, 10))
     finally:
         scheduler.stop()
     assert scheduler.batches == 1 and scheduler.joins == 1 and joined.ended_at < first.ended_at
