@@ -91,6 +91,8 @@ def measure(runner, data_dir: Path, record, mode: str, clients: int, seconds: fl
 class NoSharing:
     """SharedViews' interface, computing every time: each page pays for its own views (before)."""
 
+    generation = 0
+
     def get(self, _key, compute, _ttl=None):
         return compute()
 

@@ -94,14 +94,18 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
     def on_sync(shown: Any, previous: dict | None) -> list[Any]:
         return list(plots.color_sync(shown, previous))
 
+    # one queue, in order, for everything that draws the table: a pick's answer still on its way when
+    # "only differences" is ticked must not land after the tick's and show every row again (a loaded
+    # 2-core machine, 2026-12-04)
+    in_order = {"concurrency_id": "compare-view", "concurrency_limit": 1}
     for trigger in (select.change, only_diff.change, ctx.lang.change):
-        trigger(on_pick, [select, only_diff, ctx.lang], [plot, legend, config], show_progress="hidden").then(
-            on_sync, [plot, sent], [plot, sent], show_progress="hidden")
+        trigger(on_pick, [select, only_diff, ctx.lang], [plot, legend, config], show_progress="hidden",
+                **in_order).then(on_sync, [plot, sent], [plot, sent], show_progress="hidden")
     for trigger in (select.change, ctx.lang.change):
         trigger(lambda job_ids, lang: reward_comparison(ctx, job_ids, lang), [select, ctx.lang], rewards,
                 show_progress="hidden")
         trigger(lambda job_ids, lang: evaluation_comparison(ctx, job_ids, lang), [select, ctx.lang],
                 [evals, evals_note], show_progress="hidden")
     refresh_btn.click(lambda picked, only, lang: tab.refresh(ctx, picked, only, lang),
-                      [select, only_diff, ctx.lang], tab.outputs)
+                      [select, only_diff, ctx.lang], tab.outputs, **in_order)
     return tab

@@ -128,9 +128,12 @@ def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: 
     the list's choices, except that a job which no longer exists is unpicked. `shared`: a poll,
     whose timer `interval` backs off while the page is idle; anything else sets it back to POLL_S.
     """
+    generation = ctx.shared.generation   # read first: a change after this makes the poll's reading stale
     out = _refresh(ctx, job_id, table_sig, detail_sig, lang, pick, shared)
     if not shared:
         return [*out, gr.update(value=POLL_S) if interval != POLL_S else gr.skip()]
+    if ctx.shared.generation != generation:   # a Start or an action changed the list meanwhile: send nothing
+        return [*[gr.skip()] * (len(out) - 2), table_sig, detail_sig, gr.update(value=POLL_S)]
     changed = (out[-2], out[-1]) != (table_sig, detail_sig)
     records = ctx.shared.get(("table", lang), lambda: table_and_choices(ctx, lang), SHARED_TTL_S)[0]
     return [*out, _next_poll(interval, changed or any(not r.finished for r in records))]
@@ -333,6 +336,7 @@ def _wire_actions(ctx: StudioContext, tab: JobsTab, buttons: list[gr.Button], pa
             return [*hidden, *[gr.skip()] * len(tab.refresh_outputs)]
         action, job_id = asked
         level, message = job_actions.perform(ctx.runner, action, job_id, language, more_steps=int(steps or 0))
+        ctx.shared.invalidate()   # the polls' shared reading predates this action
         out = refresh(ctx, job_id, None, None, language, pick=True)
         out[notice_at] = render.notice_html(message, level)
         return [*hidden, *out]

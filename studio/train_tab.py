@@ -85,8 +85,7 @@ def budget_update(ctx: StudioContext, checked: list[str] | None) -> Any:
 
 def gpus_value(checked: list[str] | None) -> str:
     """The `gpus` key for the checked boxes: "0,1", or "auto" when none is checked."""
-    picked = sorted({int(index) for index in checked or []})
-    return ",".join(str(index) for index in picked) or "auto"
+    return ",".join(str(index) for index in sorted({int(i) for i in checked or []})) or "auto"
 
 
 def command_text(runner: Any, data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:
@@ -265,13 +264,11 @@ def _wire_stats(ctx: StudioContext, tab: TrainTab, button: gr.Button, stats: gr.
     preflight measured the data); the dataset, the model or max_seq_length changing makes them stale."""
     from studio.data_stats import analyse, warning_after_start
 
-    def on_stats(language: str, *values: Any) -> tuple[str, str]:
-        return analyse(ctx.start_check, tab.names, list(values), language)
-
     def on_status(status: str, language: str, *values: Any) -> str:   # Start ran (or the form changed)
         return warning_after_start(ctx.start_check, tab.names, list(values), status, language)
 
-    shown = button.click(on_stats, [ctx.lang, *tab.inputs], [stats, warning])
+    shown = button.click(lambda language, *values: analyse(ctx.start_check, tab.names, list(values), language),
+                         [ctx.lang, *tab.inputs], [stats, warning])
     # the data now measured, the fit check sizes a CPU job by its longest row (jobs/models/fit_cpu.py)
     shown.then(lambda language, *values: tab.fit_check(ctx, language, *values), [ctx.lang, *tab.inputs], tab.fit,
                show_progress="hidden")
@@ -351,6 +348,8 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
 
     def on_start(language: str, confirmed: str, *values: Any) -> tuple[Any, ...]:
         result = start_job(ctx.runner, ctx.start_check, names, list(values), language, confirmed)
+        if result.job_id:   # the Jobs polls' shared reading lacks the new job
+            ctx.shared.invalidate()
         label = t("train.start_anyway" if result.confirm else "train.start", language)
         return (result.status, result.job_id, result.confirm, gr.update(value=label),
                 gr.skip() if result.fit is None else result.fit)

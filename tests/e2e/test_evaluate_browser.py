@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from tests.e2e.studio_page import fill_job_form, open_studio, pick_option, set_text, start_job, wait_for_state
+from tests.e2e.studio_page import (fill_job_form, open_studio, pick_option, set_text, start_job, upload_file,
+                                   wait_for_state)
 
 ROWS = [("What is the capital of France?", "The capital of France is Paris."),
         ("Who are you?", "I am Fusetune."), ("Name a colour.", "Blue is a colour.")]
@@ -25,11 +26,7 @@ def test_evaluate_a_finished_job(studio, browser_context, tmp_path):
 
     page.get_by_role("tab", name="Evaluate").click()
     pick_option(page, "ft-eval-select", job_id)
-    page.locator("#ft-eval-file input[type=file]").set_input_files(str(rows))
-    # 90 s: on CI's two loaded workers (2026-12-04) the upload's name was not shown within 30 s, once;
-    # alone and after the same modules it shows in seconds
-    page.wait_for_function("() => document.querySelector('#ft-eval-file').innerText.includes('eval.jsonl')",
-                           timeout=90_000)
+    upload_file(page, "ft-eval-file", rows)
     set_text(page, "ft-eval-max-new", "8")
     page.locator("#ft-eval-run").click()
     page.wait_for_function("() => document.querySelector('#ft-eval-status').innerText.includes('Evaluated')",

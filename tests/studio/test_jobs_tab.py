@@ -205,3 +205,28 @@ def test_a_preference_job_shows_its_margin_and_accuracy_beside_the_loss(tmp_path
     assert series == {"reward margin": [[1, 0.0], [2, 0.4], [3, 0.9]],
                       "reward accuracy": [[1, 0.0], [2, 0.75], [3, 1.0]],
                       "eval reward margin": [[3, 0.7]], "eval reward accuracy": [[3, 0.9]]}
+
+
+def test_a_poll_reading_while_start_adds_a_job_sends_nothing_and_the_next_one_shows_it(tmp_path, monkeypatch):
+    """CI, 2026-12-04: a poll that read the table before Start queued a job answered after Start's own
+    answer, and its list (without the new job) replaced the page's; the page then sent a value the
+    list lacked. Now a studio change bumps the shared views' generation: that poll sends nothing."""
+    from studio import jobs_tab
+    old = job(tmp_path, "a", "done")
+    runner = ListRunner([old])
+    ctx = StudioContext(data_dir=tmp_path, runner=runner)
+    monkeypatch.setattr(jobs_tab, "SHARED_TTL_S", 60.0)
+    page = unpack(refresh(ctx, "a", None, None, pick=True))
+    real_list = runner.list_jobs
+
+    def list_then_start():   # the poll's reading, during which Start queues job b
+        records = real_list()
+        runner.records.insert(0, job(tmp_path, "b", "queued"))
+        ctx.shared.invalidate()
+        return records
+    runner.list_jobs = list_then_start
+    late = unpack(refresh(ctx, "a", None, page["d_sig"], shared=True))   # a page whose table differs
+    assert is_skip(late["table"]) and is_skip(late["select"]) and late["t_sig"] is None
+    runner.list_jobs = real_list
+    shown = unpack(refresh(ctx, "a", None, page["d_sig"], shared=True))   # not the stale reading
+    assert [c[1] if isinstance(c, tuple) else c for c in shown["select"]["choices"]][:2] == ["b", "a"]
