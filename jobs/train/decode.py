@@ -7,6 +7,10 @@ sync) and transformers' static-cache + CUDA-graph guide (StaticCache: fixed [B, 
 tensors so the step's addresses never move). Here:
 
 - The prompts (left-padded to P) are prefilled once; the first token is sampled from that pass.
+  GRPO samples `group` completions of each prompt (rows in runs of `group` identical prompts): the
+  prefill then runs one row per prompt and copies its K/V to the group's other rows, so a prompt's
+  forward is paid once, not `group` times (vLLM shares a prompt's KV blocks the same way with its
+  prefix caching). On a CPU that was a fifth of a GRPO step at 4 completions.
 - Each decode step feeds the last token at cache slot P + i, position len(prompt) + i, with a
   4-D additive mask [B, 1, 1, P + L] computed on the device from the step counter (a caller's 4-D
   mask is used as-is by transformers' `create_causal_mask` and by kernels/packed_attention.py, so
@@ -103,10 +107,11 @@ class StaticDecoder:
     """One batch's decode state on the device: the cache, the counters and the output buffer."""
 
     def __init__(self, model, ids: torch.Tensor, mask: torch.Tensor, max_new: int, temperature: float,
-                 top_p: float, eos: list[int], pad_id: int):
+                 top_p: float, eos: list[int], pad_id: int, group: int = 1):
         from kernels.loss_patch import find_causal_lm
 
         self.model, self.temperature, self.top_p, self.pad_id = model, temperature, top_p, pad_id
+        self.group = group if group > 1 and _runs_of_equal_rows(ids, mask, group) else 1
         decoder = find_causal_lm(model).model
         self.cache_name = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
         self.dtype = find_causal_lm(model).get_input_embeddings().weight.dtype
@@ -154,9 +159,22 @@ class StaticDecoder:
         allowed = torch.cat([allowed, torch.zeros((*allowed.shape[:2], self.L), dtype=torch.bool,
                                                   device=device)], dim=2)
         self.box["slots"] = torch.arange(P, device=device)
-        logits = self._forward(self.prompt_ids, self.prompt_positions, self._additive(allowed).unsqueeze(1))
+        g = self.group   # one row per run of identical prompts, its K/V then copied to the run (module doc)
+        logits = self._forward(self.prompt_ids[::g], self.prompt_positions[::g],
+                               self._additive(allowed[::g]).unsqueeze(1))
+        if g > 1:
+            self._widen_cache(g)
+            logits = logits.repeat_interleave(g, dim=0)
         self.position.copy_(self.prompt_positions[:, -1:] + 1)
         self._take(logits, torch.zeros(1, dtype=torch.long, device=device))
+
+    def _widen_cache(self, g: int) -> None:
+        """Each prefilled row's K/V for its whole run of `g` rows (before any capture: the step's
+        graph then holds the widened tensors' addresses)."""
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.repeat_interleave(g, dim=0)
+            layer.values = layer.values.repeat_interleave(g, dim=0)
+            layer.batch_size = layer.keys.shape[0]
 
     def decode_step(self) -> None:
         """Token i + 1 from token i (i = self.step): fixed shapes, device counters only."""
@@ -174,6 +192,14 @@ class StaticDecoder:
     def restore(self, saved: list[torch.Tensor]) -> None:
         for live, kept in zip((self.out, self.step, self.token, self.position, self.done), saved):
             live.copy_(kept)
+
+
+def _runs_of_equal_rows(ids: torch.Tensor, mask: torch.Tensor, g: int) -> bool:
+    """Whether ids/mask are runs of `g` identical rows (one host read, at prefill only)."""
+    B = ids.shape[0]
+    if B % g:
+        return False
+    return all(bool((t.view(B // g, g, -1) == t[::g].unsqueeze(1)).all()) for t in (ids, mask))
 
 
 def capture(decoder: StaticDecoder):
@@ -195,28 +221,29 @@ def capture(decoder: StaticDecoder):
 @torch.no_grad()
 def decode(model, ids: torch.Tensor, mask: torch.Tensor, max_new: int, temperature: float, top_p: float,
            eos: set[int], pad_id: int, use_graph: bool | None = None, log=None,
-           should_stop=None, all_done=None) -> torch.Tensor | None:
+           should_stop=None, all_done=None, group: int = 1) -> torch.Tensor | None:
     """Completion tokens [B, max_new] (pad after a row's EOS) for left-padded prompts ids/mask; None
     when `should_stop()` turned true at one of the loop's host checks (a cancelled job).
     `all_done(mine)`: for ranks whose forwards are collectives (FSDP-sharded layers gather their
     weights in every forward, jobs/train/sharding.py): True when every rank's rows are done, so all
-    stop after the same number of forwards (transformers' `synced_gpus`); no CUDA graph then."""
+    stop after the same number of forwards (transformers' `synced_gpus`); no CUDA graph then.
+    `group`: the rows are runs of this many identical prompts (GRPO's completions per prompt)."""
     from kernels.packed_attention import cached_decoding_attention
     if all_done is not None:
         use_graph = False   # a graph cannot hold FSDP's all-gathers
     with cached_decoding_attention(model):   # GQA decode steps read each cached K/V once
         return _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log, should_stop,
-                       all_done)
+                       all_done, group)
 
 
 def start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph=None, log=None,
-                  decoder_class=None):
+                  decoder_class=None, group: int = 1):
     """(decoder, step): the batch prefilled (first token in `decoder.out[:, 0]`) and the callable that
     writes the next column, a CUDA-graph replay where capture works. GRPO's `decode` and the API
     server (jobs/serve/batch.py, which reads each column as it lands, for streaming) both run this;
     `decoder_class`: a StaticDecoder subclass (the server's slots.py lets rows join its cache)."""
     decoder_class = decoder_class or StaticDecoder
-    decoder = decoder_class(model, ids, mask, max_new, temperature, top_p, sorted(eos), pad_id)
+    decoder = decoder_class(model, ids, mask, max_new, temperature, top_p, sorted(eos), pad_id, group=group)
     decoder.prefill()
     step = decoder.decode_step
     if use_graph is None:
@@ -228,7 +255,7 @@ def start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, us
             log_once(log, "grpo sampling: one decode step captured as a CUDA graph, replayed per token")
         except Exception as exc:   # noqa: BLE001 - any capture failure falls back to the eager step
             torch.cuda.synchronize()
-            decoder = decoder_class(model, ids, mask, max_new, temperature, top_p, sorted(eos), pad_id)
+            decoder = decoder_class(model, ids, mask, max_new, temperature, top_p, sorted(eos), pad_id, group=group)
             decoder.prefill()
             step = decoder.decode_step
             log_once(log, f"grpo sampling: CUDA graph capture failed ({type(exc).__name__}: {exc}); "
@@ -237,8 +264,9 @@ def start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, us
 
 
 def _decode(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log,
-            should_stop=None, all_done=None) -> torch.Tensor | None:
-    decoder, step = start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log)
+            should_stop=None, all_done=None, group: int = 1) -> torch.Tensor | None:
+    decoder, step = start_decoder(model, ids, mask, max_new, temperature, top_p, eos, pad_id, use_graph, log,
+                                  group=group)
     for i in range(1, max_new):
         if i % CHECK_EVERY == 0:
             if should_stop is not None and should_stop():

@@ -68,10 +68,11 @@ def sample_completions(model, tokenizer, prompts: list[list[int]], num_generatio
     Distributed when the model is FSDP-sharded (module doc), else None."""
     repeated = [p for p in prompts for _ in range(num_generations)]
     step = rows_per_pass or len(repeated)
+    group = num_generations if step % num_generations == 0 else 1   # passes of whole groups share a prefill
     out: list[list[int]] = []
     for start in range(0, len(repeated), step):
         part = _sample_pass(model, tokenizer, repeated[start:start + step], max_new_tokens, temperature, top_p,
-                            device, log, use_graph, should_stop, peers)
+                            device, log, use_graph, should_stop, peers, group)
         if part is None:
             return None
         out += part
@@ -79,8 +80,9 @@ def sample_completions(model, tokenizer, prompts: list[list[int]], num_generatio
 
 
 def _sample_pass(model, tokenizer, rows: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
-                 device, log, use_graph, should_stop, peers=None) -> list[list[int]] | None:
-    """One batch of prompt rows (already repeated per generation) through the static decode loop."""
+                 device, log, use_graph, should_stop, peers=None, group: int = 1) -> list[list[int]] | None:
+    """One batch of prompt rows (already repeated per generation, runs of `group` equal rows) through
+    the static decode loop."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids, mask = pad_left(rows, pad_id, device)
     width = ids.shape[1] if peers is None else max(peers.gather_objects(ids.shape[1]))
@@ -95,7 +97,7 @@ def _sample_pass(model, tokenizer, rows: list[list[int]], max_new_tokens: int, t
     model.eval()
     try:
         out = decode.decode(model, ids, mask, max_new_tokens, temperature, top_p, eos, pad_id,
-                            use_graph=use_graph, log=log, should_stop=should_stop, all_done=all_done)
+                            use_graph=use_graph, log=log, should_stop=should_stop, all_done=all_done, group=group)
     finally:
         model.train(was_training)
     return None if out is None else [cut_at_eos(row, eos) for row in out.tolist()]

@@ -97,6 +97,28 @@ def test_sampling_in_passes_within_a_budget_gives_the_tokens_of_one_pass(policy)
     assert len(whole) == 8 and passes == whole
 
 
+def test_a_groups_prompt_is_prefilled_once_and_its_rows_decode_as_if_each_had_its_own(policy):
+    """GRPO's rows come in runs of num_generations equal prompts: the prefill runs one row per prompt
+    and the K/V are copied to the run; greedy tokens equal a prefill of every row; a run that is not
+    all equal falls back to every row."""
+    model, tok = policy
+    ids, mask = pad_left([p for p in PROMPTS for _ in range(3)], tok.pad_token_id, "cpu")
+    widths = []
+    embed = model.get_input_embeddings().register_forward_pre_hook(lambda _m, args: widths.append(args[0].shape))
+    try:
+        shared = decode.decode(model, ids, mask, 10, 0.0, 1.0, {10_000}, tok.pad_token_id, use_graph=False, group=3)
+        prefill_rows = widths[0][0]
+        widths.clear()
+        mixed = ids.clone()
+        mixed[1, -1] = 7   # row 1 is no longer its run's prompt
+        decode.decode(model, mixed, mask, 2, 0.0, 1.0, {10_000}, tok.pad_token_id, use_graph=False, group=3)
+    finally:
+        embed.remove()
+    assert prefill_rows == len(PROMPTS) and widths[0][0] == 3 * len(PROMPTS)
+    alone = decode.decode(model, ids, mask, 10, 0.0, 1.0, {10_000}, tok.pad_token_id, use_graph=False)
+    assert shared.tolist() == alone.tolist()
+
+
 @pytest.mark.parametrize("top_p", [0.3, 0.75, 0.95])
 def test_top_p_keeps_the_tokens_transformers_keeps(top_p):
     from transformers.generation.logits_process import TopPLogitsWarper
