@@ -126,14 +126,16 @@ def test_checkpointing_recomputes_the_same_fp8_step():
 def test_fp8_training_lowers_the_loss():
     model = with_lora(tiny_llama())
     patch_model(model, backend="triton", base_precision="fp8")
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-3)
+    # issue 41: 6 steps at 1e-2 (was 12 at 5e-3, 0.78x; each interpreted step takes seconds);
+    # measured 4.575 -> 3.775 (0.83x), lower at every step
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     x = batch(5)
     losses = []
-    for _ in range(12):
+    for _ in range(6):
         loss, _ = step(model, x)
         opt.step()
         losses.append(loss)
-    assert losses[-1] < 0.8 * losses[0], losses
+    assert losses[-1] < 0.85 * losses[0] and losses == sorted(losses, reverse=True), losses
 
 
 def test_torch_backend_and_plain_cpu_keep_bf16_and_say_why():
