@@ -134,12 +134,26 @@ def guess_s(item, group: str) -> float:
 
 
 SECONDS: dict[str, float] = defaultdict(float)   # the controller's: module -> seconds this run
+BUSY: dict[str, float] = defaultdict(float)      # and worker -> seconds of tests it ran
 
 
 def pytest_runtest_logreport(report):
     """Seconds per module (setup, call and teardown, fixtures included), on the controller."""
     if not WORKER:
         SECONDS[module_of(report.nodeid)] += report.duration
+        BUSY[_worker(report)] += report.duration
+
+
+def _worker(report) -> str:
+    node = getattr(report, "node", None)   # the controller's handle on the xdist worker that ran it
+    return node.gateway.id if node is not None else "main"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each worker's seconds of tests: a run that ends long after its total / 2 was badly balanced."""
+    if not WORKER and len(BUSY) > 1:
+        terminalreporter.write_line("seconds of tests per worker: " + ", ".join(
+            f"{worker} {seconds:.0f}" for worker, seconds in sorted(BUSY.items())))
 
 
 def pytest_sessionfinish(session):
