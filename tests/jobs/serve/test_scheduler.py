@@ -85,6 +85,14 @@ def ends_at_step(scheduler, ends, name):
     return lambda events: ends.__setitem__(name, scheduler.steps) if ("end",) in events else None
 
 
+def wait_for_ends(ends: dict, count: int, timeout_s: float = 5.0) -> None:
+    """Until `count` requests have ended (the assertions after it say which, and when)."""
+    for _ in range(int(timeout_s / 0.05)):
+        if len(ends) >= count:
+            return
+        threading.Event().wait(0.05)
+
+
 def test_a_request_joins_the_running_batch_at_the_next_step_and_leaves_before_it_ends():
     engine, ends = HeldEngine(), {}
     scheduler = Scheduler(engine, max_waiting=8, max_batch_rows=2)
@@ -94,10 +102,7 @@ def test_a_request_joins_the_running_batch_at_the_next_step_and_leaves_before_it
         for name, index in (("b", 1), ("c", 2)):               # B fits the free slot, C waits for one
             scheduler.submit(generation(ends_at_step(scheduler, ends, name), index=index, max_tokens=2))
         engine.release.set()
-        for _ in range(100):
-            if len(ends) == 3:
-                break
-            threading.Event().wait(0.05)
+        wait_for_ends(ends, 3)
     finally:
         scheduler.stop()
     assert engine.batches == [[0]] and engine.admitted == [[0], [1], [2]]
@@ -116,10 +121,7 @@ def test_a_request_for_another_model_stops_later_joins_so_it_is_not_starved():
         scheduler.submit(generation(ends_at_step(scheduler, ends, "other"), index=2, model="other"))
         scheduler.submit(generation(ends_at_step(scheduler, ends, "late"), index=3))
         engine.release.set()
-        for _ in range(100):
-            if len(ends) == 4:
-                break
-            threading.Event().wait(0.05)
+        wait_for_ends(ends, 4)
     finally:
         scheduler.stop()
     assert engine.batches == [[0], [2], [3]] and scheduler.joins == 1   # B joined; "late" waited its turn
