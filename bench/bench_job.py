@@ -20,7 +20,9 @@ bench/pref_data.py's long-tailed pairs (prompt ~80, answers ~180 tokens a side, 
 through the same `python -m jobs.train` (method: dpo / orpo); bench_job_unsloth.py --method runs
 TRL's DPOTrainer / ORPOTrainer on the same pairs and pairs a step. `pair_tokens_per_s` counts
 prompt + chosen + rejected once per pair (the same count for every stack); `real_tokens_per_s`
-what each stack's forward saw (the prompt twice).
+what each stack's forward saw (the prompt twice). `--method kto` (issue 38): the same pairs as
+unpaired examples (kto.jsonl, pref_data.kto_rows), `--pairs` examples a step; `pair_tokens_per_s`
+counts an example's prompt + completion once, its forward also sees the KL sequence (kto_stats).
 
     python bench/bench_job.py prepare --method dpo --shape llama-3.2-1b --dir /tmp/bj
     python bench/bench_job.py run --method dpo --stack fusetune --shape llama-3.2-1b --dir /tmp/bj --pairs 8
@@ -44,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_lora import SHAPES, _version  # noqa: E402
 from bench.job_data import build_model, token_stats, write_dataset  # noqa: E402
-from bench.pref_data import pair_stats, write_pairs  # noqa: E402
+from bench.pref_data import unit_files, write_preference_data  # noqa: E402
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 MAX_LEN = 4096
@@ -118,12 +120,13 @@ def pair_rows(pairs: int, stats: dict, max_len: int) -> tuple[int, int]:
 
 
 def preference_config(stack: str, args, common: dict) -> dict:
-    """--method dpo|orpo: about --pairs pairs a step for every stack. Packed (a): rows of
+    """--method dpo|orpo|kto: about --pairs pairs (KTO: examples) a step for every stack. Packed (a): rows of
     2 x max_len that hold as many tokens as --pairs pairs do on average (as (b) of SFT matches
     packed rows), so tokens per step match; padded (b): --pairs pairs."""
-    common = {**common, "method": args.method, "dataset": str(args.dir / "pairs.jsonl"), "dataset_format": "auto"}
+    rows_path, stats_path = unit_files(args.dir, args.method)
+    common = {**common, "method": args.method, "dataset": str(rows_path), "dataset_format": "auto"}
     if stack == "fusetune":
-        stats = json.loads((args.dir / "pair_stats.json").read_text())
+        stats = json.loads(stats_path.read_text())
         rows, row_len = pair_rows(args.pairs, stats, args.max_len)
         return {**common, "fused_kernels": True, "packing": "auto" if args.device == "cuda" else "on",
                 "batch_size": rows, "max_seq_length": row_len, "gradient_checkpointing": args.checkpointing,
@@ -204,17 +207,17 @@ def run_job(stack: str, args) -> dict:
 
 
 def pair_rates(args, result: dict, events: list[dict]) -> dict:
-    """Pair tokens (prompt + chosen + rejected) per second: the real tokens/s x mean / mean_forward
-    (the same conversion for every stack; packed rows hold a varying number of pairs), and the
-    reward metrics of the last step."""
-    stats = json.loads((args.dir / "pair_stats.json").read_text())
+    """Pair tokens (prompt + chosen + rejected; KTO: prompt + completion of an example) per second: the
+    real tokens/s x mean / mean_forward (the same conversion for every stack; packed rows hold a varying
+    number of pairs), and the reward metrics of the last step."""
+    stats = json.loads(unit_files(args.dir, args.method)[1].read_text())
     last = [e for e in events if e["type"] == "step"][-1]
     per_step = result["tokens_per_step_mean"] / stats["mean_forward"]
     return {"pairs_per_step": round(per_step, 2),
             "pair_tokens_per_s": round(result["real_tokens_per_s"] * stats["mean"] / stats["mean_forward"], 1),
             "first_loss": next(e["loss"] for e in events if e["type"] == "step"),
             "rewards": {k: last.get(k) for k in ("chosen_reward", "rejected_reward", "reward_margin",
-                                                 "reward_accuracy")}}
+                                                 "reward_accuracy") + (("kto_kl",) if args.method == "kto" else ())}}
 
 
 def job_command(config: Path, switch: str | None) -> list[str]:
@@ -245,10 +248,8 @@ def prepare(args) -> None:
     from transformers import AutoTokenizer
     args.dir.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    if args.method != "sft":
-        pairs = write_pairs(args.dir / "pairs.jsonl", args.examples, seed=0)
-        rows = [json.loads(line) for line in pairs.read_text().splitlines()]
-        (args.dir / "pair_stats.json").write_text(json.dumps(pair_stats(tokenizer, rows)))
+    if args.method != "sft":   # the pairs and, from them, KTO's examples: every preference row after one prepare
+        write_preference_data(args.dir, tokenizer, args.examples, seed=0)
     data = write_dataset(args.dir / "data.jsonl", args.examples, seed=0)
     rows = [json.loads(line) for line in data.read_text().splitlines()]
     stats = token_stats(tokenizer, rows)
@@ -287,8 +288,9 @@ def main(argv=None) -> None:
     parser.add_argument("--load-in-4bit", action="store_true", help="(a): QLoRA (the JobSpec key load_in_4bit)")
     parser.add_argument("--base-precision", default="bf16", choices=["bf16", "fp8"], help="(a): the JobSpec key")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--method", default="sft", choices=["sft", "dpo", "orpo"], help="preference: --pairs a step")
-    parser.add_argument("--pairs", type=int, default=8, help="--method dpo|orpo: pairs a step")
+    parser.add_argument("--method", default="sft", choices=["sft", "dpo", "orpo", "kto"],
+                        help="preference: --pairs a step")
+    parser.add_argument("--pairs", type=int, default=8, help="--method dpo|orpo: pairs a step; kto: examples a step")
     parser.add_argument("--switch", default=None, help="(a): an engine switch from bench_fp8.SWITCHES, e.g. fullx")
     parser.add_argument("--timeout", type=int, default=int(os.environ.get("BENCH_STEP_LIMIT", 500)) - 20,
                         help="seconds for the job (device.sh sets BENCH_STEP_LIMIT to its step's limit)")
@@ -300,7 +302,7 @@ def main(argv=None) -> None:
         return prepare(args)
     result = {**versions(), "shape": args.shape, "method": args.method, "rows": args.rows, "max_len": args.max_len, "steps": args.steps,
               "warmup": args.warmup, "dataset": json.loads((args.dir / "dataset_stats.json").read_text()),
-              **({"pair_dataset": json.loads((args.dir / "pair_stats.json").read_text())} if args.method != "sft"
+              **({"pair_dataset": json.loads(unit_files(args.dir, args.method)[1].read_text())} if args.method != "sft"
                  else {}), **run_job(args.stack, args)}
     write(result, args.out)
 

@@ -20,11 +20,17 @@ gradient checkpointing; with `--trl-option use_liger_kernel=true` Liger-Kernel's
 (RMSNorm, RoPE, SwiGLU) are applied too. TRL 1.15's DPOTrainer computes the loss's log-probs with its
 own chunked kernel (`trl/kernels/chunked_logprob.py`) and refuses Liger's fused linear cross-entropy
 (dpo_trainer.py: "it replaces the model's forward"), so "TRL + Liger" there means Liger's layer
-kernels beside TRL's fused LM head; Liger's chunked DPO loss is no longer wired into TRL."""
+kernels beside TRL's fused LM head; Liger's chunked DPO loss is no longer wired into TRL.
+
+`--method kto` (issue 38): TRL's KTOTrainer on kto.jsonl, the same pairs unpaired (bench/pref_data.py
+kto_rows: each pair a desirable and an undesirable example), --pairs examples a step; kto_config says
+what its best configuration is. `--stack trl --device cpu`: the plain-TRL path on a CPU (a smoke run:
+fp32, no peak memory); Unsloth needs a GPU."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_job import TARGETS, UtilSampler, versions, window_stats, write  # noqa: E402
+from bench.pref_data import unit_files  # noqa: E402
 
 
 class CountingCollator:
@@ -85,13 +92,15 @@ def unsloth_lora(folder: Path, max_len: int, **load):
     return model, tokenizer
 
 
-def trl_lora(folder: Path, max_len: int):
-    """(d): the same bf16 weights and LoRA r16 targets on plain transformers + PEFT (TRL checkpoints)."""
+def trl_lora(folder: Path, max_len: int, device: str = "cuda"):
+    """(d): the same bf16 weights and LoRA r16 targets on plain transformers + PEFT (TRL checkpoints);
+    on a CPU (smoke runs) fp32."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16, device_map={"": 0},
-                                                 attn_implementation="sdpa")
+    cuda = device == "cuda"
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16 if cuda else torch.float32,
+                                                 device_map={"": 0 if cuda else "cpu"}, attn_implementation="sdpa")
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, bias="none",
                                              target_modules=TARGETS, task_type="CAUSAL_LM"))
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
@@ -112,8 +121,9 @@ def train_timed(trainer, on_step=None) -> tuple[list[float], float]:
                 on_step(ends)
 
     trainer.add_callback(StepTimes())
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    if torch.cuda.is_available():   # CPU smoke runs: no device to sync
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     began = time.time()
     trainer.train()
     return ends, began
@@ -123,12 +133,14 @@ def train(args) -> dict:
     import torch
     from trl import SFTConfig, SFTTrainer
 
-    model, tokenizer = (unsloth_lora if args.stack == "unsloth" else trl_lora)(args.dir / args.shape, args.max_len)
+    folder = args.dir / args.shape
+    model, tokenizer = unsloth_lora(folder, args.max_len) if args.stack == "unsloth" else \
+        trl_lora(folder, args.max_len, args.device)
     config = SFTConfig(output_dir=str(args.dir / f"unsloth-{args.shape}"), max_length=args.max_len, packing=True,
                        per_device_train_batch_size=args.rows, gradient_accumulation_steps=1,
                        max_steps=args.steps, learning_rate=1e-4, warmup_steps=0, lr_scheduler_type="cosine",
-                       logging_steps=1, save_strategy="no", report_to="none", bf16=True, optim="adamw_torch",
-                       dataset_num_proc=4, seed=0)
+                       logging_steps=1, save_strategy="no", report_to="none", optim="adamw_torch", seed=0,
+                       **_device_config(args))
     if args.method != "sft":
         config, trainer = preference_trainer(args, model, tokenizer)
     else:
@@ -139,7 +151,7 @@ def train(args) -> dict:
     sampler = UtilSampler()
     ends, began = train_timed(trainer)
     sampler.stop()
-    peak = torch.cuda.max_memory_allocated() / 2 ** 30
+    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if args.device == "cuda" else None
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     steps = [{"time": t, "tokens": counter.counts[i] if i < len(counter.counts) else 0,
               "loss": losses[min(i, len(losses) - 1)] if losses else None, "peak_gib": peak}
@@ -150,14 +162,23 @@ def train(args) -> dict:
                          "max_length": args.max_len, "optim": "adamw_torch",
                          "gradient_checkpointing": "unsloth" if args.stack == "unsloth" else "trl (non-reentrant)"}}
     if args.method != "sft":
-        stats = json.loads((args.dir / "pair_stats.json").read_text())
+        stats = json.loads(unit_files(args.dir, args.method)[1].read_text())
         seconds = max(result["window_end"] - result["window_start"], 1e-9)
         # exactly --pairs pairs a step (TRL's preference collator does not pack): pairs x mean pair
         # tokens, whatever its collator's keys count (bench_job.pair_rates gives the same for Fusetune)
+        rate = result["measured_steps"] * args.pairs * stats["mean"] / seconds
+        if args.method == "kto":
+            # KTO: bench_job.pair_rates' own conversion, real tokens/s x mean / mean_forward (= 1/2): the
+            # collator counted attention_mask + KL_attention_mask, each example and its KL sequence, as
+            # Fusetune's step counts a KTO unit's two sequences (jobs/data/pairs.py collate_units); so both
+            # sides count an example's prompt + completion once. Counted, not pairs x mean: KTO's sequential
+            # batches see the file's first examples, not a sample of all of them.
+            rate = result["real_tokens_per_s"] * stats["mean"] / stats["mean_forward"]
         result.update(stack=stack_label(args, args.method), method=args.method, pairs_per_step=args.pairs,
-                      pair_tokens_per_s=round(result["measured_steps"] * args.pairs * stats["mean"] / seconds, 1),
-                      first_loss=losses[0] if losses else None, trl_options=args.trl_option)
-        result["config"].update(trainer=type(trainer).__name__, beta=config.beta, pairs=args.pairs)
+                      pair_tokens_per_s=round(rate, 1), first_loss=losses[0] if losses else None,
+                      trl_options=args.trl_option)
+        result["config"].update(trainer=type(trainer).__name__, beta=config.beta, pairs=args.pairs,
+                                **_kto_fields(args, config))
     result["gpu_util_mean"] = sampler.mean(result["window_start"], result["window_end"])
     return result
 
@@ -175,6 +196,20 @@ def _options(config_class, pairs: list[str]) -> dict:
         out[key] = raw.lower() in ("1", "true", "yes") if isinstance(default, bool) else type(default)(raw) \
             if isinstance(default, (int, float)) else raw
     return out
+
+
+def _device_config(args) -> dict:
+    """bf16 and 4 tokenizing processes on the GPU; fp32 and none on a CPU smoke run."""
+    cuda = args.device == "cuda"
+    return {"bf16": cuda, "dataset_num_proc": 4 if cuda else None}
+
+
+def _kto_fields(args, config) -> dict:
+    """What a KTO row ran with beyond DPO's fields (empty for the other methods)."""
+    if args.method != "kto":
+        return {}
+    return {"padding_free": None, "train_sampling_strategy": config.train_sampling_strategy,
+            "precompute_ref_log_probs": config.precompute_ref_log_probs, "loss_type": config.loss_type}
 
 
 def _plain_trl(args) -> dict:
@@ -195,11 +230,14 @@ def stack_label(args, method: str | None = None) -> str:
 
 
 def preference_trainer(args, model, tokenizer):
-    """(config, trainer): TRL's DPOTrainer or ORPOTrainer on pairs.jsonl, --pairs a step."""
+    """(config, trainer): TRL's DPOTrainer, ORPOTrainer (pairs.jsonl, --pairs pairs a step) or KTOTrainer
+    (kto.jsonl, --pairs examples a step)."""
     from datasets import Dataset
-    rows = [json.loads(line) for line in (args.dir / "pairs.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in unit_files(args.dir, args.method)[0].read_text().splitlines()]
     if args.method == "dpo":
         from trl import DPOConfig as Config, DPOTrainer as Trainer
+    elif args.method == "kto":
+        Config, Trainer = kto_config()
     else:
         try:
             from trl.experimental.orpo import ORPOConfig as Config, ORPOTrainer as Trainer
@@ -208,11 +246,31 @@ def preference_trainer(args, model, tokenizer):
     config = Config(output_dir=str(args.dir / f"unsloth-{args.shape}-{args.method}"), max_length=args.max_len,
                     per_device_train_batch_size=args.pairs, gradient_accumulation_steps=1, max_steps=args.steps,
                     learning_rate=1e-4, warmup_steps=0, lr_scheduler_type="cosine", logging_steps=1,
-                    save_strategy="no", report_to="none", bf16=True, optim="adamw_torch", dataset_num_proc=4,
-                    seed=0, beta=0.1, **_plain_trl(args), **_options(Config, args.trl_option))
-    extra = {"ref_model": None} if args.method == "dpo" else {}
+                    save_strategy="no", report_to="none", optim="adamw_torch", seed=0, beta=0.1,
+                    **_device_config(args), **_plain_trl(args), **_options(Config, args.trl_option))
+    extra = {"ref_model": None} if args.method in ("dpo", "kto") else {}
     return config, Trainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
                            processing_class=tokenizer, **extra)
+
+
+def kto_config():
+    """(KTOConfig, KTOTrainer) of this TRL. TRL 1.15 has them in its stable API (`trl.experimental.kto` is a
+    deprecated alias there: trl/experimental/kto/__init__.py); the fallback serves TRL versions that kept
+    them under experimental only. The peer's best configuration for speed, per TRL 1.15's source:
+    - no `padding_free` and no packing: KTOConfig (trl/trainer/kto_config.py) has neither field and
+      DataCollatorForUnpairedPreference (trl/trainer/kto_trainer.py) pads every batch to its longest
+      sequence, so the peer runs padded (its only mode), as DPO's does since TRL 1.15 ignores padding_free;
+    - gradient checkpointing: Unsloth's own for (c), TRL's non-reentrant one for (d) (`_plain_trl`;
+      KTOConfig's default is on too), as for DPO/ORPO;
+    - loss_type "kto" with the KL term (sequential batches, train_sampling_strategy's default), as
+      Fusetune's KTO computes it; precompute_ref_log_probs off on both sides (its pass over the whole
+      file would fall before the first step, out of the measured window); activation_offloading off
+      (it trades speed for memory; --trl-option can set any of these)."""
+    try:
+        from trl import KTOConfig, KTOTrainer
+    except ImportError:
+        from trl.experimental.kto import KTOConfig, KTOTrainer
+    return KTOConfig, KTOTrainer
 
 
 def main() -> None:
@@ -223,14 +281,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--max-len", type=int, default=4096)
-    parser.add_argument("--method", default="sft", choices=["sft", "dpo", "orpo"])
-    parser.add_argument("--pairs", type=int, default=8, help="--method dpo|orpo: pairs a step")
+    parser.add_argument("--method", default="sft", choices=["sft", "dpo", "orpo", "kto"])
+    parser.add_argument("--pairs", type=int, default=8, help="--method dpo|orpo: pairs a step; kto: examples")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: --stack trl smoke runs")
     parser.add_argument("--stack", choices=["unsloth", "trl"], default="unsloth",
                         help="unsloth: Unsloth + TRL (c); trl: TRL on transformers + PEFT (d), with Liger where "
                              "--trl-option use_liger_kernel=true")
     parser.add_argument("--trl-option", action="append", default=[], help="key=value of the TRL config")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "job.jsonl")
     args = parser.parse_args()
+    if args.device == "cpu":   # TRL's log-prob kernel is Triton's (trl/kernels/chunked_logprob.py): interpreted
+        os.environ.setdefault("TRITON_INTERPRET", "1")   # read when TRL first imports it, inside train()
     result = {**versions(), "shape": args.shape, "method": args.method, "rows": args.rows, "max_len": args.max_len, "steps": args.steps,
               "warmup": args.warmup, "dataset": json.loads((args.dir / "dataset_stats.json").read_text())}
     try:

@@ -23,7 +23,8 @@
 #   bash bench/device.sh decode-profile SHAPE LEN   GRPO sampling in parts and by kernel (profile_decode.py)
 #   bash bench/device.sh pref8b              FSDP-QLoRA on CUDA, then packed DPO 8B within the padded peer's peak (issues 37, 38)
 #   bash bench/device.sh gguf-part; identity  the default identity job on the GPU, the built-in model carried in two calls (issue 42)
-#   bash bench/device.sh pair40 SHAPE METHOD [fsdpq]  the peer, then ours within its peak, 40 steps (issue 38's protocol)
+#   bash bench/device.sh pair40 SHAPE METHOD [fsdpq]  the peer, then ours within its peak, 40 steps (issue 38's
+#                                            protocol); METHOD dpo|orpo|kto (KTO 1B: `pair40 llama-3.2-1b kto`)
 #   bash bench/device.sh pair SHAPE METHOD   one preference pair: Unsloth + TRL's trainer, then ours within its peak
 #   bash bench/device.sh prefbudget [SHAPE]  packed DPO within the DPO peer's peak and 5.78 GiB (8 and 32 pairs a step), and 4 GiB
 #   bash bench/device.sh vision              image-text SFT (Qwen2.5-VL-7B shape) beside transformers + PEFT and Unsloth + TRL (issue 21)
@@ -265,17 +266,24 @@ case "$what" in
       mkdir -p /tmp/bnb && ln -sf "$SITE"/bitsandbytes* /tmp/bnb/
       stage fsdp_qlora 90 env PYTHONPATH=/tmp/bnb $PY bench/fsdp_qlora_check.py --out "$OUT/fsdp_qlora.jsonl"
     fi
+    # kto: --pairs 8 is 8 examples a step (TRL KTOTrainer's batch; ours packs as many tokens), from the same pairs
     S=$2; P="--shape $S --max-len 2560 --steps 40 --warmup 5 --pairs 8"
-    [ -e "$DIR/$S/config.json" ] || stage "prepare pairs $S" 200 $PY bench/bench_job.py prepare --method dpo \
-      --shape "$S" --dir "$DIR" --examples 3000
+    { [ -e "$DIR/$S/config.json" ] && [ -e "$DIR/kto.jsonl" ]; } || stage "prepare pairs $S" 200 $PY \
+      bench/bench_job.py prepare --method dpo --shape "$S" --dir "$DIR" --examples 3000   # writes kto.jsonl too
     unsloth_job 200 --method "$3" $P
-    peak=$(peak_of "$OUT/job.jsonl" "unsloth+trl $3" "shape=$S"); echo "   peer peak $peak GiB" | tee -a "$LOG"
+    peak=$(peak_of "$OUT/job.jsonl" "unsloth+trl $3" "shape=$S")
+    if [ "$peak" = 0 ]; then   # Unsloth + TRL failed on this method: plain TRL (d) is the peer of this call
+      stage "trl $3" 200 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_job_unsloth.py --stack trl \
+        --method "$3" --dir "$DIR" --out "$OUT/job.jsonl" $P
+      peak=$(peak_of "$OUT/job.jsonl" "trl $3" "shape=$S")
+    fi
+    echo "   peer peak $peak GiB" | tee -a "$LOG"
     [ "$peak" != 0 ] && job "${3}_budget_$peak" 120 --method "$3" --stack fusetune $P --checkpointing auto \
       --max-gpu-memory-gb "$peak" ;;
   pair)   # pair SHAPE METHOD: prepares the shape's pairs once (shared with GRPO), then pref_pair
     versions
-    [ -e "$DIR/$2/config.json" ] || stage "prepare pairs $2" 200 $PY bench/bench_job.py prepare --method dpo \
-      --shape "$2" --dir "$DIR" --examples 3000
+    { [ -e "$DIR/$2/config.json" ] && [ -e "$DIR/kto.jsonl" ]; } || stage "prepare pairs $2" 200 $PY \
+      bench/bench_job.py prepare --method dpo --shape "$2" --dir "$DIR" --examples 3000
     pref_pair "$2" "$3" ;;
   decode-profile)   # decode-profile SHAPE LEN: GRPO sampling in parts and by kernel (bench/profile_decode.py)
     versions; grpo_ready "$2"
