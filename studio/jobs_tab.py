@@ -9,7 +9,11 @@ brings it back to POLL_S (an open, idle Jobs page cost a third of a core in the 
 what Gradio itself cost an idle page and studio is in studio/quiet_page.py).
 All state is read from disk (the SQLite store and the job's events.jsonl / train.log), so a
 reopened browser shows exactly what the job is doing; the job never depends on the page. Each poll
-re-sends only what changed (a per-browser signature).
+re-sends only what changed (a per-browser signature). While a job runs, its charts are re-sent at
+most every CHART_EVERY_S (the progress, log and buttons at every poll): each redraw of a chart is
+vega rebuilding its view in the browser's main thread, and at every 1.5 s a running job's page spent
+60 % of its time in long tasks and answered a click in 3-10 s (1 s with the charts held back;
+2-core machine, 2026-12-04). A pick, a language or a state change sends them at once.
 
 Only the user picks the job shown and acted on (a table row or the list; Start picks the job it
 started): a poll never changes the selection, so an action never lands on a job the user did
@@ -17,6 +21,7 @@ not choose.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +40,8 @@ POLL_S = 1.5
 # an idle page's slowest poll: a job started from the CLI or another page shows up within this;
 # at 12 s the page's polls still cost chromium ~7 % of a core (bench/idle_page.py, issue 40 item 6)
 IDLE_POLL_MAX_S = 30.0
+CHART_EVERY_S = 5.0   # a poll re-draws a running job's charts at most this often (module doc)
+CHARTS = slice(2, 8)   # loss, rss, cpu, gpu util, gpu mem, rewards in detail()'s list
 SHARED_TTL_S = 0.5   # a poll may show the table and a job this much late; a click reads them afresh
 LOG_LINES = 200
 GB_FORMAT = ".2~f"  # d3 format: 1.83, not 1.827000 on a flat curve
@@ -175,9 +182,33 @@ def _refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig:
                                                 lambda: _detail_snapshot(ctx, record, lang), SHARED_TTL_S)
     else:
         new_detail_sig, values = _detail_signature(ctx, record, lang), None
-    if new_detail_sig == detail_sig:
+    now = time.monotonic()
+    due = not shared or _charts_due(detail_sig, new_detail_sig, now)
+    if new_detail_sig == _shown(detail_sig) and not (due and _charts_owed(detail_sig)):
         return [table_out, select_out, *[gr.skip()] * DETAIL_LEN, notice, new_table_sig, detail_sig]
-    return [table_out, select_out, *detail(ctx, record, lang, values), notice, new_table_sig, new_detail_sig]
+    out = detail(ctx, record, lang, values)
+    if due:
+        return [table_out, select_out, *out, notice, new_table_sig, (*new_detail_sig, now, False)]
+    out[CHARTS] = [gr.skip()] * len(out[CHARTS])   # the charts follow when due, owed meanwhile
+    return [table_out, select_out, *out, notice, new_table_sig, (*new_detail_sig, detail_sig[-2], True)]
+
+
+def _shown(detail_sig: Any) -> Any:
+    """The page's signature of what it shows, without when its charts were sent."""
+    return detail_sig[:-2] if isinstance(detail_sig, tuple) and len(detail_sig) == 7 else detail_sig
+
+
+def _charts_owed(detail_sig: Any) -> bool:
+    return isinstance(detail_sig, tuple) and len(detail_sig) == 7 and detail_sig[-1]
+
+
+def _charts_due(detail_sig: Any, new_sig: tuple, now: float) -> bool:
+    """Whether a poll's answer carries the charts: another job, state or language than the page's,
+    or CHART_EVERY_S since its last ones (module doc)."""
+    if not (isinstance(detail_sig, tuple) and len(detail_sig) == 7):
+        return True
+    shown = _shown(detail_sig)
+    return (shown[:2], shown[-1]) != (new_sig[:2], new_sig[-1]) or now - detail_sig[-2] >= CHART_EVERY_S
 
 
 def _ended(record: Any, detail_sig: Any) -> bool:

@@ -23,6 +23,7 @@ from jobs.queue.resume import continued_from
 from jobs.queue.store import JobState
 from studio.i18n import t
 from studio.server_text import report_line, translated
+from studio.thin import thin
 
 def table_headers(lang: str) -> list[str]:
     return [t("jobs.col_id", lang), t("jobs.col_name", lang), t("jobs.col_state", lang),
@@ -60,9 +61,11 @@ def job_choice(record: Any, lang: str = "en") -> tuple[str, str]:
 
 
 def _frame(rows: list[dict[str, Any]], dtypes: dict[str, str]) -> pd.DataFrame:
-    """A DataFrame with fixed column dtypes even when empty: LinePlot treats an object (empty)
+    """A chart's DataFrame (columns x, y[, series]), each series cut to what a chart shows
+    (studio/thin.py), with fixed column dtypes even when empty: LinePlot treats an object (empty)
     column as categories, which would give a category axis for the whole job."""
-    return pd.DataFrame(rows, columns=list(dtypes)).astype(dtypes)
+    x, y, *series = list(dtypes)
+    return pd.DataFrame(thin(rows, x, y, series[0] if series else None), columns=list(dtypes)).astype(dtypes)
 
 
 LOSS_COLUMNS = {"step": "int64", "loss": "float64", "series": "string"}

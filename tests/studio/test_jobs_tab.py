@@ -230,3 +230,28 @@ def test_a_poll_reading_while_start_adds_a_job_sends_nothing_and_the_next_one_sh
     runner.list_jobs = real_list
     shown = unpack(refresh(ctx, "a", None, page["d_sig"], shared=True))   # not the stale reading
     assert [c[1] if isinstance(c, tuple) else c for c in shown["select"]["choices"]][:2] == ["b", "a"]
+
+
+def test_a_running_jobs_charts_follow_at_most_every_chart_every_s_and_owed_ones_come_when_due(tmp_path, monkeypatch):
+    """A chart redraw is vega rebuilding its view in the browser: a poll sends the progress at once and
+    the charts when CHART_EVERY_S has passed since the page's last ones, also when nothing moved since."""
+    from studio import jobs_tab
+    rec = job(tmp_path, "a", "running")
+    writer = EventWriter(rec.job_dir)
+    writer.emit("start", device="cpu")
+    writer.emit("step", **step(1))
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([rec]))
+    clock = [100.0]
+    monkeypatch.setattr(jobs_tab.time, "monotonic", lambda: clock[0])
+    page = unpack(refresh(ctx, "a", None, None, pick=True))   # a pick: everything
+    assert page["loss"]["step"].tolist() == [1]
+    writer.emit("step", **step(2))
+    clock[0] += 1.6
+    soon = unpack(refresh(ctx, "a", page["t_sig"], page["d_sig"], shared=True))
+    assert 'data-step="2"' in soon["progress"] and is_skip(soon["loss"])
+    clock[0] += jobs_tab.CHART_EVERY_S
+    owed = unpack(refresh(ctx, "a", soon["t_sig"], soon["d_sig"], shared=True))   # nothing new, charts owed
+    assert owed["loss"]["step"].tolist() == [1, 2]
+    clock[0] += 1.6
+    quiet = refresh(ctx, "a", owed["t_sig"], owed["d_sig"], shared=True)
+    assert all(is_skip(v) for v in quiet[:2 + DETAIL_LEN])
