@@ -80,7 +80,9 @@ def test_train_export_chat(studio, browser_context, shots, tmp_path):
     assert (state, step) == ("done", 30), page.locator("#ft-job-failure").inner_text()
     table = page.locator("#ft-jobs-table").inner_text()
     assert job_id in table and "first run" in table and "done" in table
-    assert page.locator("#ft-loss-plot canvas, #ft-loss-plot svg").count() > 0
+    # the charts of the finished job come with its last poll and vega draws them after it (a running
+    # job's charts follow every 5 s, studio/jobs_tab.py): wait for the drawing, not only the state
+    page.wait_for_selector("#ft-loss-plot canvas, #ft-loss-plot svg", timeout=30_000)
     assert page.locator("#ft-delete").is_visible() and not page.locator("#ft-cancel").is_visible()
 
     page.get_by_role("tab", name="Export").click()  # the newest finished job is already picked

@@ -67,7 +67,8 @@ def test_dpo_from_the_form_previews_pairs_and_plots_the_margin(studio, browser_c
     page.wait_for_function(f"(id) => ({LINE_POINTS})(id) >= {STEPS}", arg="ft-reward-plot", timeout=30_000)
     legend = page.locator("#ft-reward-plot").inner_text()
     assert "reward margin" in legend and "reward accuracy" in legend
-    assert page.evaluate(LINE_POINTS, "ft-loss-plot") >= STEPS  # the loss beside it
+    # the loss beside it, drawn by vega from the same answer, maybe a moment later
+    page.wait_for_function(f"(id) => ({LINE_POINTS})(id) >= {STEPS}", arg="ft-loss-plot", timeout=30_000)
     job_id = page.locator("#ft-job-select input").input_value().split(" · ")[0]
     for width in (1280, 1440, 1920):   # issue 40: 74 px tall at 1440, 0 px after a reload
         page.set_viewport_size({"width": width, "height": 1000})
