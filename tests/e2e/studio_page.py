@@ -161,8 +161,13 @@ def upload_file(page, elem_id: str, path: Path, first_wait_s: float = 30, second
     shown_js = "([id, name]) => (document.querySelector('#' + id) || {innerText: ''}).innerText.includes(name)"
     views = []
     for wait_s in (first_wait_s, second_wait_s):
-        page.locator(f"#{elem_id} input[type=file]").set_input_files(str(path))
         try:
+            if views and page.locator(f"#{elem_id} input[type=file]").count() == 0:
+                # the first upload started and never ended (its input gone, no name: CI 2026-12-04 under
+                # load; suspected Gradio's upload / upload_progress race, gradio PR 11102): clear it first
+                page.locator(f"#{elem_id} button[aria-label='Clear'], #{elem_id} button[title='Clear']").first.click(
+                    timeout=10_000)
+            page.locator(f"#{elem_id} input[type=file]").set_input_files(str(path), timeout=30_000)
             page.wait_for_function(shown_js, arg=[elem_id, path.name], timeout=wait_s * 1000)
             if views:
                 warnings.warn(f"#{elem_id}: {path.name} showed only when chosen again; the first time it "
