@@ -13,8 +13,7 @@ from jobs.spec import JobSpec
 from studio import plots
 from studio.evaluate_tab import results_frame
 from studio.i18n import t
-from studio.jobs_view import loss_points
-from studio.thin import thin
+from studio.jobs_view import LOSS_COLUMNS, chart_frame, loss_points
 
 # Always different between two jobs (one folder each), so it would only hide the real differences.
 NOT_COMPARED = ("output_dir",)
@@ -35,8 +34,7 @@ def curves_frame(runs: list[tuple[str, JobSummary]], lang: str = "en") -> pd.Dat
         for kind, points in ((t("plot.train_loss", lang), train), (t("plot.eval_loss", lang), evals)):
             series = f"{label} · {kind}"
             rows += [{"step": step, "loss": loss, "series": series} for step, loss in sorted(points.items())]
-    return pd.DataFrame(thin(rows, "step", "loss", "series"), columns=["step", "loss", "series"]).astype(
-        {"step": "int64", "loss": "float64", "series": "string"})
+    return chart_frame(rows, LOSS_COLUMNS)
 
 
 def legend_html(frame: pd.DataFrame) -> str:

@@ -60,7 +60,7 @@ def job_choice(record: Any, lang: str = "en") -> tuple[str, str]:
     return f"{record.id} · {record.name} · {state_text(record.state, lang)}", record.id
 
 
-def _frame(rows: list[dict[str, Any]], dtypes: dict[str, str]) -> pd.DataFrame:
+def chart_frame(rows: list[dict[str, Any]], dtypes: dict[str, str]) -> pd.DataFrame:
     """A chart's DataFrame (columns x, y[, series]), each series cut to what a chart shows
     (studio/thin.py), with fixed column dtypes even when empty: LinePlot treats an object (empty)
     column as categories, which would give a category axis for the whole job."""
@@ -86,7 +86,7 @@ def loss_frame(summary: JobSummary, lang: str = "en") -> pd.DataFrame:
     train, evals = loss_points(summary)
     rows = [{"step": s, "loss": v, "series": t("plot.train_loss", lang)} for s, v in sorted(train.items())]
     rows += [{"step": s, "loss": v, "series": t("plot.eval_loss", lang)} for s, v in sorted(evals.items())]
-    return _frame(rows, LOSS_COLUMNS)
+    return chart_frame(rows, LOSS_COLUMNS)
 
 
 def gpu_frames(summary: JobSummary) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -101,22 +101,22 @@ def gpu_frames(summary: JobSummary) -> tuple[pd.DataFrame, pd.DataFrame]:
             if isinstance(gpu.get("mem_used_gb"), (int, float)):
                 mem.append({"elapsed_s": elapsed, "mem_used_gb": round(float(gpu["mem_used_gb"]), 2),
                             "gpu": series})
-    return (_frame(util, {"elapsed_s": "float64", "util_pct": "float64", "gpu": "string"}),
-            _frame(mem, {"elapsed_s": "float64", "mem_used_gb": "float64", "gpu": "string"}))
+    return (chart_frame(util, {"elapsed_s": "float64", "util_pct": "float64", "gpu": "string"}),
+            chart_frame(mem, {"elapsed_s": "float64", "mem_used_gb": "float64", "gpu": "string"}))
 
 
 def rss_frame(summary: JobSummary) -> pd.DataFrame:
     """The job's RAM in GB, rounded to what a person reads (1.83, not 1.827000)."""
     rows = [{"elapsed_s": float(e.get("elapsed_s", 0.0)), "rss_gb": round(float(e["rss_gb"]), 2)}
             for e in summary.steps if isinstance(e.get("rss_gb"), (int, float))]
-    return _frame(rows, {"elapsed_s": "float64", "rss_gb": "float64"})
+    return chart_frame(rows, {"elapsed_s": "float64", "rss_gb": "float64"})
 
 
 def cpu_frame(summary: JobSummary) -> pd.DataFrame:
     """Machine CPU utilisation (%) over elapsed seconds (psutil, sampled at each step)."""
     rows = [{"elapsed_s": float(e.get("elapsed_s", 0.0)), "cpu_pct": round(float(e["cpu_pct"]), 1)}
             for e in summary.steps if isinstance(e.get("cpu_pct"), (int, float))]
-    return _frame(rows, {"elapsed_s": "float64", "cpu_pct": "float64"})
+    return chart_frame(rows, {"elapsed_s": "float64", "cpu_pct": "float64"})
 
 
 def patch_report_text(record: Any, summary: JobSummary, lang: str = "en") -> str:
@@ -285,7 +285,7 @@ def reward_frame(summary: JobSummary, lang: str = "en") -> pd.DataFrame:
                      "series": t("plot.reward_mean", lang)})
         rows += [{"step": int(event["step"]), "reward": float(v), "series": k.removeprefix("reward/")}
                  for k, v in event.items() if k.startswith("reward/") and isinstance(v, (int, float))]
-    return _frame(rows, REWARD_COLUMNS)
+    return chart_frame(rows, REWARD_COLUMNS)
 
 
 PROMPT_SHOWN = 160   # characters of a prompt's end: the question, after the template's system part

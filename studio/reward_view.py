@@ -14,7 +14,7 @@ import pandas as pd
 
 from jobs.io.events import JobSummary
 from studio.i18n import t
-from studio.thin import thin
+from studio.jobs_view import chart_frame
 
 # the step events' fields plotted; eval events carry them as eval_<field>
 REWARD_METRICS = ("reward_margin", "reward_accuracy")
@@ -45,8 +45,7 @@ def reward_series(summary: JobSummary, lang: str = "en") -> list[tuple[str, dict
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Each series cut to what a chart shows (studio/thin.py)."""
-    return pd.DataFrame(thin(rows, "step", "value", "series"), columns=list(REWARD_COLUMNS)).astype(REWARD_COLUMNS)
+    return chart_frame(rows, REWARD_COLUMNS)
 
 
 def reward_frame(summary: JobSummary, lang: str = "en") -> pd.DataFrame:
