@@ -4,11 +4,13 @@ Per optimizer step (the loop's `prepare_step` hook, before any device step): eve
 prompts gets `num_generations` completions sampled from the current policy (jobs/train/rollout.py),
 scored by the job's rewards (jobs/train/rewards/), turned into group advantages. Then the loop
 runs its usual forward/backward per micro-batch: `loss` runs the policy over prompt + completion
-(packed: the micro-batch's sequences back to back in one row, grpo_data.rollout_tensors_packed),
-takes the last hidden states of the completion positions only and hands them with the LM head's
-weight to the fused log-probs op (kernels/ops/fused_linear_logprobs.py: no [tokens x vocab] logits),
-and the clipped GRPO loss of jobs/train/methods/grpo_loss.py. The reference of the KL term is the
-same model with the adapter off (no second copy), run only when beta > 0.
+(packed: the micro-batch's sequences back to back in one row, grpo_data.rollout_tensors_packed;
+off the GPU each prompt once with its group, rollout_tensors_shared; `grpo_packing` and
+`grpo_prefix_sharing` choose), takes the last hidden states of the completion positions only and
+hands them with the LM head's weight to the fused log-probs op (kernels/ops/fused_linear_logprobs.py:
+no [tokens x vocab] logits), and the clipped GRPO loss of jobs/train/methods/grpo_loss.py. The
+reference of the KL term is the same model with the adapter off (no second copy), run only when
+beta > 0.
 
 Step events carry reward_mean, reward_std, reward/<name>, completion_length, zero_std_groups
 (the share of groups whose rewards are all equal: they train nothing), rollout_s (the seconds of
@@ -27,7 +29,8 @@ from jobs.io.layout import JobLayout
 from jobs.train.methods import grpo_loss
 from jobs.train import decode, rng_state
 from jobs.train.methods.base import Method, StepCancelled
-from jobs.train.methods.grpo_data import PromptPlan, RolloutBatch, rollout_tensors, rollout_tensors_packed
+from jobs.train.methods.grpo_data import (PromptPlan, RolloutBatch, rollout_tensors, rollout_tensors_packed,
+                                         rollout_tensors_shared)
 from jobs.train.methods.logprobs import logprobs_op, report_op
 from jobs.train.rewards.score import RewardSet
 from jobs.train.rollout import sample_completions
@@ -47,7 +50,7 @@ class GroupRelativePolicyOptimization(Method):
         self.metric_names = ("kl",) if self.spec.beta > 0 else ()
         self.pending_fields: deque = deque()
         self.rewards = RewardSet.for_spec(self.spec, log=trainer.log, data_dir=trainer.data_dir)
-        self.packed = False
+        self.packed = self.shared = False
         self.policy_rows: int | None = None
 
     # ---- data -----------------------------------------------------------------------
@@ -72,6 +75,9 @@ class GroupRelativePolicyOptimization(Method):
         if self.packed:
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
+        text = _text_config(t.model.config)
+        self.shared, line = grpo_prefix_sharing(self.packed, t.device.type, text)
+        t.log(line)
         self.policy_rows = self._policy_rows()
         report_op(t, "completion tokens only, no full logits")
         return PromptPlan(t.examples, self.spec.batch_size, self.spec.seed, t.dist.rank, t.dist.world_size), None
@@ -141,15 +147,17 @@ class GroupRelativePolicyOptimization(Method):
                         advantages: torch.Tensor) -> None:
         """The policy pass's tensors for these completions (`prompts`: one per completion)."""
         t = self.trainer
+        pad_id = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else t.tokenizer.eos_token_id
         if self.packed:
             batch.tensors, batch.ints = rollout_tensors_packed(prompts, completions, 1)
+            batch.real_tokens = batch.tensors["input_ids"].numel()
+        elif self.shared:
+            batch.tensors, batch.real_tokens = rollout_tensors_shared(prompts, completions, 1, pad_id)
         else:
-            pad_id = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else t.tokenizer.eos_token_id
             batch.tensors = rollout_tensors(prompts, completions, 1, pad_id)
+            batch.real_tokens = int(batch.tensors["attention_mask"].sum())
         batch.tensors["advantages"] = advantages
         batch.label_tokens = grpo_loss.units([len(c) for c in completions], self.spec.loss_type)
-        batch.real_tokens = (batch.tensors["input_ids"].numel() if self.packed
-                             else int(batch.tensors["attention_mask"].sum()))
 
     def _rows_per_pass(self, prompts: list[list[int]]) -> int | None:
         """Completions one sampling pass may hold within max_gpu_memory_gb (jobs/models/fit_rollout.py;
@@ -265,6 +273,34 @@ def grpo_packing(mode: str, device_type: str, text_config) -> tuple[bool, str]:
     if getattr(text_config, "attn_logit_softcapping", None):
         return False, "grpo packing: auto -> off: this model soft-caps attention logits (set packing: on to pack)"
     return True, "grpo packing: auto -> on (each micro-batch's sequences in one row, position ids restarting)"
+
+
+def grpo_prefix_sharing(packed: bool, device_type: str, text_config) -> tuple[bool, str]:
+    """Whether padded policy passes hold each prompt once for its group (grpo_data.rollout_tensors_shared:
+    one row per prompt under a 4-D mask), and the log line. Packed passes keep one prompt per
+    completion: the varlen kernel keeps documents apart and cannot share one, and a dense [T, T]
+    mask over a GPU step's thousands of tokens would cost more than the prompts it saves. A 4-D
+    mask also replaces the model's own, so models with sliding-window layers and eager attention
+    (which adds a float mask; ours is boolean) keep the repeated prompts."""
+    off = "grpo prompts: once per completion"
+    if packed:
+        return False, f"{off} (packed rows: the varlen attention keeps each sequence apart)"
+    if device_type == "cuda":
+        return False, f"{off} (padded rows on the GPU: a shared prompt needs a [T, T] mask there)"
+    if _sliding(text_config):
+        return False, f"{off} (this model has sliding-window attention, which a 4-D mask would replace)"
+    attention = getattr(text_config, "_attn_implementation", None)
+    if attention != "sdpa":
+        return False, f"{off} (attention {attention!r}: a shared prompt needs sdpa's boolean mask)"
+    return True, ("grpo prompts: once per group (a prompt and its completions in one row, a 4-D mask "
+                  "keeping the completions apart: the prompt's forward and backward run once)")
+
+
+def _sliding(text_config) -> bool:
+    types = getattr(text_config, "layer_types", None)
+    if types:
+        return any("sliding" in str(kind) for kind in types)
+    return bool(getattr(text_config, "sliding_window", None)) and getattr(text_config, "use_sliding_window", True) is not False
 
 
 def _head(lm, spec) -> dict:

@@ -6,9 +6,12 @@ prompts and each rank samples its own `batch_size` of them (rank r takes the r-t
 epoch's order is shuffled from the seed; its short last micro-batch is filled from the start of
 the epoch, so every rank always has prompts (DDP needs every rank's backward).
 
-A sampled micro-batch trains either as padded rows (`rollout_tensors`: prompts left-padded,
-completions right-padded to the longest) or packed (`rollout_tensors_packed`: every prompt +
-completion back to back in one row, nothing padded; the default on the GPU, grpo.py)."""
+A sampled micro-batch trains as padded rows with each prompt once (`rollout_tensors_shared`: a
+prompt and its group of completions in one row under a 4-D mask; the default off the GPU), as
+padded rows of prompt + completion (`rollout_tensors`: prompts left-padded, completions
+right-padded to the longest), or packed (`rollout_tensors_packed`: every prompt + completion back
+to back in one row, nothing padded; the default on the GPU). grpo.py `grpo_packing`
+and `grpo_prefix_sharing` choose."""
 from __future__ import annotations
 
 import random
@@ -127,3 +130,59 @@ def rollout_tensors_packed(prompts: list[list[int]], completions: list[list[int]
                "lengths": torch.tensor([len(c) for c in completions], dtype=torch.long),
                "gather": torch.tensor(gather, dtype=torch.long)}
     return tensors, {"max_length_q": longest, "max_length_k": longest}
+
+
+def rollout_tensors_shared(prompts: list[list[int]], completions: list[list[int]], group: int,
+                           pad_id: int) -> tuple[dict, int]:
+    """The same completions with each prompt held ONCE: one row per run of completions that share a
+    prompt, [prompt, completion 1, completion 2, ...], right-padded to the longest row. A 4-D mask
+    [R, 1, T, T] (True: may attend) lets the prompt attend causally to itself and each completion to
+    the prompt and, causally, to itself only; position ids continue from the prompt in every
+    completion. So every completion token sees exactly what it sees in `rollout_tensors`, and the
+    prompt's forward and backward run once per group, its gradient the sum of its completions'
+    (the Shared-Prefix Forward of Prefix Grouper, Liu et al. 2025, arXiv 2506.05433, done with a
+    mask instead of a split attention). A padding query attends to itself only: a row of sdpa with
+    no key allowed is NaN, and NaN * 0 would still reach the gradients.
+    labels, seq_index, lengths and gather mean what they mean in `rollout_tensors`.
+    Returns (tensors, the real tokens the pass runs)."""
+    runs = _prompt_runs(prompts, completions, group)
+    width = max(len(p) + sum(len(completions[s]) for s in members) for p, members in runs)
+    ids = torch.full((len(runs), width), pad_id, dtype=torch.long)
+    positions = torch.zeros_like(ids)
+    allowed = torch.eye(width, dtype=torch.bool).repeat(len(runs), 1, 1)
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    gather, seq_index, labels, real = [], [], [], 0
+    for r, (prompt, members) in enumerate(runs):
+        n = len(prompt)
+        ids[r, :n], positions[r, :n] = torch.tensor(prompt, dtype=torch.long), torch.arange(n)
+        allowed[r, :n, :n] = causal[:n, :n]
+        start = n
+        for s in members:
+            k, end = len(completions[s]), start + len(completions[s])
+            if k:
+                ids[r, start:end] = torch.tensor(completions[s], dtype=torch.long)
+                positions[r, start:end] = torch.arange(n, n + k)
+                allowed[r, start:end, :n] = True
+                allowed[r, start:end, start:end] = causal[:k, :k]
+            gather += [r * width + (n - 1 if t == 0 else start + t - 1) for t in range(k)]
+            seq_index += [s] * k
+            labels += completions[s]
+            start = end
+        real += start
+    return {"input_ids": ids, "attention_mask": allowed.unsqueeze(1), "position_ids": positions,
+            "labels": torch.tensor(labels, dtype=torch.long), "seq_index": torch.tensor(seq_index, dtype=torch.long),
+            "lengths": torch.tensor([len(c) for c in completions], dtype=torch.long),
+            "gather": torch.tensor(gather, dtype=torch.long)}, real
+
+
+def _prompt_runs(prompts: list[list[int]], completions: list[list[int]], group: int) -> list[tuple[list, list]]:
+    """(prompt, the indices of its completions) for each run of consecutive completions whose prompts
+    (`prompts[s // group]`) are equal."""
+    runs: list[tuple[list, list]] = []
+    for s in range(len(completions)):
+        prompt = prompts[s // group]
+        if runs and runs[-1][0] == prompt:
+            runs[-1][1].append(s)
+        else:
+            runs.append((prompt, [s]))
+    return runs

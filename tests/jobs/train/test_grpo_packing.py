@@ -1,6 +1,7 @@
 """GRPO's packed policy pass (grpo_data.rollout_tensors_packed: every prompt + completion of a
-micro-batch in one row, position ids restarting, cu_seq_lens keeping documents apart) gives the
-loss, the KL and the LoRA gradients of the padded rows (fp32, relative 1e-5; the loss's value is
+micro-batch in one row, position ids restarting, cu_seq_lens keeping documents apart), and its
+pass with each prompt once (rollout_tensors_shared: a prompt and its group in one row under a 4-D
+mask), give the loss, the KL and the LoRA gradients of the padded rows (fp32, relative 1e-5; the loss's value is
 -sum(A w) / count at ratio 1 whatever the log-probs, so the KL and the gradients are what test the
 log-probs; gradients to 5e-5 over each tensor: two attention paths), for each loss
 normalisation, with and without the KL term; on the tiny Llama with a LoRA adapter, CPU."""
@@ -9,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from jobs.train.methods.grpo import GroupRelativePolicyOptimization, grpo_packing
-from jobs.train.methods.grpo_data import rollout_tensors, rollout_tensors_packed
+from jobs.train.methods.grpo import GroupRelativePolicyOptimization, grpo_packing, grpo_prefix_sharing
+from jobs.train.methods.grpo_data import rollout_tensors, rollout_tensors_packed, rollout_tensors_shared
 from tests.jobs.train.test_decode import policy  # noqa: F401  (the tiny LoRA policy fixture)
 
 GROUP = 3
@@ -65,6 +66,48 @@ def test_packed_completions_give_the_padded_loss_and_gradients(policy, loss_type
         assert (got_grads[name] - grad).norm() <= 5e-5 * grad.norm(), name
 
 
+@pytest.mark.parametrize("beta", [0.0, 0.05])
+def test_each_prompt_once_gives_the_padded_loss_and_gradients(policy, beta):  # noqa: F811
+    model, tok = policy
+    model.train()
+    try:
+        want, want_kl, want_grads = _loss_and_grads(model, rollout_tensors(PROMPTS, COMPLETIONS, GROUP, tok.pad_token_id),
+                                                    "grpo", beta)
+        tensors, real = rollout_tensors_shared(PROMPTS, COMPLETIONS, GROUP, tok.pad_token_id)
+        got, got_kl, got_grads = _loss_and_grads(model, tensors, "grpo", beta)
+    finally:
+        model.eval()
+    assert tensors["input_ids"].shape[0] == len(PROMPTS)   # one row per prompt, each prompt once
+    assert real == sum(map(len, PROMPTS)) + sum(map(len, COMPLETIONS))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+    if beta:
+        torch.testing.assert_close(got_kl, want_kl, rtol=1e-5, atol=1e-7)
+    assert want_grads and set(got_grads) == set(want_grads)
+    for name, grad in want_grads.items():
+        assert (got_grads[name] - grad).norm() <= 5e-5 * grad.norm(), name
+
+
+def test_a_shared_row_shows_each_completion_its_prompt_and_itself_only():
+    tensors, real = rollout_tensors_shared([[1, 2, 3], [4]], [[9, 9], [8], [7, 7, 7], [6]], group=2, pad_id=0)
+    assert tensors["input_ids"].tolist() == [[1, 2, 3, 9, 9, 8], [4, 7, 7, 7, 6, 0]] and real == 11
+    assert tensors["position_ids"].tolist() == [[0, 1, 2, 3, 4, 3], [0, 1, 2, 3, 1, 0]]
+    assert tensors["gather"].tolist() == [2, 3, 2, 6, 7, 8, 6]   # the last prompt token predicts each first token
+    mask = tensors["attention_mask"][:, 0].int().tolist()
+    assert mask[0][5] == [1, 1, 1, 0, 0, 1]   # the second completion: its prompt and itself, not the first
+    assert mask[0][4] == [1, 1, 1, 1, 1, 0] and mask[1][4] == [1, 0, 0, 0, 1, 0]
+    assert mask[1][5] == [0, 0, 0, 0, 0, 1]   # padding sees itself only (no NaN row)
+
+
+def test_prompts_are_shared_on_padded_sdpa_passes_off_the_gpu_only():
+    sdpa = SimpleNamespace(_attn_implementation="sdpa")
+    assert grpo_prefix_sharing(False, "cpu", sdpa)[0]
+    assert not grpo_prefix_sharing(True, "cpu", sdpa)[0] and not grpo_prefix_sharing(False, "cuda", sdpa)[0]
+    eager, sliding = SimpleNamespace(_attn_implementation="eager"), SimpleNamespace(
+        _attn_implementation="sdpa", layer_types=["full_attention", "sliding_attention"])
+    assert "eager" in grpo_prefix_sharing(False, "cpu", eager)[1]
+    assert "sliding" in grpo_prefix_sharing(False, "cpu", sliding)[1]
+
+
 def test_the_packed_row_restarts_positions_and_bounds_each_sequence():
     tensors, ints = rollout_tensors_packed([[1, 2, 3], [4]], [[9, 9], [8], [7, 7, 7], [6]], group=2)
     assert tensors["cu_seq_lens_q"].tolist() == [0, 5, 9, 13, 15]
@@ -80,9 +123,9 @@ def test_packing_auto_packs_on_the_gpu_only():
     assert not grpo_packing("off", "cuda", plain)[0]
 
 
-@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("layout", ["padded", "shared", "packed"])
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
-def test_a_micro_batch_trained_in_passes_gives_the_whole_ones_loss_and_gradients(policy, loss_type, packed):  # noqa: F811
+def test_a_micro_batch_trained_in_passes_gives_the_whole_ones_loss_and_gradients(policy, loss_type, layout):  # noqa: F811
     """Within max_gpu_memory_gb a sampled micro-batch may train in passes of a few completions
     (jobs/models/fit.py grpo_policy_rows): the step's count covers every completion, so the passes'
     losses and gradients add up to the whole's (a pass of 4 and one of 2 here, with the KL term)."""
@@ -92,7 +135,7 @@ def test_a_micro_batch_trained_in_passes_gives_the_whole_ones_loss_and_gradients
     model, tok = policy
     model.train()
     method = _method(model, loss_type, 0.05, tok)
-    method.packed = packed
+    method.packed, method.shared = layout == "packed", layout == "shared"   # shared: a pass splits a group
     count = torch.tensor(float(sum(map(len, COMPLETIONS)) if loss_type == "dapo" else len(COMPLETIONS)))
 
     def run(policy_rows):
@@ -107,7 +150,7 @@ def test_a_micro_batch_trained_in_passes_gives_the_whole_ones_loss_and_gradients
         units = sum(piece.label_tokens for piece in pieces)
         return len(pieces), total, units, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
-    if packed:
+    if method.packed:
         use_packed_attention(model)
     try:
         whole, passes = run(None), run(4)
