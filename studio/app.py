@@ -90,10 +90,11 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
                 evaluate_select = build_evaluate_tab(ctx)
         lang = ctx.lang
 
-        def after_start(job_id: str, language: str) -> list[Any]:
+        def after_start(job_id: str, language: str, request: gr.Request) -> list[Any]:
             if not job_id:
                 return [gr.skip()] * (1 + len(jobs.refresh_outputs))
-            return [gr.Tabs(selected="jobs"), *refresh(ctx, job_id, None, None, language, pick=True)]
+            return [gr.Tabs(selected="jobs"),
+                    *refresh(ctx, job_id, None, None, language, pick=True, page=request.session_hash or "")]
 
         train.started_job.change(after_start, [train.started_job, lang], [tabs, *jobs.refresh_outputs],
                                  show_progress="hidden")

@@ -34,6 +34,7 @@ from studio.server_text import translated
 
 POLL_S = 0.5
 ROWS_SHOWN = 500
+EVAL_FILE_TYPES = (".jsonl", ".json", ".csv", ".parquet")
 
 
 class PageEvaluations:
@@ -184,6 +185,31 @@ def evaluate_choices_update(ctx: StudioContext, picked: str | None, lang: str = 
     return gr.update(choices=choices, value=picked if picked in values else (values[0] if values else None))
 
 
+def chosen_file_html(path: str | None, lang: str) -> str:
+    """The note beside the upload button: the chosen file's name, or nothing (the held-out data)."""
+    return render.notice_html(t("evaluate.chosen", lang, name=Path(path).name), "info") if path else ""
+
+
+def _build_eval_file(ctx: StudioContext) -> gr.UploadButton:
+    """The eval rows: an upload button (as the Train tab's dataset upload) with the chosen file's name
+    beside it, and a button back to the job's held-out data. Returns the upload button: its value is
+    the chosen file (None: the held-out data), an input of Evaluate.
+
+    An UploadButton, not a gr.File: Playwright's file choice into a gr.File sometimes started an
+    upload that never ended on a loaded 2-core machine (suspected Gradio's upload / upload_progress
+    race, gradio PR 11102); the Train tab's UploadButton never did."""
+    bind = ctx.page.bind
+    bind(gr.Markdown(), value="evaluate.eval_file")
+    with gr.Row():
+        upload = bind(gr.UploadButton(file_types=list(EVAL_FILE_TYPES), size="sm", scale=0, min_width=160,
+                                      elem_id="ft-eval-upload"), label="evaluate.upload")
+        clear = bind(gr.Button(size="sm", scale=0, min_width=120, elem_id="ft-eval-clear"), value="evaluate.clear")
+        shown = gr.HTML(elem_id="ft-eval-file")
+    upload.upload(chosen_file_html, [upload, ctx.lang], shown, show_progress="hidden")
+    clear.click(lambda: (None, ""), None, [upload, shown], show_progress="hidden")
+    return upload
+
+
 def build_evaluate_tab(ctx: StudioContext) -> gr.Dropdown:
     bind = ctx.page.bind
     bind(gr.Markdown(), value="evaluate.intro")
@@ -192,8 +218,8 @@ def build_evaluate_tab(ctx: StudioContext) -> gr.Dropdown:
         refresh_btn = bind(gr.Button(size="sm", scale=0, min_width=120, elem_id="ft-eval-refresh"),
                            value="evaluate.refresh")
     with gr.Row(equal_height=True):
-        eval_file = bind(gr.File(file_types=[".jsonl", ".json", ".csv", ".parquet"], type="filepath",
-                                 elem_id="ft-eval-file", scale=3), label="evaluate.eval_file")
+        with gr.Column(scale=3):
+            eval_file = _build_eval_file(ctx)
         max_new = bind(gr.Number(value=64, precision=0, minimum=1, maximum=8192, elem_id="ft-eval-max-new"),
                        label="evaluate.max_new_tokens")
         limit = bind(gr.Number(value=200, precision=0, minimum=0, elem_id="ft-eval-limit"), label="evaluate.limit")

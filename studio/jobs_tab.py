@@ -127,21 +127,28 @@ DETAIL_LEN = 11 + len(ACTIONS)
 
 
 def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any, lang: str = "en",
-            pick: bool = False, shared: bool = False, interval: float | None = None) -> list[Any]:
+            pick: bool = False, shared: bool = False, interval: float | None = None, page: str = "") -> list[Any]:
     """[table, select, *detail(DETAIL_LEN), notice, table_sig, detail_sig, timer]; unchanged parts are
     gr.skip().
 
-    `pick` sets the list's value to `job_id` (the user or Start picked it); a poll only updates
-    the list's choices, except that a job which no longer exists is unpicked. `shared`: a poll,
-    whose timer `interval` backs off while the page is idle; anything else sets it back to POLL_S.
+    `pick` sets the list's value to `job_id` (the user or Start picked it) and records it as the pick of
+    `page` (its Gradio session); a poll only updates the list's choices, except that a job which no
+    longer exists is unpicked. `shared`: a poll, whose timer `interval` backs off while the page is
+    idle; anything else sets it back to POLL_S.
     """
     generation = ctx.shared.generation   # read first: a change after this makes the poll's reading stale
     out = _refresh(ctx, job_id, table_sig, detail_sig, lang, pick, shared)
+    if pick:   # the list's value: `job_id`, or None where that job no longer exists
+        ctx.shared.pick(page, out[1]["value"])
     if not shared:
         return [*out, gr.update(value=POLL_S) if interval != POLL_S else gr.skip()]
     if ctx.shared.generation != generation:   # a Start or an action changed the list meanwhile: send nothing
         return [*[gr.skip()] * (len(out) - 2), table_sig, detail_sig, gr.update(value=POLL_S)]
     changed = (out[-2], out[-1]) != (table_sig, detail_sig)
+    if not ctx.shared.picked(page, job_id):   # read from the page before a pick's answer: not its job's
+        out[1].pop("value", None)   # nor does it unpick the page's job (only its list's choices are new)
+        out[2:3 + DETAIL_LEN] = [gr.skip()] * (DETAIL_LEN + 1)   # detail and notice (shared_views.py)
+        out[-1] = gr.skip()
     records = ctx.shared.get(("table", lang), lambda: table_and_choices(ctx, lang), SHARED_TTL_S)[0]
     return [*out, _next_poll(interval, changed or any(not r.finished for r in records))]
 
@@ -310,15 +317,16 @@ def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig
     """The poll and the picks; returns the poll's event (for what must follow each poll)."""
     lang, outputs = ctx.lang, tab.refresh_outputs
 
-    def on_tick(job_id: str | None, t_sig: Any, d_sig: Any, language: str, interval: float | None) -> list[Any]:
-        return refresh(ctx, job_id, t_sig, d_sig, language, shared=True, interval=interval)
+    def on_tick(job_id: str | None, t_sig: Any, d_sig: Any, language: str, interval: float | None,
+                request: gr.Request) -> list[Any]:
+        return refresh(ctx, job_id, t_sig, d_sig, language, shared=True, interval=interval, page=_page(request))
 
-    def on_select(job_id: str | None, t_sig: Any, language: str) -> list[Any]:
-        return refresh(ctx, job_id, t_sig, None, language, pick=True)
+    def on_select(job_id: str | None, t_sig: Any, language: str, request: gr.Request) -> list[Any]:
+        return refresh(ctx, job_id, t_sig, None, language, pick=True, page=_page(request))
 
-    def on_row(evt: gr.SelectData, language: str) -> list[Any]:
+    def on_row(evt: gr.SelectData, language: str, request: gr.Request) -> list[Any]:
         job_id = evt.row_value[0] if evt.row_value else None
-        return refresh(ctx, job_id, None, None, language, pick=True)
+        return refresh(ctx, job_id, None, None, language, pick=True, page=_page(request))
 
     polled = tab.timer.tick(on_tick, [tab.select, table_sig, detail_sig, lang, tab.timer], outputs,
                             show_progress="hidden")
@@ -327,6 +335,11 @@ def _wire_view(ctx: StudioContext, tab: JobsTab, table_sig: gr.State, detail_sig
     tab.table.select(on_row, [lang], outputs, show_progress="hidden")
     lang.change(on_select, [tab.select, table_sig, lang], outputs, show_progress="hidden")
     return polled
+
+
+def _page(request: gr.Request | None) -> str:
+    """The page's key for its pick (SharedViews.pick): its Gradio session."""
+    return (request.session_hash if request is not None else None) or ""
 
 
 def _wire_colors(ctx: StudioContext, tab: JobsTab, polled: Any, loss_plot: gr.LinePlot, sent: gr.State) -> None:
@@ -361,14 +374,14 @@ def _wire_actions(ctx: StudioContext, tab: JobsTab, buttons: list[gr.Button], pa
 
     notice_at = tab.refresh_outputs.index(notice)
 
-    def on_yes(asked: tuple[str, str] | None, steps: float | None, language: str) -> list[Any]:
+    def on_yes(asked: tuple[str, str] | None, steps: float | None, language: str, request: gr.Request) -> list[Any]:
         hidden = [gr.update(visible=False), None]
         if not asked:
             return [*hidden, *[gr.skip()] * len(tab.refresh_outputs)]
         action, job_id = asked
         level, message = job_actions.perform(ctx.runner, action, job_id, language, more_steps=int(steps or 0))
         ctx.shared.invalidate()   # the polls' shared reading predates this action
-        out = refresh(ctx, job_id, None, None, language, pick=True)
+        out = refresh(ctx, job_id, None, None, language, pick=True, page=_page(request))
         out[notice_at] = render.notice_html(message, level)
         return [*hidden, *out]
 

@@ -11,7 +11,12 @@ A change this studio makes itself (a job started, cancelled, deleted) calls `inv
 read before it is stale at once, whatever its age, and a value is as old as the moment its reading
 began, not ended. A poll that was reading while the change happened can tell from `generation` and
 must not send what it read (studio/jobs_tab.py): on a loaded machine such a late answer arrived after
-Start's own and took the new job out of the list again."""
+Start's own and took the new job out of the list again.
+
+Likewise each page's last pick (a click in the jobs list, Start picking its job) is kept here: a poll
+sent before the pick's answer reached the page read the job picked before, and its late answer put
+that job's detail under the new pick (seen once under load), so a poll whose job is no longer the
+page's pick sends no detail."""
 from __future__ import annotations
 
 import threading
@@ -28,6 +33,7 @@ class SharedViews:
         self._guard = threading.Lock()
         self.computed = 0   # how many times a value was computed (tests, the benchmark)
         self.generation = 0   # bumped by invalidate(): entries of an older generation are stale
+        self._picks: OrderedDict[str, str | None] = OrderedDict()   # page (Gradio session) -> its last pick
 
     def get(self, key: Hashable, compute: Callable[[], Any], ttl: float | None = None) -> Any:
         """The value under `key`, computed by `compute` when missing (or older than `ttl` seconds)."""
@@ -62,3 +68,16 @@ class SharedViews:
         """Everything read so far is stale (this studio has just changed the job list)."""
         with self._guard:
             self.generation += 1
+
+    def pick(self, page: str, job_id: str | None) -> None:
+        """The page (its Gradio session hash) has just picked `job_id`."""
+        with self._guard:
+            self._picks[page] = job_id
+            self._picks.move_to_end(page)
+            while len(self._picks) > 16 * self.size:   # a forgotten page's polls are trusted (picked())
+                self._picks.popitem(last=False)
+
+    def picked(self, page: str, job_id: str | None) -> bool:
+        """Whether `job_id` is still the page's pick (also when the page never picked, or is forgotten)."""
+        with self._guard:
+            return self._picks.get(page, job_id) == job_id

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -152,27 +151,11 @@ def pick_job(page, job_id: str) -> None:
     page.wait_for_selector("#ft-progress", timeout=90_000)
 
 
-def upload_file(page, elem_id: str, path: Path, first_wait_s: float = 30, second_wait_s: float = 60) -> None:
-    """Choose `path` in the File component `elem_id` and wait until it shows the file's name.
-
-    Where the name does not show (CI, 2026-12-04: twice under two loaded workers, never alone), the
-    file is chosen again, as a person would; that is said in the run's warnings with what the
-    component showed, and a second miss fails with both views."""
-    shown_js = "([id, name]) => (document.querySelector('#' + id) || {innerText: ''}).innerText.includes(name)"
-    views = []
-    for wait_s in (first_wait_s, second_wait_s):
-        try:
-            if views and page.locator(f"#{elem_id} input[type=file]").count() == 0:
-                # the first upload started and never ended (its input gone, no name: CI 2026-12-04 under
-                # load; suspected Gradio's upload / upload_progress race, gradio PR 11102): clear it first
-                page.locator(f"#{elem_id} button[aria-label='Clear'], #{elem_id} button[title='Clear']").first.click(
-                    timeout=10_000)
-            page.locator(f"#{elem_id} input[type=file]").set_input_files(str(path), timeout=30_000)
-            page.wait_for_function(shown_js, arg=[elem_id, path.name], timeout=wait_s * 1000)
-            if views:
-                warnings.warn(f"#{elem_id}: {path.name} showed only when chosen again; the first time it "
-                              f"showed {views[0]!r}")
-            return
-        except PlaywrightTimeout:
-            views.append(page.locator(f"#{elem_id}").evaluate("e => e.innerText + ' | ' + e.outerHTML.slice(0, 1500)"))
-    raise AssertionError(f"#{elem_id} never showed {path.name} (chosen twice); it showed: {views!r}")
+def upload_file(page, button_id: str, path: Path, shown_id: str, timeout_s: float = 90) -> None:
+    """Choose `path` through the UploadButton `button_id`, as a user does (the file chooser it opens),
+    and wait until `shown_id` shows the file's name."""
+    with page.expect_file_chooser() as chooser:
+        page.locator(f"#{button_id}").click()
+    chooser.value.set_files(str(path))
+    page.wait_for_function("([id, name]) => (document.querySelector('#' + id) || {innerText: ''})"
+                           ".innerText.includes(name)", arg=[shown_id, path.name], timeout=timeout_s * 1000)

@@ -26,7 +26,11 @@ def test_evaluate_a_finished_job(studio, browser_context, tmp_path):
 
     page.get_by_role("tab", name="Evaluate").click()
     pick_option(page, "ft-eval-select", job_id)
-    upload_file(page, "ft-eval-file", rows)
+    upload_file(page, "ft-eval-upload", rows, "ft-eval-file")
+    page.locator("#ft-eval-clear").click()   # back to the held-out data, then the file again
+    page.wait_for_function("() => !document.querySelector('#ft-eval-file').innerText.includes('eval.jsonl')",
+                           timeout=30_000)
+    upload_file(page, "ft-eval-upload", rows, "ft-eval-file")
     set_text(page, "ft-eval-max-new", "8")
     page.locator("#ft-eval-run").click()
     page.wait_for_function("() => document.querySelector('#ft-eval-status').innerText.includes('Evaluated')",

@@ -54,14 +54,8 @@ def test_name_remove_cancel_delete(studio, browser_context):
     set_text(page, "ft-field-name", "waiting B")
     queued = start_job(page)  # picked for the user: they just started it
     assert queued != running
-    # KNOWN RACE (CI 2026-12-04, once under load): a poll sent before Start's pick answered after it
-    # with the running job's detail under the new job's name, and the page stayed so; picking the job
-    # again (as a person would) shows it. Open in the closing note of that day.
-    try:
-        wait_for_state(page, ("queued",), 15)
-    except AssertionError:
-        pick_job(page, queued)
-        wait_for_state(page, ("queued",), 30)
+    # a poll sent before Start's pick sends none of the running job's detail (tests/studio/test_jobs_tab.py)
+    wait_for_state(page, ("queued",), 30)
     assert page.locator("#ft-remove").is_visible() and not page.locator("#ft-cancel").is_visible()
     assert "waiting B" in page.locator("#ft-jobs-table").inner_text()
 

@@ -112,3 +112,11 @@ def test_only_finished_jobs_are_offered(tmp_path):
                          Record("running", str(tmp_path / "b"), state="running")])
     update = evaluate_choices_update(StudioContext(data_dir=tmp_path / "data", runner=runner), None)
     assert [value for _, value in update["choices"]] == ["new"] and update["value"] == "new"
+
+
+def test_the_chosen_eval_file_is_named_beside_the_upload_button(tmp_path):
+    from studio.evaluate_tab import chosen_file_html
+
+    assert chosen_file_html(None, "en") == ""
+    assert "Eval rows: eval rows.jsonl" in html.unescape(chosen_file_html(str(tmp_path / "eval rows.jsonl"), "en"))
+    assert "评测数据：eval.csv" in chosen_file_html("/tmp/gradio/abc/eval.csv", "zh-CN")

@@ -255,3 +255,34 @@ def test_a_running_jobs_charts_follow_at_most_every_chart_every_s_and_owed_ones_
     clock[0] += 1.6
     quiet = refresh(ctx, "a", owed["t_sig"], owed["d_sig"], shared=True)
     assert all(is_skip(v) for v in quiet[:2 + DETAIL_LEN])
+
+
+def test_a_poll_that_read_the_job_picked_before_a_pick_sends_none_of_its_detail(tmp_path):
+    """CI, 2026-12-04 (once, under load): a poll sent before Start's pick answered after it with the
+    job picked before, and the page showed that job's progress under the new pick. A poll now sends
+    no detail for a job that is no longer its page's pick (another page's poll still gets it)."""
+    running, queued = job(tmp_path, "a", "running"), job(tmp_path, "b", "queued")
+    EventWriter(running.job_dir).emit("step", **step(1))
+    runner = ListRunner([queued, running])
+    ctx = StudioContext(data_dir=tmp_path, runner=runner)
+    shown = unpack(refresh(ctx, "a", None, None, pick=True, page="p"))
+    unpack(refresh(ctx, "a", None, None, pick=True, page="q"))
+    real_list, picked = runner.list_jobs, {}
+
+    def list_then_pick():   # the poll's reading, during which the page picks job b
+        if not picked:
+            picked["b"] = None
+            picked["b"] = unpack(refresh(ctx, "b", None, None, pick=True, page="p"))
+        return real_list()
+    runner.list_jobs = list_then_pick
+    late = unpack(refresh(ctx, "a", shown["t_sig"], shown["d_sig"], shared=True, page="p"))
+    assert "queued" in picked["b"]["progress"] and picked["b"]["select"]["value"] == "b"
+    detail = ("progress", "failure", "loss", "report", "cancel", "remove", "notice", "d_sig")
+    assert all(is_skip(late[name]) for name in detail) and "value" not in late["select"]
+    runner.list_jobs = real_list
+    sent_late = unpack(refresh(ctx, "a", shown["t_sig"], shown["d_sig"], shared=True, page="p"))
+    assert is_skip(sent_late["progress"])   # sent before the pick's answer came, run after it: the same
+    other = unpack(refresh(ctx, "a", None, None, shared=True, page="q"))
+    assert "running" in other["progress"] and other["cancel"]["visible"] is True
+    now = unpack(refresh(ctx, "b", shown["t_sig"], shown["d_sig"], shared=True, page="p"))
+    assert "queued" in now["progress"] and now["remove"]["visible"] is True
