@@ -52,13 +52,13 @@ def wait_for_steps(ctx, record, steps: int, limit_s: float) -> None:
 def page(ctx, job_id: str, shared: bool, seconds: float, times: list, stop: threading.Event) -> None:
     from studio.jobs_tab import POLL_S, refresh
     out = refresh(ctx, job_id, None, None, pick=True)
-    t_sig, d_sig = out[-2], out[-1]
+    t_sig, d_sig = out[-3], out[-2]   # [..., table_sig, detail_sig, timer]
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and not stop.is_set():
         began = time.monotonic()
         out = refresh(ctx, job_id, t_sig, d_sig, shared=shared)
         times.append(time.monotonic() - began)
-        t_sig, d_sig = out[-2], out[-1]
+        t_sig, d_sig = out[-3], out[-2]   # [..., table_sig, detail_sig, timer]
         time.sleep(max(0.0, POLL_S - (time.monotonic() - began)))
 
 
