@@ -24,6 +24,7 @@ COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|desele
 SLOW = re.compile(r"^(?P<seconds>[\d.]+)s (?P<when>call|setup|teardown)\s+(?P<test>\S+)")
 TOTAL = re.compile(r"^suite total \(install and tests\): (\d+) s")
 WORKERS = re.compile(r"^(?:created: \d+/)?(\d+) workers\b")   # xdist's "2 workers [1167 items]"
+PER_WORKER = re.compile(r"^seconds of tests per worker: (.+)$")   # tests/suite_plan.py: "gw0 1730, gw1 1724"
 
 
 def parse(text: str) -> dict:
@@ -39,6 +40,9 @@ def parse(text: str) -> dict:
             row["slowest"].append([m["test"].split("@")[0], round(float(m["seconds"]))])
         elif m := WORKERS.match(line):
             row["workers"] = int(m[1])
+        elif m := PER_WORKER.match(line):
+            row["worker_s"] = {name: int(seconds) for name, seconds in re.findall(r"(\w+) (\d+)", m[1])}
+            row["workers"] = len(row["worker_s"])
     return row
 
 

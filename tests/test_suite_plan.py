@@ -97,6 +97,10 @@ def test_the_suite_time_line_reads_the_quiet_summary_that_starts_with_failed():
     row = suite_time.parse(quiet)
     assert row["tests_s"] == 2950 and row["total_s"] == 1900
     assert row["counts"] == {"failed": 6, "passed": 1058, "skipped": 3}
+    # -q hides xdist's "2 workers" line; the plan's own line names each worker (suite_plan.py)
+    quiet = quiet.replace("2 workers [1167 items]", "bringing up nodes...") + "\nseconds of tests per worker: gw0 1730, gw1 1724\n"
+    row = suite_time.parse(quiet)
+    assert row["workers"] == 2 and row["worker_s"] == {"gw0": 1730, "gw1": 1724}
 
 
 def test_the_suite_time_script_refuses_a_log_without_a_summary(tmp_path):
