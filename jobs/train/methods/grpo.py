@@ -30,7 +30,7 @@ from jobs.train.methods import grpo_loss
 from jobs.train import decode, rng_state
 from jobs.train.methods.base import Method, StepCancelled
 from jobs.train.methods.grpo_data import (PromptPlan, RolloutBatch, rollout_tensors, rollout_tensors_packed,
-                                         rollout_tensors_shared)
+                                         rollout_tensors_shared, sharing_pays)
 from jobs.train.methods.logprobs import logprobs_op, report_op
 from jobs.train.rewards.score import RewardSet
 from jobs.train.rollout import sample_completions
@@ -151,13 +151,22 @@ class GroupRelativePolicyOptimization(Method):
         if self.packed:
             batch.tensors, batch.ints = rollout_tensors_packed(prompts, completions, 1)
             batch.real_tokens = batch.tensors["input_ids"].numel()
-        elif self.shared:
+        elif self.shared and self._sharing_pays(prompts, completions):
             batch.tensors, batch.real_tokens = rollout_tensors_shared(prompts, completions, 1, pad_id)
         else:
             batch.tensors = rollout_tensors(prompts, completions, 1, pad_id)
             batch.real_tokens = int(batch.tensors["attention_mask"].sum())
         batch.tensors["advantages"] = advantages
         batch.label_tokens = grpo_loss.units([len(c) for c in completions], self.spec.loss_type)
+
+    def _sharing_pays(self, prompts: list[list[int]], completions: list[list[int]]) -> bool:
+        text = _text_config(self.trainer.model.config)
+        ffn = getattr(text, "intermediate_size", None) or 4 * text.hidden_size
+        if sharing_pays(prompts, completions, 1, text.hidden_size, ffn):
+            return True
+        decode.log_once(getattr(self.trainer, "log", None), "grpo prompts: once per completion for passes whose shared rows would "
+                                          "cost more (attention over a prompt and all its long completions)")
+        return False
 
     def _rows_per_pass(self, prompts: list[list[int]]) -> int | None:
         """Completions one sampling pass may hold within max_gpu_memory_gb (jobs/models/fit_rollout.py;

@@ -175,6 +175,22 @@ def rollout_tensors_shared(prompts: list[list[int]], completions: list[list[int]
             "gather": torch.tensor(gather, dtype=torch.long)}, real
 
 
+def sharing_pays(prompts: list[list[int]], completions: list[list[int]], group: int, hidden: int, ffn: int) -> bool:
+    """Whether `rollout_tensors_shared` costs less than `rollout_tensors` for these completions, by a
+    layer's FLOPs over every position of the padded rows (padding is computed too): per position the
+    projections and the MLP, 2 (4 h^2 + 3 h f); per query-key pair of a row 4 h (sdpa with a mask
+    computes the whole square). Sharing drops (G - 1) prompts of the first but widens each row to the
+    prompt plus G completions, which grows the second with the square: long completions in large
+    groups cost more shared (at h 576, f 1536, rows past ~3,500 positions)."""
+    def cost(rows: int, width: int) -> float:
+        return rows * width * (2 * (4 * hidden * hidden + 3 * hidden * ffn) + 4 * hidden * width)
+
+    runs = _prompt_runs(prompts, completions, group)
+    shared = max(len(p) + sum(len(completions[s]) for s in members) for p, members in runs)
+    padded = max(len(p) for p in prompts) + max(1, max(len(c) for c in completions))
+    return cost(len(runs), shared) < cost(len(completions), padded)
+
+
 def _prompt_runs(prompts: list[list[int]], completions: list[list[int]], group: int) -> list[tuple[list, list]]:
     """(prompt, the indices of its completions) for each run of consecutive completions whose prompts
     (`prompts[s // group]`) are equal."""

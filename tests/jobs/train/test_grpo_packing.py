@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from jobs.train.methods.grpo import GroupRelativePolicyOptimization, grpo_packing, grpo_prefix_sharing
-from jobs.train.methods.grpo_data import rollout_tensors, rollout_tensors_packed, rollout_tensors_shared
+from jobs.train.methods.grpo_data import rollout_tensors, rollout_tensors_packed, rollout_tensors_shared, sharing_pays
 from tests.jobs.train.test_decode import policy  # noqa: F401  (the tiny LoRA policy fixture)
 
 GROUP = 3
@@ -96,6 +96,13 @@ def test_a_shared_row_shows_each_completion_its_prompt_and_itself_only():
     assert mask[0][5] == [1, 1, 1, 0, 0, 1]   # the second completion: its prompt and itself, not the first
     assert mask[0][4] == [1, 1, 1, 1, 1, 0] and mask[1][4] == [1, 0, 0, 0, 1, 0]
     assert mask[1][5] == [0, 0, 0, 0, 0, 1]   # padding sees itself only (no NaN row)
+
+
+def test_a_prompt_is_shared_only_where_its_rows_cost_less():
+    # the built-in task's shape (a ~60-token prompt, 4 completions of ~20) and a long one (8 of 2,000):
+    # there one row of 16,200 positions costs ~3x the 8 rows of 2,200 in attention (SmolLM2-135M's h, f)
+    assert sharing_pays([[1] * 60], [[2] * 20] * 4, 4, 576, 1536)
+    assert not sharing_pays([[1] * 200], [[2] * 2000] * 8, 8, 576, 1536)
 
 
 def test_prompts_are_shared_on_padded_sdpa_passes_off_the_gpu_only():
