@@ -3,17 +3,11 @@ the actions it offers (cancel, remove from the queue, delete, resume / train mor
 confirmed first. The action notice is cleared when another job is picked or the job it is about
 ends (a "Cancelling job A" must not stay above job B, nor above A once it is cancelled).
 
-A gr.Timer polls every POLL_S seconds while a job runs or waits, or something changed; an idle page
-(nothing running or queued, nothing new) polls ever more slowly, up to IDLE_POLL_MAX_S, and any click
-brings it back to POLL_S (an open, idle Jobs page cost a third of a core in the browser at 1.5 s;
-what Gradio itself cost an idle page and studio is in studio/quiet_page.py).
+The poll's pace (fast while a job runs, slower while idle; a running job's charts at most every
+CHART_EVERY_S) is studio/poll_pace.py.
 All state is read from disk (the SQLite store and the job's events.jsonl / train.log), so a
 reopened browser shows exactly what the job is doing; the job never depends on the page. Each poll
-re-sends only what changed (a per-browser signature). While a job runs, its charts are re-sent at
-most every CHART_EVERY_S (the progress, log and buttons at every poll): each redraw of a chart is
-vega rebuilding its view in the browser's main thread, and at every 1.5 s a running job's page spent
-60 % of its time in long tasks and answered a click in 3-10 s (1 s with the charts held back;
-2-core machine, 2026-12-04). A pick, a language or a state change sends them at once.
+re-sends only what changed (a per-browser signature).
 
 Only the user picks the job shown and acted on (a table row or the list; Start picks the job it
 started): a poll never changes the selection, so an action never lands on a job the user did
@@ -35,12 +29,8 @@ from studio import jobs_view as view
 from studio import plots, render, reward_view
 from studio.context import StudioContext
 from studio.i18n import t
+from studio.poll_pace import POLL_S, ShownJob, charts_due, charts_owed, ended, next_poll, shown
 
-POLL_S = 1.5
-# an idle page's slowest poll: a job started from the CLI or another page shows up within this;
-# at 12 s the page's polls still cost chromium ~7 % of a core (bench/idle_page.py, issue 40 item 6)
-IDLE_POLL_MAX_S = 30.0
-CHART_EVERY_S = 5.0   # a poll re-draws a running job's charts at most this often (module doc)
 CHARTS = slice(2, 8)   # loss, rss, cpu, gpu util, gpu mem, rewards in detail()'s list
 SHARED_TTL_S = 0.5   # a poll may show the table and a job this much late; a click reads them afresh
 LOG_LINES = 200
@@ -150,13 +140,7 @@ def refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: 
         out[2:3 + DETAIL_LEN] = [gr.skip()] * (DETAIL_LEN + 1)   # detail and notice (shared_views.py)
         out[-1] = gr.skip()
     records = ctx.shared.get(("table", lang), lambda: table_and_choices(ctx, lang), SHARED_TTL_S)[0]
-    return [*out, _next_poll(interval, changed or any(not r.finished for r in records))]
-
-
-def _next_poll(interval: float | None, busy: bool) -> Any:
-    """The timer's next interval: POLL_S while something runs, waits or changes; else twice the last."""
-    wanted = POLL_S if busy else min(IDLE_POLL_MAX_S, 2 * (interval or POLL_S))
-    return gr.skip() if wanted == interval else gr.update(value=wanted)
+    return [*out, next_poll(interval, changed or any(not r.finished for r in records))]
 
 
 def _refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig: Any, lang: str,
@@ -183,45 +167,21 @@ def _refresh(ctx: StudioContext, job_id: str | None, table_sig: Any, detail_sig:
         if new_detail_sig == detail_sig:
             return [table_out, select_out, *[gr.skip()] * DETAIL_LEN, notice, new_table_sig, detail_sig]
         return [table_out, select_out, *empty_detail(lang), notice, new_table_sig, new_detail_sig]
-    notice = "" if pick or _ended(record, detail_sig) else gr.skip()
+    notice = "" if pick or ended(record, detail_sig) else gr.skip()
     if shared:   # one snapshot of the job's detail per SHARED_TTL_S for every page, however fast it steps
         new_detail_sig, values = ctx.shared.get(("detail", record.job_dir, record.state, lang),
                                                 lambda: _detail_snapshot(ctx, record, lang), SHARED_TTL_S)
     else:
         new_detail_sig, values = _detail_signature(ctx, record, lang), None
     now = time.monotonic()
-    due = not shared or _charts_due(detail_sig, new_detail_sig, now)
-    if new_detail_sig == _shown(detail_sig) and not (due and _charts_owed(detail_sig)):
+    due = not shared or charts_due(detail_sig, new_detail_sig, now)
+    if new_detail_sig == shown(detail_sig) and not (due and charts_owed(detail_sig)):
         return [table_out, select_out, *[gr.skip()] * DETAIL_LEN, notice, new_table_sig, detail_sig]
     out = detail(ctx, record, lang, values)
     if due:
-        return [table_out, select_out, *out, notice, new_table_sig, (*new_detail_sig, now, False)]
+        return [table_out, select_out, *out, notice, new_table_sig, ShownJob(new_detail_sig, now, False)]
     out[CHARTS] = [gr.skip()] * len(out[CHARTS])   # the charts follow when due, owed meanwhile
-    return [table_out, select_out, *out, notice, new_table_sig, (*new_detail_sig, detail_sig[-2], True)]
-
-
-def _shown(detail_sig: Any) -> Any:
-    """The page's signature of what it shows, without when its charts were sent."""
-    return detail_sig[:-2] if isinstance(detail_sig, tuple) and len(detail_sig) == 7 else detail_sig
-
-
-def _charts_owed(detail_sig: Any) -> bool:
-    return isinstance(detail_sig, tuple) and len(detail_sig) == 7 and detail_sig[-1]
-
-
-def _charts_due(detail_sig: Any, new_sig: tuple, now: float) -> bool:
-    """Whether a poll's answer carries the charts: another job, state or language than the page's,
-    or CHART_EVERY_S since its last ones (module doc)."""
-    if not (isinstance(detail_sig, tuple) and len(detail_sig) == 7):
-        return True
-    shown = _shown(detail_sig)
-    return (shown[:2], shown[-1]) != (new_sig[:2], new_sig[-1]) or now - detail_sig[-2] >= CHART_EVERY_S
-
-
-def _ended(record: Any, detail_sig: Any) -> bool:
-    """The shown job has just finished (its notice, e.g. "Cancelling...", is no longer true)."""
-    was = detail_sig[1] if isinstance(detail_sig, tuple) and len(detail_sig) > 2 and detail_sig[0] == record.id else None
-    return record.finished and was is not None and was != record.state
+    return [table_out, select_out, *out, notice, new_table_sig, ShownJob(new_detail_sig, detail_sig.charts_at, True)]
 
 
 def _detail_signature(ctx: StudioContext, record: Any, lang: str) -> tuple:

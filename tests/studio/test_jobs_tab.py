@@ -235,7 +235,7 @@ def test_a_poll_reading_while_start_adds_a_job_sends_nothing_and_the_next_one_sh
 def test_a_running_jobs_charts_follow_at_most_every_chart_every_s_and_owed_ones_come_when_due(tmp_path, monkeypatch):
     """A chart redraw is vega rebuilding its view in the browser: a poll sends the progress at once and
     the charts when CHART_EVERY_S has passed since the page's last ones, also when nothing moved since."""
-    from studio import jobs_tab
+    from studio import jobs_tab, poll_pace
     rec = job(tmp_path, "a", "running")
     writer = EventWriter(rec.job_dir)
     writer.emit("start", device="cpu")
@@ -249,7 +249,7 @@ def test_a_running_jobs_charts_follow_at_most_every_chart_every_s_and_owed_ones_
     clock[0] += 1.6
     soon = unpack(refresh(ctx, "a", page["t_sig"], page["d_sig"], shared=True))
     assert 'data-step="2"' in soon["progress"] and is_skip(soon["loss"])
-    clock[0] += jobs_tab.CHART_EVERY_S
+    clock[0] += poll_pace.CHART_EVERY_S
     owed = unpack(refresh(ctx, "a", soon["t_sig"], soon["d_sig"], shared=True))   # nothing new, charts owed
     assert owed["loss"]["step"].tolist() == [1, 2]
     clock[0] += 1.6
