@@ -6,9 +6,10 @@ A unit is what one loss term is computed over, and what the loss is normalised b
   completion (the mismatched pair the KL estimate is taken over; TRL's KTOTrainer builds its KL
   dataset by shifting completions by one the same way, `_get_kl_dataset`).
 
-Both sequences of a unit go through the model in ONE forward: padded (2 x units rows) or packed
-(the unit's two sequences side by side in a row, as separate documents: `cu_seq_lens` keeps
-attention inside each). The batch carries, host-made so the step never syncs, the flat indices
+Both sequences of a unit go through the model in ONE forward: padded (2 x units rows), padded with
+the prompt once (a row per unit: the shared prompt, then each answer under a 4-D mask; off the GPU,
+jobs/data/shared_prefix.py) or packed (the unit's two sequences side by side in a row, as separate
+documents: `cu_seq_lens` keeps attention inside each). The batch carries, host-made so the step never syncs, the flat indices
 of the label tokens (after the causal shift), their targets and the sequence each belongs to, so
 only label rows reach the LM head (kernels/ops/fused_linear_logprobs.py).
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from jobs.data import shared_prefix
 from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.data.dataset import Problems, Rows, _raise_for, _read
@@ -129,10 +131,48 @@ def collate_units(units: list[PairUnit], pad_id: int, packed_rows: list[list[int
                     offset += len(seq.input_ids)
         batch.label_tokens = len(units)
     batch.tensors.update(_label_positions(batch.tensors["labels"], seq_index))
+    return _with_units(batch, units)
+
+
+def _with_units(batch: Batch, units: list[PairUnit]) -> Batch:
     batch.tensors["pref_units"] = torch.tensor([u.index for u in units], dtype=torch.long)
     batch.tensors["pref_label"] = torch.tensor([float(u.label) for u in units])
     batch.tensors["pref_valid"] = torch.ones(len(units))
     return batch
+
+
+def collate_units_shared(units: list[PairUnit], pad_id: int) -> Batch:
+    """`collate_units`' padded batch with one row per unit: the prefix its two sequences share (the
+    prompt, and any first answer tokens both have) once, then the rest of each, under a 4-D mask
+    keeping them apart (jobs/data/shared_prefix.py). The label indices point at the hidden states
+    that predict each label: an answer's first token is predicted by the shared prefix's last."""
+    cuts = [shared_prefix.common_prefix(u.first.input_ids, u.second.input_ids) for u in units]
+    tensors, starts = shared_prefix.branch_rows(
+        [u.first.input_ids[:n] for u, n in zip(units, cuts)],
+        [[u.first.input_ids[n:], u.second.input_ids[n:]] for u, n in zip(units, cuts)], pad_id)
+    width = tensors["input_ids"].shape[1]
+    rows, targets, seqs = [], [], []
+    for k, (unit, n) in enumerate(zip(units, cuts)):
+        for j, seq in enumerate((unit.first, unit.second)):
+            moved = k * width + starts[k][j] - n   # a position past the prefix, as a flat index
+            for p in range(1, len(seq.labels)):
+                if seq.labels[p] != IGNORE_INDEX:
+                    rows.append(k * width + p - 1 if p - 1 < n else moved + p - 1)
+                    targets.append(seq.labels[p])
+                    seqs.append(2 * k + j)
+    tensors.update(pref_rows=torch.tensor(rows, dtype=torch.long), pref_targets=torch.tensor(targets, dtype=torch.long),
+                   pref_seq=torch.tensor(seqs, dtype=torch.long))
+    real = sum(len(u.first.input_ids) + len(u.second.input_ids) - n for u, n in zip(units, cuts))
+    return _with_units(Batch(tensors, {}, real, len(units)), units)
+
+
+def shared_pays(units: list[PairUnit], model_size: tuple[int, int]) -> bool:
+    """Whether `collate_units_shared` costs fewer FLOPs than two padded rows a unit
+    (shared_prefix.pays; `model_size`: the model's hidden and MLP sizes)."""
+    shared = max(len(u.first.input_ids) + len(u.second.input_ids)
+                 - shared_prefix.common_prefix(u.first.input_ids, u.second.input_ids) for u in units)
+    padded = max(max(len(u.first.input_ids), len(u.second.input_ids)) for u in units)
+    return shared_prefix.pays(len(units), shared, 2 * len(units), padded, *model_size)
 
 
 @dataclass
@@ -157,9 +197,10 @@ class PairPlan(BatchPlan):
     normalised per pair, so the loop divides by the global batch's units). `pass_units`: at most
     this many units (packed rows, or pairs) a forward; a larger micro-batch becomes `Passes`."""
 
-    def __init__(self, *args, pass_units: int | None = None, **kwargs):
+    def __init__(self, *args, pass_units: int | None = None, shared: tuple[int, int] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.pass_units = pass_units
+        self.shared = shared   # (hidden, MLP size): padded units hold their prompt once where that pays
 
     def _collate(self, group: list[int]) -> Batch:
         step = self.pass_units
@@ -177,7 +218,10 @@ class PairPlan(BatchPlan):
                 where.append(list(range(at, at + len(row))))
                 at += len(row)
             return collate_units([self.examples[i] for i in flat], self.pad_id, where, self.row_length)
-        return collate_units([self.examples[i] for i in group], self.pad_id)
+        units = [self.examples[i] for i in group]
+        if self.shared and shared_pays(units, self.shared):
+            return collate_units_shared(units, self.pad_id)
+        return collate_units(units, self.pad_id)
 
     def build(self, mine: list[int], stand_in: int) -> Batch:
         if mine:

@@ -24,6 +24,7 @@ from collections import deque
 
 import torch
 
+from jobs.data import shared_prefix
 from jobs.data.prompts import encode_prompts, load_prompt_rows, render
 from jobs.io.layout import JobLayout
 from jobs.train.methods import grpo_loss
@@ -285,31 +286,13 @@ def grpo_packing(mode: str, device_type: str, text_config) -> tuple[bool, str]:
 
 
 def grpo_prefix_sharing(packed: bool, device_type: str, text_config) -> tuple[bool, str]:
-    """Whether padded policy passes hold each prompt once for its group (grpo_data.rollout_tensors_shared:
-    one row per prompt under a 4-D mask), and the log line. Packed passes keep one prompt per
-    completion: the varlen kernel keeps documents apart and cannot share one, and a dense [T, T]
-    mask over a GPU step's thousands of tokens would cost more than the prompts it saves. A 4-D
-    mask also replaces the model's own, so models with sliding-window layers and eager attention
-    (which adds a float mask; ours is boolean) keep the repeated prompts."""
-    off = "grpo prompts: once per completion"
-    if packed:
-        return False, f"{off} (packed rows: the varlen attention keeps each sequence apart)"
-    if device_type == "cuda":
-        return False, f"{off} (padded rows on the GPU: a shared prompt needs a [T, T] mask there)"
-    if _sliding(text_config):
-        return False, f"{off} (this model has sliding-window attention, which a 4-D mask would replace)"
-    attention = getattr(text_config, "_attn_implementation", None)
-    if attention != "sdpa":
-        return False, f"{off} (attention {attention!r}: a shared prompt needs sdpa's boolean mask)"
+    """Whether padded policy passes hold each prompt once for its group (grpo_data.rollout_tensors_shared),
+    and the log line (jobs/data/shared_prefix.py `unshared_reason`)."""
+    reason = shared_prefix.unshared_reason(packed, device_type, text_config)
+    if reason:
+        return False, f"grpo prompts: once per completion ({reason})"
     return True, ("grpo prompts: once per group (a prompt and its completions in one row, a 4-D mask "
                   "keeping the completions apart: the prompt's forward and backward run once)")
-
-
-def _sliding(text_config) -> bool:
-    types = getattr(text_config, "layer_types", None)
-    if types:
-        return any("sliding" in str(kind) for kind in types)
-    return bool(getattr(text_config, "sliding_window", None)) and getattr(text_config, "use_sliding_window", True) is not False
 
 
 def _head(lm, spec) -> dict:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from jobs.data import shared_prefix
+
 
 @dataclass
 class RolloutBatch:
@@ -134,61 +136,36 @@ def rollout_tensors_packed(prompts: list[list[int]], completions: list[list[int]
 
 def rollout_tensors_shared(prompts: list[list[int]], completions: list[list[int]], group: int,
                            pad_id: int) -> tuple[dict, int]:
-    """The same completions with each prompt held ONCE: one row per run of completions that share a
-    prompt, [prompt, completion 1, completion 2, ...], right-padded to the longest row. A 4-D mask
-    [R, 1, T, T] (True: may attend) lets the prompt attend causally to itself and each completion to
-    the prompt and, causally, to itself only; position ids continue from the prompt in every
-    completion. So every completion token sees exactly what it sees in `rollout_tensors`, and the
-    prompt's forward and backward run once per group, its gradient the sum of its completions'
-    (the Shared-Prefix Forward of Prefix Grouper, Liu et al. 2025, arXiv 2506.05433, done with a
-    mask instead of a split attention). A padding query attends to itself only: a row of sdpa with
-    no key allowed is NaN, and NaN * 0 would still reach the gradients.
-    labels, seq_index, lengths and gather mean what they mean in `rollout_tensors`.
+    """The same completions with each prompt held ONCE (jobs/data/shared_prefix.py): one row per run
+    of completions that share a prompt, [prompt, completion 1, completion 2, ...], under a 4-D mask
+    keeping the completions apart. labels, seq_index, lengths and gather mean what they mean in
+    `rollout_tensors`; the first token of each completion is predicted by the prompt's last.
     Returns (tensors, the real tokens the pass runs)."""
     runs = _prompt_runs(prompts, completions, group)
-    width = max(len(p) + sum(len(completions[s]) for s in members) for p, members in runs)
-    ids = torch.full((len(runs), width), pad_id, dtype=torch.long)
-    positions = torch.zeros_like(ids)
-    allowed = torch.eye(width, dtype=torch.bool).repeat(len(runs), 1, 1)
-    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    tensors, starts = shared_prefix.branch_rows([p for p, _ in runs], [[completions[s] for s in members]
+                                                                       for _, members in runs], pad_id)
+    width = tensors["input_ids"].shape[1]
     gather, seq_index, labels, real = [], [], [], 0
     for r, (prompt, members) in enumerate(runs):
-        n = len(prompt)
-        ids[r, :n], positions[r, :n] = torch.tensor(prompt, dtype=torch.long), torch.arange(n)
-        allowed[r, :n, :n] = causal[:n, :n]
-        start = n
-        for s in members:
-            k, end = len(completions[s]), start + len(completions[s])
-            if k:
-                ids[r, start:end] = torch.tensor(completions[s], dtype=torch.long)
-                positions[r, start:end] = torch.arange(n, n + k)
-                allowed[r, start:end, :n] = True
-                allowed[r, start:end, start:end] = causal[:k, :k]
-            gather += [r * width + (n - 1 if t == 0 else start + t - 1) for t in range(k)]
+        for s, start in zip(members, starts[r]):
+            k = len(completions[s])
+            gather += [r * width + (len(prompt) - 1 if t == 0 else start + t - 1) for t in range(k)]
             seq_index += [s] * k
             labels += completions[s]
-            start = end
-        real += start
-    return {"input_ids": ids, "attention_mask": allowed.unsqueeze(1), "position_ids": positions,
-            "labels": torch.tensor(labels, dtype=torch.long), "seq_index": torch.tensor(seq_index, dtype=torch.long),
-            "lengths": torch.tensor([len(c) for c in completions], dtype=torch.long),
-            "gather": torch.tensor(gather, dtype=torch.long)}, real
+        real += len(prompt) + sum(len(completions[s]) for s in members)
+    tensors.update(labels=torch.tensor(labels, dtype=torch.long), seq_index=torch.tensor(seq_index, dtype=torch.long),
+                   lengths=torch.tensor([len(c) for c in completions], dtype=torch.long),
+                   gather=torch.tensor(gather, dtype=torch.long))
+    return tensors, real
 
 
 def sharing_pays(prompts: list[list[int]], completions: list[list[int]], group: int, hidden: int, ffn: int) -> bool:
-    """Whether `rollout_tensors_shared` costs less than `rollout_tensors` for these completions, by a
-    layer's FLOPs over every position of the padded rows (padding is computed too): per position the
-    projections and the MLP, 2 (4 h^2 + 3 h f); per query-key pair of a row 4 h (sdpa with a mask
-    computes the whole square). Sharing drops (G - 1) prompts of the first but widens each row to the
-    prompt plus G completions, which grows the second with the square: long completions in large
-    groups cost more shared (at h 576, f 1536, rows past ~3,500 positions)."""
-    def cost(rows: int, width: int) -> float:
-        return rows * width * (2 * (4 * hidden * hidden + 3 * hidden * ffn) + 4 * hidden * width)
-
+    """Whether `rollout_tensors_shared` costs fewer FLOPs than `rollout_tensors` for these completions
+    (shared_prefix.pays: long completions in large groups cost more shared)."""
     runs = _prompt_runs(prompts, completions, group)
     shared = max(len(p) + sum(len(completions[s]) for s in members) for p, members in runs)
     padded = max(len(p) for p in prompts) + max(1, max(len(c) for c in completions))
-    return cost(len(runs), shared) < cost(len(completions), padded)
+    return shared_prefix.pays(len(runs), shared, len(completions), padded, hidden, ffn)
 
 
 def _prompt_runs(prompts: list[list[int]], completions: list[list[int]], group: int) -> list[tuple[list, list]]:

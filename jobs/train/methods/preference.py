@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from jobs.data import shared_prefix
 from jobs.data.packing import resolve_packing
 from jobs.data.pairs import PairPlan, load_units, passes_of
 from jobs.train import evaluate
@@ -38,6 +39,7 @@ class PreferenceMethod(Method):
         super().__init__(trainer)
         self.reference: torch.Tensor | None = None   # [units, 2] precomputed sums
         self.pass_units: int | None = None           # units a forward within max_gpu_memory_gb (None: all)
+        self.shared: tuple[int, int] | None = None   # padded units hold their prompt once (PairPlan)
 
     # ---- data -----------------------------------------------------------------------
     def load_data(self) -> tuple[list, list]:
@@ -59,8 +61,9 @@ class PreferenceMethod(Method):
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))
         self.pass_units = self._pass_units()
+        self.shared = self._shared_prompts()
         ranks = dict(rank=t.dist.rank, world=t.dist.world_size, pad_id=t.tokenizer.pad_token_id,
-                     pass_units=self.pass_units)
+                     pass_units=self.pass_units, shared=self.shared)
         size = spec.batch_size * t.dist.world_size
         plan = PairPlan(t.examples, size, row, t.packed, spec.seed, accumulation=spec.gradient_accumulation_steps,
                         **ranks)
@@ -68,6 +71,20 @@ class PreferenceMethod(Method):
                      if t.eval_examples else None)
         report_op(t, "chosen + rejected in one forward, label rows only")
         return plan, eval_plan
+
+    def _shared_prompts(self) -> tuple[int, int] | None:
+        """(hidden, MLP size) when padded micro-batches hold each unit's prompt once (PairPlan: where
+        that costs fewer FLOPs), else None; says which in the log (jobs/data/shared_prefix.py)."""
+        t = self.trainer
+        config = t.model.config
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        reason = shared_prefix.unshared_reason(t.packed, t.device.type, text)
+        if reason:
+            t.log(f"{self.spec.method} prompts: once per sequence ({reason})")
+            return None
+        t.log(f"{self.spec.method} prompts: once per {'pair' if self.spec.method != 'kto' else 'example'} "
+              "(the prompt, then both sequences' answers in one row under a 4-D mask)")
+        return text.hidden_size, getattr(text, "intermediate_size", None) or 4 * text.hidden_size
 
     def _pass_units(self) -> int | None:
         """Units (packed rows, or pairs) one forward + backward takes within max_gpu_memory_gb
@@ -96,7 +113,8 @@ class PreferenceMethod(Method):
         if not (self.uses_reference and self.spec.precompute_reference):
             return
         plan = PairPlan(t.examples, self.spec.batch_size, 2 * self.spec.max_seq_length, t.packed, self.spec.seed,
-                        pad_id=t.tokenizer.pad_token_id, shuffle=False, pass_units=self.pass_units)
+                        pad_id=t.tokenizer.pad_token_id, shuffle=False, pass_units=self.pass_units,
+                        shared=self.shared)
         size = max(u.index for u in t.examples) + 1
         self.reference = torch.zeros(size, 2, dtype=torch.float32, device=t.device)
         for part in (part for batch in plan.all_batches() for part in passes_of(batch)):

@@ -2,13 +2,15 @@
 (jobs/models/fit_passes.py, jobs/data/pairs.py Passes): the trainer plans them after counting the
 LoRA parameters, logs the split, and the passes give the whole micro-batch's loss and gradients
 (the step's count covers every pair). The split is for GPUs only, so here the GPU guard is opened and
-the plan's arithmetic replaced by a spy (the arithmetic: tests/jobs/models/test_preference_budget.py)."""
+the plan's arithmetic replaced by a spy (the arithmetic: tests/jobs/models/test_preference_budget.py).
+And a padded micro-batch with each unit's prompt once gives the two-rows-a-unit batch's loss and gradients."""
 import json
 
+import pytest
 import torch
 
 from jobs.data.packing import Batch
-from jobs.data.pairs import PairPlan, Passes
+from jobs.data.pairs import PairPlan, Passes, collate_units
 from jobs.io.events import EventWriter
 from jobs.models import fit
 from jobs.spec import JobSpec
@@ -62,3 +64,41 @@ def test_a_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tmp_pat
     assert one[1] and one[1].keys() == split[1].keys()
     for name, grad in one[1].items():
         assert (split[1][name] - grad).norm() <= 1e-5 * max(grad.norm(), 1e-12), name
+
+
+@pytest.mark.parametrize("method", ["dpo", "kto"])
+def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_path, tiny_model, method):
+    """Off the GPU a padded micro-batch holds each unit's prompt once (jobs/data/shared_prefix.py): one
+    row per unit, both answers after the prompt under a 4-D mask. Loss and LoRA gradients equal the
+    two-rows-a-unit batch's (fp32), the reference pass included; KTO's mismatched second sequence too."""
+    rows = PAIRS if method == "dpo" else [{"prompt": r["prompt"], "completion": r[k], "label": k == "chosen"}
+                                          for r in PAIRS for k in ("chosen", "rejected")]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    job = tmp_path / "job"
+    spec = JobSpec.from_dict({"model": str(tiny_model), "output_dir": str(job), "method": method, "dataset": str(data),
+                              "packing": "off", "batch_size": 4, "max_seq_length": 32, "dtype": "fp32",
+                              "max_steps": 1, "save_steps": 0})
+    lines = []
+    trainer = Trainer(spec, job, EventWriter(job), log=lines.append)
+    trainer.prepare()
+    assert any(f"{method} prompts: once per" in line and "4-D mask" in line for line in lines), lines
+    shared = trainer.plan.batch_at(0)[1]
+    units = [trainer.examples[i] for i in trainer.plan.epoch_batches(0)[0]]
+    assert shared.tensors["attention_mask"].dim() == 4 and shared.tensors["input_ids"].shape[0] == 4
+    plain = collate_units(units, trainer.tokenizer.pad_token_id)
+    assert plain.tensors["input_ids"].shape[0] == 8 and shared.real_tokens < plain.real_tokens
+
+    model, count = trainer.model, torch.tensor(4.0)
+    model.train()
+
+    def run(batch):
+        model.zero_grad(set_to_none=True)
+        loss, _ = trainer.method.loss(model, batch.to("cpu"), count)
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    want, got = run(plain), run(shared)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-7)
+    assert want[1] and want[1].keys() == got[1].keys()
+    for name, grad in want[1].items():
+        assert (got[1][name] - grad).norm() <= 5e-5 * max(grad.norm(), 1e-12), name

@@ -1,0 +1,91 @@
+"""Rows that hold a shared prefix once: a trunk (a prompt) and its branches (the answers that follow
+it) in one padded row, under a 4-D mask that lets each branch see the trunk and, causally, itself
+only; position ids continue from the trunk in every branch. Every branch token then sees exactly
+what it sees in a row of trunk + that branch alone, and the trunk's forward and backward run once
+for all its branches, its gradient the sum of theirs: the Shared-Prefix Forward of Prefix Grouper
+(Liu et al. 2025, arXiv 2506.05433), done with a mask instead of a split attention.
+
+Used off the GPU's packed path (the varlen kernel keeps documents apart and cannot share one):
+GRPO's prompt and its group of completions (jobs/train/methods/grpo_data.py), a preference unit's
+prompt and its two answers (jobs/data/pairs.py). `pays` says whether such rows cost fewer FLOPs
+than a row per branch: sdpa with a mask computes a row's whole square, so one wide row of long
+branches can cost more than the prompts it saves."""
+from __future__ import annotations
+
+import torch
+
+
+def unshared_reason(packed: bool, device_type: str, text_config) -> str | None:
+    """Why a job's passes cannot hold a shared prefix once, or None when they can. Packed passes
+    cannot: the varlen kernel keeps documents apart, and a dense [T, T] mask over a GPU step's
+    thousands of tokens would cost more than the prompts it saves. A 4-D mask also replaces the
+    model's own, so models with sliding-window layers and eager attention (which adds a float
+    mask; ours is boolean) keep one prompt per sequence."""
+    if packed:
+        return "packed rows: the varlen attention keeps each sequence apart"
+    if device_type == "cuda":
+        return "padded rows on the GPU: a shared prompt needs a [T, T] mask there"
+    if _sliding(text_config):
+        return "this model has sliding-window attention, which a 4-D mask would replace"
+    attention = getattr(text_config, "_attn_implementation", None)
+    if attention != "sdpa":
+        return f"attention {attention!r}: a shared prompt needs sdpa's boolean mask"
+    return None
+
+
+def _sliding(text_config) -> bool:
+    types = getattr(text_config, "layer_types", None)
+    if types:
+        return any("sliding" in str(kind) for kind in types)
+    return bool(getattr(text_config, "sliding_window", None)) and getattr(text_config, "use_sliding_window", True) is not False
+
+
+def branch_rows(trunks: list[list[int]], branches: list[list[list[int]]],
+                pad_id: int) -> tuple[dict[str, torch.Tensor], list[list[int]]]:
+    """Row r = trunks[r] then each of branches[r], right-padded to the longest row. Returns
+    ({input_ids, position_ids [R, W], attention_mask [R, 1, W, W] bool (True: may attend)},
+    starts[r][j]: where branch j of row r begins). A padding query attends to itself only: a row
+    of sdpa with no key allowed is NaN, and NaN * 0 would still reach the gradients."""
+    width = max(len(t) + sum(map(len, b)) for t, b in zip(trunks, branches))
+    ids = torch.full((len(trunks), width), pad_id, dtype=torch.long)
+    positions = torch.zeros_like(ids)
+    allowed = torch.eye(width, dtype=torch.bool).repeat(len(trunks), 1, 1)
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    starts = []
+    for r, (trunk, row_branches) in enumerate(zip(trunks, branches)):
+        n = len(trunk)
+        ids[r, :n], positions[r, :n] = torch.tensor(trunk, dtype=torch.long), torch.arange(n)
+        allowed[r, :n, :n] = causal[:n, :n]
+        start, row_starts = n, []
+        for branch in row_branches:
+            k, end = len(branch), start + len(branch)
+            if k:
+                ids[r, start:end] = torch.tensor(branch, dtype=torch.long)
+                positions[r, start:end] = torch.arange(n, n + k)
+                allowed[r, start:end, :n] = True
+                allowed[r, start:end, start:end] = causal[:k, :k]
+            row_starts.append(start)
+            start = end
+        starts.append(row_starts)
+    return {"input_ids": ids, "position_ids": positions, "attention_mask": allowed.unsqueeze(1)}, starts
+
+
+def pays(shared_rows: int, shared_width: int, rows: int, width: int, hidden: int, ffn: int) -> bool:
+    """Whether `shared_rows` rows of `shared_width` cost fewer FLOPs than `rows` rows of `width`, by a
+    layer's work over every position of padded rows (padding is computed too): per position the
+    projections and the MLP, 2 (4 h^2 + 3 h f); per query-key pair of a row 4 h (a masked sdpa
+    computes the whole square). At h 576, f 1536 the square dominates past ~3,500 positions a row."""
+    def cost(count: int, size: int) -> float:
+        return count * size * (2 * (4 * hidden * hidden + 3 * hidden * ffn) + 4 * hidden * size)
+
+    return cost(shared_rows, shared_width) < cost(rows, width)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of two token lists."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
