@@ -13,19 +13,14 @@ of long tasks in 10 s, a click 3.5 -> 10 s as the curves grew.)"""
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.idle_page import free_port, wait_for_studio  # noqa: E402
+from bench.idle_page import record, studio_in_browser  # noqa: E402
 
 OBSERVE_JS = """() => {
   window.__ftLong = [];
@@ -52,31 +47,19 @@ def click_s(page) -> float:
 
 
 def measure(windows: int) -> dict:
-    from tests.e2e.browser import chromium_browser, new_context
-    port = free_port()
-    with tempfile.TemporaryDirectory() as home:
-        studio = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--data-dir", home],
-                                  cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  start_new_session=True)
-        try:
-            wait_for_studio(port)
-            with chromium_browser() as browser:
-                page = new_context(browser).new_page()
-                page.goto(f"http://127.0.0.1:{port}/")
-                page.locator("#ft-start").click()
-                deadline = time.monotonic() + 600
-                while time.monotonic() < deadline and step_shown(page) < 3:
-                    page.wait_for_timeout(1000)
-                page.evaluate(OBSERVE_JS)
-                long_s, clicks, steps = [], [], []
-                for _ in range(windows):
-                    page.evaluate("() => { window.__ftLong = []; }")
-                    page.wait_for_timeout(10_000)
-                    long_s.append(round(page.evaluate("() => window.__ftLong.reduce((a, b) => a + b, 0)") / 1000, 2))
-                    clicks.append(click_s(page))
-                    steps.append(step_shown(page))
-        finally:
-            os.killpg(studio.pid, 9)
+    with studio_in_browser() as (page, _pid):
+        page.locator("#ft-start").click()
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and step_shown(page) < 3:
+            page.wait_for_timeout(1000)
+        page.evaluate(OBSERVE_JS)
+        long_s, clicks, steps = [], [], []
+        for _ in range(windows):
+            page.evaluate("() => { window.__ftLong = []; }")
+            page.wait_for_timeout(10_000)
+            long_s.append(round(page.evaluate("() => window.__ftLong.reduce((a, b) => a + b, 0)") / 1000, 2))
+            clicks.append(click_s(page))
+            steps.append(step_shown(page))
     return {"long_task_s_per_10s": long_s, "click_s": clicks, "steps_seen": steps}
 
 
@@ -86,12 +69,7 @@ def main() -> None:
     parser.add_argument("--note", default="")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "busy_page.jsonl"))
     args = parser.parse_args()
-    row = {"bench": "busy_page", "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": platform.processor()
-           or platform.machine(), "cores": os.cpu_count(), **measure(args.windows), "note": args.note}
-    line = json.dumps(row)
-    print(line)
-    with open(args.out, "a", encoding="utf-8") as fh:
-        fh.write(line + "\n")
+    record("busy_page", {**measure(args.windows), "note": args.note}, args.out)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ about 80 s after the tab was picked) it sums the CPU time of its own chromium's 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -71,7 +72,10 @@ def browser_processes(studio_pid: int) -> list[psutil.Process]:
     return [p for p in tree(os.getpid())[1:] if p.pid not in studio]
 
 
-def measure(seconds: float, settle: float) -> dict:
+@contextlib.contextmanager
+def studio_in_browser():
+    """`app.py` on a fresh data dir (loopback, a free port) and a page of it in headless chromium;
+    yields (page, the studio's pid) and kills the studio's process group afterwards."""
     from tests.e2e.browser import chromium_browser, new_context
     port = free_port()
     with tempfile.TemporaryDirectory() as home:
@@ -83,14 +87,19 @@ def measure(seconds: float, settle: float) -> dict:
             with chromium_browser() as browser:
                 page = new_context(browser).new_page()
                 page.goto(f"http://127.0.0.1:{port}/")
-                page.get_by_role("tab", name="Jobs").click()
-                time.sleep(settle)
-                browsers, studios = browser_processes(studio.pid), tree(studio.pid)
-                b0, s0, t0 = cpu_seconds(browsers), cpu_seconds(studios), time.monotonic()
-                time.sleep(seconds)
-                b1, s1, elapsed = cpu_seconds(browsers), cpu_seconds(studios), time.monotonic() - t0
+                yield page, studio.pid
         finally:
             os.killpg(studio.pid, 9)
+
+
+def measure(seconds: float, settle: float) -> dict:
+    with studio_in_browser() as (page, studio_pid):
+        page.get_by_role("tab", name="Jobs").click()
+        time.sleep(settle)
+        browsers, studios = browser_processes(studio_pid), tree(studio_pid)
+        b0, s0, t0 = cpu_seconds(browsers), cpu_seconds(studios), time.monotonic()
+        time.sleep(seconds)
+        b1, s1, elapsed = cpu_seconds(browsers), cpu_seconds(studios), time.monotonic() - t0
     return {"browser_cpu_pct": round(100 * (b1 - b0) / elapsed, 2),
             "studio_cpu_pct": round(100 * (s1 - s0) / elapsed, 2), "seconds": round(elapsed, 1),
             "settle_s": settle}
@@ -102,11 +111,16 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=150)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "idle_page.jsonl"))
     args = parser.parse_args()
-    row = {"bench": "idle_page", "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": platform.processor()
-           or platform.machine(), "cores": os.cpu_count(), **measure(args.seconds, args.settle)}
+    record("idle_page", measure(args.seconds, args.settle), args.out)
+
+
+def record(bench: str, measured: dict, out: str) -> None:
+    """One JSON line (the bench, when, this machine, what it measured), printed and added to `out`."""
+    row = {"bench": bench, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": platform.processor()
+           or platform.machine(), "cores": os.cpu_count(), **measured}
     line = json.dumps(row)
     print(line)
-    with open(args.out, "a", encoding="utf-8") as fh:
+    with open(out, "a", encoding="utf-8") as fh:
         fh.write(line + "\n")
 
 
