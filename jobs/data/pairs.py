@@ -9,9 +9,9 @@ A unit is what one loss term is computed over, and what the loss is normalised b
 Both sequences of a unit go through the model in ONE forward: padded (2 x units rows), padded with
 the prompt once (a row per unit: the shared prompt, then each answer under a 4-D mask; off the GPU,
 jobs/data/shared_prefix.py) or packed (the unit's two sequences side by side in a row, as separate
-documents: `cu_seq_lens` keeps attention inside each). The batch carries, host-made so the step never syncs, the flat indices
-of the label tokens (after the causal shift), their targets and the sequence each belongs to, so
-only label rows reach the LM head (kernels/ops/fused_linear_logprobs.py).
+documents: `cu_seq_lens` keeps attention inside each). The batch carries, host-made so the step
+never syncs, the flat indices of the label tokens (after the causal shift), their targets and the
+sequence each belongs to, so only label rows reach the LM head (kernels/ops/fused_linear_logprobs.py).
 """
 from __future__ import annotations
 
