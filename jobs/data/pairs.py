@@ -141,12 +141,12 @@ def _with_units(batch: Batch, units: list[PairUnit]) -> Batch:
     return batch
 
 
-def collate_units_shared(units: list[PairUnit], pad_id: int) -> Batch:
+def collate_units_shared(units: list[PairUnit], pad_id: int, cuts: list[int]) -> Batch:
     """`collate_units`' padded batch with one row per unit: the prefix its two sequences share (the
     prompt, and any first answer tokens both have) once, then the rest of each, under a 4-D mask
     keeping them apart (jobs/data/shared_prefix.py). The label indices point at the hidden states
-    that predict each label: an answer's first token is predicted by the shared prefix's last."""
-    cuts = [shared_prefix.common_prefix(u.first.input_ids, u.second.input_ids) for u in units]
+    that predict each label: an answer's first token is predicted by the shared prefix's last.
+    `cuts`: each unit's shared prefix length (`shared_cuts`)."""
     tensors, starts = shared_prefix.branch_rows(
         [u.first.input_ids[:n] for u, n in zip(units, cuts)],
         [[u.first.input_ids[n:], u.second.input_ids[n:]] for u, n in zip(units, cuts)], pad_id)
@@ -166,11 +166,15 @@ def collate_units_shared(units: list[PairUnit], pad_id: int) -> Batch:
     return _with_units(Batch(tensors, {}, real, len(units)), units)
 
 
-def shared_pays(units: list[PairUnit], model_size: tuple[int, int]) -> bool:
+def shared_cuts(units: list[PairUnit]) -> list[int]:
+    """How many leading tokens each unit's two sequences share (the prompt, at least)."""
+    return [shared_prefix.common_prefix(u.first.input_ids, u.second.input_ids) for u in units]
+
+
+def shared_pays(units: list[PairUnit], cuts: list[int], model_size: tuple[int, int]) -> bool:
     """Whether `collate_units_shared` costs fewer FLOPs than two padded rows a unit
     (shared_prefix.pays; `model_size`: the model's hidden and MLP sizes)."""
-    shared = max(len(u.first.input_ids) + len(u.second.input_ids)
-                 - shared_prefix.common_prefix(u.first.input_ids, u.second.input_ids) for u in units)
+    shared = max(len(u.first.input_ids) + len(u.second.input_ids) - n for u, n in zip(units, cuts))
     padded = max(max(len(u.first.input_ids), len(u.second.input_ids)) for u in units)
     return shared_prefix.pays(len(units), shared, 2 * len(units), padded, *model_size)
 
@@ -219,8 +223,9 @@ class PairPlan(BatchPlan):
                 at += len(row)
             return collate_units([self.examples[i] for i in flat], self.pad_id, where, self.row_length)
         units = [self.examples[i] for i in group]
-        if self.shared and shared_pays(units, self.shared):
-            return collate_units_shared(units, self.pad_id)
+        cuts = shared_cuts(units) if self.shared else []
+        if self.shared and shared_pays(units, cuts, self.shared):
+            return collate_units_shared(units, self.pad_id, cuts)
         return collate_units(units, self.pad_id)
 
     def build(self, mine: list[int], stand_in: int) -> Batch:

@@ -37,7 +37,13 @@ def _sliding(text_config) -> bool:
     types = getattr(text_config, "layer_types", None)
     if types:
         return any("sliding" in str(kind) for kind in types)
-    return bool(getattr(text_config, "sliding_window", None)) and getattr(text_config, "use_sliding_window", True) is not False
+    sliding = getattr(text_config, "use_sliding_window", True) is not False
+    return bool(getattr(text_config, "sliding_window", None)) and sliding
+
+
+def model_size(text_config) -> tuple[int, int]:
+    """(hidden size, MLP size) of a decoder, what `pays` weighs rows by (4 x hidden without an MLP size)."""
+    return text_config.hidden_size, getattr(text_config, "intermediate_size", None) or 4 * text_config.hidden_size
 
 
 def branch_rows(trunks: list[list[int]], branches: list[list[list[int]]],

@@ -51,7 +51,8 @@ class GroupRelativePolicyOptimization(Method):
         self.metric_names = ("kl",) if self.spec.beta > 0 else ()
         self.pending_fields: deque = deque()
         self.rewards = RewardSet.for_spec(self.spec, log=trainer.log, data_dir=trainer.data_dir)
-        self.packed = self.shared = False
+        self.packed = False
+        self.shared: tuple[int, int] | None = None   # (hidden, MLP size) when passes may hold each prompt once
         self.policy_rows: int | None = None
 
     # ---- data -----------------------------------------------------------------------
@@ -77,7 +78,8 @@ class GroupRelativePolicyOptimization(Method):
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
         text = _text_config(t.model.config)
-        self.shared, line = grpo_prefix_sharing(self.packed, t.device.type, text)
+        share, line = grpo_prefix_sharing(self.packed, t.device.type, text)
+        self.shared = shared_prefix.model_size(text) if share else None
         t.log(line)
         self.policy_rows = self._policy_rows()
         report_op(t, "completion tokens only, no full logits")
@@ -161,11 +163,9 @@ class GroupRelativePolicyOptimization(Method):
         batch.label_tokens = grpo_loss.units([len(c) for c in completions], self.spec.loss_type)
 
     def _sharing_pays(self, prompts: list[list[int]], completions: list[list[int]]) -> bool:
-        text = _text_config(self.trainer.model.config)
-        ffn = getattr(text, "intermediate_size", None) or 4 * text.hidden_size
-        if sharing_pays(prompts, completions, 1, text.hidden_size, ffn):
+        if sharing_pays(prompts, completions, 1, *self.shared):
             return True
-        decode.log_once(getattr(self.trainer, "log", None), "grpo prompts: once per completion for passes whose shared rows would "
+        decode.log_once(self.trainer.log, "grpo prompts: once per completion for passes whose shared rows would "
                                           "cost more (attention over a prompt and all its long completions)")
         return False
 

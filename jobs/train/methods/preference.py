@@ -23,6 +23,7 @@ from jobs.train.methods import preference_losses as losses
 from jobs.train.methods.base import Method
 from jobs.train.methods.logprobs import report_op
 from jobs.train.methods.preference_forward import reference_sums, sequence_sums
+from kernels.arch import text_config
 
 # the reference pass before the policy forward (PreferenceMethod.unit_terms); False: after it, as until
 # 2026-12-04 (bench/bench_fp8.py SWITCHES "policyfirst" measures that order on the product path)
@@ -76,15 +77,14 @@ class PreferenceMethod(Method):
         """(hidden, MLP size) when padded micro-batches hold each unit's prompt once (PairPlan: where
         that costs fewer FLOPs), else None; says which in the log (jobs/data/shared_prefix.py)."""
         t = self.trainer
-        config = t.model.config
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        text = text_config(t.model.config)
         reason = shared_prefix.unshared_reason(t.packed, t.device.type, text)
         if reason:
             t.log(f"{self.spec.method} prompts: once per sequence ({reason})")
             return None
         t.log(f"{self.spec.method} prompts: once per {'pair' if self.spec.method != 'kto' else 'example'} "
               "(the prompt, then both sequences' answers in one row under a 4-D mask)")
-        return text.hidden_size, getattr(text, "intermediate_size", None) or 4 * text.hidden_size
+        return shared_prefix.model_size(text)
 
     def _pass_units(self) -> int | None:
         """Units (packed rows, or pairs) one forward + backward takes within max_gpu_memory_gb

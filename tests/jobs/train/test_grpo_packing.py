@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from jobs.data import shared_prefix
 from jobs.train.methods.grpo import GroupRelativePolicyOptimization, grpo_packing, grpo_prefix_sharing
 from jobs.train.methods.grpo_data import rollout_tensors, rollout_tensors_packed, rollout_tensors_shared, sharing_pays
 from tests.jobs.train.test_decode import policy  # noqa: F401  (the tiny LoRA policy fixture)
@@ -22,7 +23,7 @@ ADVANTAGES = torch.tensor([1.2, -0.3, -0.9, 0.5, -1.1, 0.6])
 
 def _method(model, loss_type: str, beta: float, tokenizer=None):
     method = GroupRelativePolicyOptimization.__new__(GroupRelativePolicyOptimization)
-    method.trainer = SimpleNamespace(model=model, tokenizer=tokenizer)
+    method.trainer = SimpleNamespace(model=model, tokenizer=tokenizer, log=lambda _line: None)
     method.spec = SimpleNamespace(temperature=0.9, beta=beta, epsilon=0.2, epsilon_high=0.0, loss_type=loss_type,
                                   max_completion_length=8, num_generations=GROUP,
                                   fused_kernels=True)   # the fused log-probs op (interpreted on CPU)
@@ -142,7 +143,8 @@ def test_a_micro_batch_trained_in_passes_gives_the_whole_ones_loss_and_gradients
     model, tok = policy
     model.train()
     method = _method(model, loss_type, 0.05, tok)
-    method.packed, method.shared = layout == "packed", layout == "shared"   # shared: a pass splits a group
+    method.packed = layout == "packed"
+    method.shared = shared_prefix.model_size(model.config) if layout == "shared" else None   # a pass splits a group
     count = torch.tensor(float(sum(map(len, COMPLETIONS)) if loss_type == "dapo" else len(COMPLETIONS)))
 
     def run(policy_rows):
