@@ -23,6 +23,7 @@ import inspect
 
 import torch
 
+from kernels.arch import text_config
 from kernels.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 
 OP = "fused_linear_cross_entropy"
@@ -38,7 +39,7 @@ def find_causal_lm(model):
 
 def _unsupported_reason(lm) -> str | None:
     head = lm.lm_head
-    config = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
+    config = text_config(lm.config)
     if hasattr(head, "lora_A") or type(head) is not torch.nn.Linear:
         return f"lm_head is a {type(head).__name__} (a LoRA adapter or quantized head), not nn.Linear"
     if getattr(head.weight, "quant_state", None) is not None:
@@ -73,7 +74,7 @@ def _fused_loss_forward(lm, named: dict):
     hidden = outputs[0]
     ignore_index = loss_kwargs.get("ignore_index", -100)
     targets = _shifted_labels(labels, loss_kwargs.get("shift_labels"), ignore_index)
-    config = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
+    config = text_config(lm.config)
     loss = fused_linear_cross_entropy(
         hidden.reshape(-1, hidden.shape[-1]), lm.lm_head.weight,
         targets.reshape(-1).to(hidden.device), ignore_index=ignore_index,

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 import torch
 
 from kernels.ops.varlen_attention import kernel_unavailable_reason, varlen_attention
-from kernels.arch import base_model
+from kernels.arch import base_model, text_config
 
 NAME = "fusetune_packed"
 PREVIOUS_ATTR = "_fusetune_previous_attn_implementation"
@@ -160,7 +160,7 @@ def packing_kernel_note(model) -> str:
     """One line for the log: which kernel packed batches will use on this model."""
     param = next(model.parameters())
     config = base_model(model).config
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     probe = torch.empty(1, 1, head_dim, dtype=param.dtype, device=param.device) if param.is_cuda else \
         torch.empty(1, 1, head_dim, dtype=param.dtype)

@@ -23,6 +23,7 @@ from jobs.serve.rows import Row, Sampling
 from jobs.serve.slots import SLOT_ROOM, SlotBatch
 from jobs.train import decode
 from jobs.train.rollout import eos_ids_of, pad_left
+from kernels.arch import text_config
 
 
 @contextmanager
@@ -39,10 +40,6 @@ def adapter_on(model, adapter: str | None):
 
 SLOTS = 32   # rows of a GPU batch's static cache (scheduler.MAX_BATCH_ROWS)
 
-
-def _text_config(model):
-    config = model.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 class Engine:
@@ -61,7 +58,7 @@ class Engine:
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)   # a seeded request runs in a batch of its own (scheduler.py)
         longest = max(len(r.prompt) for r in rows) + max(r.max_tokens for r in rows)
-        reason = decode.unsupported_reason(_text_config(self.model), longest)
+        reason = decode.unsupported_reason(text_config(self.model.config), longest)
         if reason:
             decode.log_once(self.log, f"serve: transformers' generate, no joining ({reason})")
             generate = partial(self._generate, sampling=sampling, eos=eos, pad_id=pad_id, adapter=adapter)
@@ -76,7 +73,7 @@ class Engine:
 
     def _room(self, longest: int) -> int:
         """SLOT_ROOM where the model's positions (and sliding window) allow it, else none."""
-        text = _text_config(self.model)
+        text = text_config(self.model.config)
         limit = getattr(text, "max_position_embeddings", None) or longest + SLOT_ROOM
         fits = longest + SLOT_ROOM <= limit and decode.unsupported_reason(text, longest + SLOT_ROOM) is None
         return SLOT_ROOM if fits else 0
@@ -101,7 +98,7 @@ class Engine:
         if isinstance(batch, SlotBatch):
             return batch.fits(rows)
         longest = batch.width + max(len(r.prompt) for r in rows) + max(r.max_tokens for r in batch.rows + rows)
-        return decode.unsupported_reason(_text_config(self.model), longest) is None
+        return decode.unsupported_reason(text_config(self.model.config), longest) is None
 
     @torch.inference_mode()
     def _generate(self, rows, sampling, eos, pad_id, adapter) -> list[list[int]]:

@@ -34,6 +34,8 @@ import inspect
 
 import torch
 
+from kernels import arch
+
 CHECK_EVERY = 8          # decode steps between host checks of "has every row hit EOS?"
 WARMUP_STEPS = 2         # eager steps on a side stream before capture (allocator, lazy inits, autotune)
 _logged: set[str] = set()
@@ -119,7 +121,7 @@ class StaticDecoder:
         self.P, self.L, device = P, max_new, ids.device
         self.box: dict = {}
         config = find_causal_lm(model).config
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        text = arch.text_config(config)
         self.cache = slot_cache(text, P + max_new, self.box)
         self.valid = torch.zeros((B, P + max_new), dtype=torch.bool, device=device)
         self.valid[:, :P] = mask.bool()

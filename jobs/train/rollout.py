@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from jobs.train import decode
+from kernels.arch import text_config
 
 
 def pad_left(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,10 +51,6 @@ def eos_ids_of(model, tokenizer) -> set[int]:
     ids |= set(config_eos if isinstance(config_eos, (list, tuple)) else [config_eos] if config_eos is not None else [])
     return ids
 
-
-def _text_config(model):
-    config = model.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 @torch.no_grad()
@@ -86,7 +83,7 @@ def _sample_pass(model, tokenizer, rows: list[list[int]], max_new_tokens: int, t
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids, mask = pad_left(rows, pad_id, device)
     width = ids.shape[1] if peers is None else max(peers.gather_objects(ids.shape[1]))
-    reason = decode.unsupported_reason(_text_config(model), width + max_new_tokens)
+    reason = decode.unsupported_reason(text_config(model.config), width + max_new_tokens)
     if reason:
         decode.log_once(log, f"grpo sampling: transformers' generate ({reason})")
         return generate_completions(model, tokenizer, rows, 1, max_new_tokens, temperature, top_p, device,

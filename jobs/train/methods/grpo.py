@@ -35,6 +35,7 @@ from jobs.train.methods.grpo_data import (PromptPlan, RolloutBatch, rollout_tens
 from jobs.train.methods.logprobs import logprobs_op, report_op
 from jobs.train.rewards.score import RewardSet
 from jobs.train.rollout import sample_completions
+from kernels import arch
 
 SAMPLES_PER_STEP = 4   # completions written to completions.jsonl each step
 MODEL_KEYS = ("input_ids", "attention_mask", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k",
@@ -71,13 +72,13 @@ class GroupRelativePolicyOptimization(Method):
         t = self.trainer
         # the plan's units are prompts (never packed); t.packed (the start event's `packing`) says
         # whether the policy pass packs the sampled sequences
-        self.packed, line = grpo_packing(self.spec.packing, t.device.type, _text_config(t.model.config))
+        self.packed, line = grpo_packing(self.spec.packing, t.device.type, arch.text_config(t.model.config))
         t.packed = self.packed
         t.log(line)
         if self.packed:
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
-        text = _text_config(t.model.config)
+        text = arch.text_config(t.model.config)
         share, line = grpo_prefix_sharing(self.packed, t.device.type, text)
         self.shared = shared_prefix.model_size(text) if share else None
         t.log(line)
@@ -299,11 +300,8 @@ def _head(lm, spec) -> dict:
     """The LM head's arguments of the log-probs op, read after the forward: under FSDP the head's
     weight is whole only once the root's forward has gathered it (before, it is this rank's shard)."""
     return dict(weight=lm.lm_head.weight, bias=lm.lm_head.bias, temperature=spec.temperature,
-                softcap=getattr(_text_config(lm.config), "final_logit_softcapping", None))
+                softcap=getattr(arch.text_config(lm.config), "final_logit_softcapping", None))
 
-
-def _text_config(config):
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 def _completion_hidden(model, lm, inputs: dict, gather: torch.Tensor) -> torch.Tensor:

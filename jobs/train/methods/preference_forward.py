@@ -15,6 +15,7 @@ import contextlib
 import torch
 
 from jobs.train.methods.logprobs import logprobs_op
+from kernels.arch import text_config
 from kernels.loss_patch import find_causal_lm
 from kernels.ops.fused_linear_logprobs import sequence_logps
 
@@ -48,7 +49,7 @@ def sequence_sums(model, batch: dict, fused: bool) -> tuple[torch.Tensor, torch.
     hidden = _decoder_hidden(model, kwargs)
     lm = find_causal_lm(unwrap(model))
     head = lm.get_output_embeddings()
-    text = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
+    text = text_config(lm.config)
     softcap = getattr(text, "final_logit_softcapping", None)
     # only the label rows reach the head (indices made with the batch on the host: no sync)
     rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["pref_rows"])

@@ -12,6 +12,7 @@ from jobs.data.packing import BatchPlan, example_lengths, resolve_packing
 from jobs.train import evaluate
 from jobs.train.methods.base import Method
 from jobs.train.methods.vision_sft import VisionSupervisedFineTuning
+from kernels.arch import text_config
 
 
 class SupervisedFineTuning(Method):
@@ -37,7 +38,7 @@ class SupervisedFineTuning(Method):
     def plan_batches(self):
         t, spec = self.trainer, self.spec
         config = t.model.config
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        text = text_config(config)
         lengths = example_lengths(t.examples)
         t.packed, line = resolve_packing(spec.packing, t.device.type, lengths, spec.max_seq_length,
                                          getattr(text, "attn_logit_softcapping", None), spec.seed)
