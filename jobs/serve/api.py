@@ -71,7 +71,8 @@ def create_app(served: Served, scheduler: Scheduler, api_key: str | None = None,
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "batches": scheduler.batches, "joins": scheduler.joins, "steps": scheduler.steps}
+        return {"status": "ok", "batches": scheduler.batches, "joins": scheduler.joins, "reuses": scheduler.reuses,
+                "steps": scheduler.steps}
 
     app.include_router(v1)
     return app

@@ -16,15 +16,21 @@ at a time, a decode step at a time, with continuous batching (vLLM/TGI's in-flig
   and the request waits.
 - The queue is bounded: `submit` raises QueueFull (HTTP 429) when `max_waiting` requests already wait.
 
-`batches` (opened), `joins` (requests admitted into a batch already decoding) and `steps` (decode
-steps) count what happened, for /health and the tests."""
+- A batch whose CUDA graph is worth keeping (`batch.reusable`: slots.py's) is kept for IDLE_KEEP_S
+  after its last request ends, up to MAX_IDLE of them (one per model and sampling: a chat beside the
+  base model alternates two). The next request that shares its key and fits its cache reuses it
+  instead of opening (and capturing) a new one; an unseeded request only, as a seeded one runs alone.
+
+`batches` (opened), `joins` (requests admitted into a batch already decoding), `reuses` (batches
+taken back from idle) and `steps` (decode steps) count what happened, for /health and the tests."""
 from __future__ import annotations
 
 import itertools
 import sys
 import threading
+import time
 import traceback
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -32,6 +38,8 @@ from jobs.serve.rows import Row, Sampling
 
 MAX_WAITING = 64       # requests waiting for a batch; more answer 429
 MAX_BATCH_ROWS = 32    # answers generated together in one batch (a request's n answers count each)
+IDLE_KEEP_S = 120.0    # how long a finished reusable batch (and its cache's memory) waits for the next request
+MAX_IDLE = 2           # finished batches kept at once, the least recently used dropped first
 _ids = itertools.count()
 
 
@@ -85,7 +93,8 @@ class Scheduler:
         self._waiting: deque[Generation] = deque()
         self._cond = threading.Condition()
         self._stopped = False
-        self.batches = self.joins = self.steps = 0
+        self.batches = self.joins = self.reuses = self.steps = 0
+        self._idle: OrderedDict[tuple, tuple[Running, float]] = OrderedDict()   # key -> (batch, when it went idle)
         self._thread = threading.Thread(target=self._loop, name="fusetune-serve-batches", daemon=True)
         self._thread.start()
 
@@ -106,10 +115,16 @@ class Scheduler:
         while True:
             with self._cond:
                 while not self._waiting and running is None and not self._stopped:
-                    self._cond.wait()
+                    self._cond.wait(self._idle_wait())
+                    self._expire_idle()
                 if self._stopped:
+                    self._idle.clear()
                     return
-                joining = self._take_batch() if running is None else self._take_joiners(running)
+                if running is None:
+                    joining = self._take_batch()
+                    running = self._reuse(joining)
+                else:
+                    joining = self._take_joiners(running)
             try:
                 running = self._advance(running, joining)
             except Exception as exc:   # noqa: BLE001 - a failed batch answers its requests, the server lives on
@@ -142,8 +157,40 @@ class Scheduler:
             rows += len(other.rows)
         return joining
 
+    # ---- finished batches kept for the next request (module doc) ------------------------
+    def _reuse(self, joining: list[Generation]) -> Running | None:
+        """The idle batch of `joining`'s key when their rows fit its cache (it is taken out of idle
+        either way: one that does not fit is dropped, and a new batch opens)."""
+        kept = self._idle.pop(joining[0].batch_key, None)
+        rows = [row for g in joining for row in g.rows]
+        if kept is None or not self.engine.can_join(kept[0].batch, rows):
+            return None
+        self.reuses += 1
+        return kept[0]
+
+    def _keep_idle(self, running: Running) -> None:
+        alone = running.key[-1] is not None   # a seeded request's key is its own: never asked again
+        if not getattr(running.batch, "reusable", False) or alone:
+            return
+        self._idle[running.key] = (running, time.monotonic())
+        while len(self._idle) > MAX_IDLE:
+            self._idle.popitem(last=False)
+
+    def _idle_wait(self) -> float | None:
+        """Seconds until the oldest idle batch expires (None: nothing kept, wait for a request)."""
+        if not self._idle:
+            return None
+        oldest = min(when for _, when in self._idle.values())
+        return max(0.0, oldest + IDLE_KEEP_S - time.monotonic())
+
+    def _expire_idle(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, (_, when) in self._idle.items() if now - when >= IDLE_KEEP_S]:
+            del self._idle[key]
+
     def _advance(self, running: Running | None, joining: list[Generation]) -> Running | None:
-        """Admit `joining` (opening a batch for them when none runs), then one decode step."""
+        """Admit `joining` (opening a batch for them when none runs, or into a reused idle one), then one
+        decode step; a batch left without requests goes idle (kept when reusable) and None is returned."""
         if joining:
             rows = [row for g in joining for row in g.rows]
             if running is None:
@@ -151,7 +198,7 @@ class Scheduler:
                 running = Running(first.batch_key, self.engine.open(rows, first.sampling, first.adapter,
                                                                     first.tokenizer))
                 self.batches += 1
-            else:
+            elif running.generations:
                 self.joins += len(joining)
             running.generations += joining
             running.batch.admit(rows)
@@ -160,7 +207,10 @@ class Scheduler:
             running.batch.step()
             self.steps += 1
             self._settle(running)
-        return running if running.generations else None
+        if running.generations:
+            return running
+        self._keep_idle(running)
+        return None
 
     def _settle(self, running: Running) -> None:
         """Hand out the new text, end the requests whose rows are all done, free their slots."""

@@ -7,7 +7,13 @@ flag set in place; the captured step then decodes it with the others, unchanged 
 reads keeps its address). A finished row frees its slot; its stale K/V stay masked out.
 
 The same idea as vLLM's slot mapping (a new sequence's K/V written into free cache slots, attention
-masked to each sequence's own), on one fixed-shape cache instead of paged blocks."""
+masked to each sequence's own), on one fixed-shape cache instead of paged blocks.
+
+A batch whose rows have all finished can be rewound and reused (`reusable`): its step counter is set
+back so the next request's prompt ends at the column the next step writes, and the captured graph is
+replayed for it as it is. The scheduler keeps such a batch a while (scheduler.IDLE_KEEP_S), so one
+chat message after another pays the graph capture (~1 s on the H200, bench/NOTES.md) once, not each
+time."""
 from __future__ import annotations
 
 import torch
@@ -40,6 +46,7 @@ class SlotBatch:
     """Rows of one adapter and sampling setting in a static cache of `slots` rows; see the module doc."""
 
     can_join = True
+    reusable = True   # the scheduler may keep it after its last row ends (module doc)
 
     def __init__(self, model, sampling: Sampling, eos: set[int], pad_id: int, decode_text, adapter_on,
                  slots: int, room: int, log=None):
@@ -58,8 +65,26 @@ class SlotBatch:
         if self.decoder is None:
             self._open(rows)
         else:
+            if self.idle:
+                self._rewind(self._rewind_column(rows))
             self._join(rows)
         self.rows += rows
+
+    @property
+    def idle(self) -> bool:
+        """Opened, and every row it held has finished: the whole cache is free."""
+        return self.decoder is not None and all(r is None or r.done for r in self.slot_rows)
+
+    def _rewind_column(self, rows: list[Row]) -> int:
+        """The step count to rewind to: as early as the longest prompt allows (it must end at the
+        column the next step writes, P + steps)."""
+        return max(0, max(len(r.prompt) for r in rows) - self.decoder.P)
+
+    def _rewind(self, column: int) -> None:
+        """Set the step counter back (in place: the captured graph reads the same tensor); the cache's
+        old K/V stay masked out, as a finished row's do."""
+        self.column = column
+        self.decoder.step.fill_(column)
 
     def _open(self, rows: list[Row]) -> None:
         count = max(self.slots, len(rows))
@@ -81,9 +106,10 @@ class SlotBatch:
         for each answer."""
         if self.decoder is None:
             return True
+        column = self._rewind_column(rows) if self.idle else self.column
         free = sum(r is None or r.done for r in self.slot_rows)
-        return free >= len(rows) and all(len(r.prompt) <= self.decoder.P + self.column
-                                         and self.column + r.max_tokens <= self.max_new for r in rows)
+        return free >= len(rows) and all(len(r.prompt) <= self.decoder.P + column
+                                         and column + r.max_tokens <= self.max_new for r in rows)
 
     def _join(self, rows: list[Row]) -> None:
         from transformers import DynamicCache

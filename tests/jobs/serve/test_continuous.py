@@ -118,3 +118,33 @@ def test_rows_join_the_static_cache_in_free_slots_and_answer_as_alone(served):
         scheduler.stop()
     assert scheduler.batches == 1 and scheduler.joins == 1 and joined.ended_at < first.ended_at
     assert joined.text == generate(short_prompt, 10) and first.text == generate(long_prompt, 24)
+
+
+def test_a_finished_static_cache_batch_is_reused_for_the_next_request_and_expires(served, monkeypatch):
+    """A chat's next message reuses the finished GPU batch (its captured graph) rewound to fit its longer
+    prompt, and answers what generate answers; once the batch has waited IDLE_KEEP_S, a new one opens."""
+    from jobs.serve import engine as engines, scheduler as scheduling
+
+    engine, tok, generate = served
+    monkeypatch.setattr(engines, "SLOT_ROOM", 64)   # the tiny model's 512 positions leave no room for 512
+    slots = Engine(engine.model, batching="slots", slots=2)
+    short_prompt = ask(tok, "Hi")
+    long_prompt = ask(tok, "Tell me, in a few words, what the capital city of France is called?")
+    assert len(long_prompt) > len(short_prompt) + 4   # the second prompt needs the rewind to a later column
+    scheduler = Scheduler(slots)
+    try:
+        answers = []
+        for prompt in (short_prompt, long_prompt):
+            answers.append(Answer(scheduler))
+            scheduler.submit(request(served, prompt, 8, answers[-1]))
+            assert answers[-1].done.wait(60)
+        assert (scheduler.batches, scheduler.reuses) == (1, 1)
+        monkeypatch.setattr(scheduling, "IDLE_KEEP_S", 0.0)
+        again = Answer(scheduler)
+        scheduler.submit(request(served, short_prompt, 8, again))
+        assert again.done.wait(60)
+    finally:
+        scheduler.stop()
+    assert (scheduler.batches, scheduler.reuses) == (2, 1)
+    assert answers[0].text == again.text == generate(short_prompt, 8)
+    assert answers[1].text == generate(long_prompt, 8)
