@@ -29,7 +29,8 @@
 #   bash bench/device.sh prefbudget [SHAPE]  packed DPO within the DPO peer's peak and 5.78 GiB (8 and 32 pairs a step), and 4 GiB
 #   bash bench/device.sh vision              image-text SFT (Qwen2.5-VL-7B shape) beside transformers + PEFT and Unsloth + TRL (issue 21)
 #   bash bench/device.sh logprobs            the fused log-probs op vs TRL's chunked kernel vs torch (logprobs_op.py)
-#   bash bench/device.sh page                the studio itself on the GPU, driven through its endpoints (page_check.py)
+#   bash bench/device.sh page                the studio itself on the GPU, driven through its endpoints (page_check.py),
+#                                            then its job served to one client over 8 turns (serve_bench.py --turns)
 #   bash bench/device.sh ddp                 1 GPU vs 2 GPUs through torchrun (kind nvidia-h200-x2; ddp_bench.py)
 #   bash bench/device.sh smoke               CPU only: every path above on tiny shapes (run here, not on the GPU)
 #
@@ -306,8 +307,13 @@ case "$what" in
   page)   # carry .whl built by bench/carry_wheels.sh (gradio & co.); the built-in model's wheel is too big to carry
     versions
     prepare smollm2-135m --examples 200
+    rm -rf "$DIR/page-data"
     stage page_check 420 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/page_check.py --model "$DIR/smollm2-135m" \
-      --out "$OUT/page_check.jsonl" ;;
+      --data-dir "$DIR/page-data" --out "$OUT/page_check.jsonl"
+    # the page's first job served to one client over a conversation: a kept batch reused turn after turn
+    done_job=$(ls -d "$DIR"/page-data/jobs/*/adapter 2>/dev/null | head -1)
+    [ -n "$done_job" ] && stage serve_turns 90 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/serve_bench.py \
+      "$(dirname "$done_job")" --turns 8 --max-tokens 64 --out "$OUT/serve.jsonl" ;;
   ddp)
     timeout 20 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv | tee -a "$LOG"
     stage ddp 465 $PY bench/ddp_bench.py --work /tmp/ddp-bench --out "$OUT/ddp.jsonl" --steps 12 --offload-check \

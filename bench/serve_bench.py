@@ -2,7 +2,10 @@
 concurrent clients (the official `openai` client, chat completions, greedy, the job's adapter), against
 transformers' `generate` on the same base + adapter answering the same prompts one request at a time.
 
-`python bench/serve_bench.py JOB_DIR [--clients 1 8 32] [--rounds 2] [--max-tokens 64]`; `--smoke` (with
+`python bench/serve_bench.py JOB_DIR [--clients 1 8 32] [--rounds 2] [--max-tokens 64]`; `--turns N` instead
+holds one conversation of N turns (the history growing, as a chat does) and records each turn's seconds
+and the server's batches and reuses (a kept GPU batch reused for the next turn: scheduler.py), with the
+standard library alone (no `openai` client needed on the device); `--smoke` (with
 a tiny job) runs one round at 1 and 2 clients and writes nothing. One JSON line per measurement is appended to
 bench/results/serve.jsonl. Tokens are the completion tokens the server's `usage` counts (EOS included),
 and the same count for generate; a row ending at EOS early makes fewer tokens in both."""
@@ -58,6 +61,32 @@ def server_run(url: str, model: str, clients: int, rounds: int, max_tokens: int)
             "requests_per_s": round(clients * rounds / seconds, 3), "tokens_per_s": round(tokens / seconds, 2)}
 
 
+def _post(url: str, body: dict | None = None) -> dict:
+    import urllib.request
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=600) as answer:
+        return json.loads(answer.read())
+
+
+def turns_run(url: str, model: str, turns: int, max_tokens: int) -> dict:
+    """One client's conversation of `turns` turns, one request after another: seconds per turn."""
+    health = url.removesuffix("/v1") + "/health"
+    before, messages, seconds, tokens = _post(health), [], [], 0
+    for turn in range(turns):
+        messages.append({"role": "user", "content": QUESTIONS[turn % len(QUESTIONS)]})
+        start = time.perf_counter()
+        out = _post(url + "/chat/completions", {"model": model, "messages": messages, "max_tokens": max_tokens,
+                                                "temperature": 0})
+        seconds.append(round(time.perf_counter() - start, 3))
+        tokens += out["usage"]["completion_tokens"]
+        messages.append({"role": "assistant", "content": out["choices"][0]["message"]["content"]})
+    after = _post(health)
+    return {"engine": "serve_turns", "clients": 1, "requests": turns, "turn_seconds": seconds,
+            "seconds": round(sum(seconds), 3), "tokens_per_s": round(tokens / sum(seconds), 2),
+            **{k: after.get(k, 0) - before.get(k, 0) for k in ("batches", "reuses", "joins")}}
+
+
 def generate_run(job: Path, requests: int, max_tokens: int) -> dict:
     """transformers' generate, one request at a time, on the base + the job's adapter."""
     import torch
@@ -89,6 +118,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--generate-requests", type=int, default=16,
                         help="requests for transformers' generate, one at a time (default 16)")
+    parser.add_argument("--turns", type=int, default=0, help="one conversation of this many turns instead")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--smoke", action="store_true", help="1 round at 1 and 2 clients, 8 tokens")
     args = parser.parse_args()
     if args.smoke:
@@ -101,6 +132,9 @@ def main() -> None:
             _append(row, device, args)
     proc, url = start_server(args.job)
     try:
+        if args.turns:
+            record(turns_run(url, args.job.name, args.turns, args.max_tokens))
+            return
         for clients in args.clients:
             record(server_run(url, args.job.name, clients, args.rounds, args.max_tokens))
     finally:
@@ -111,8 +145,8 @@ def main() -> None:
 
 def _append(row: dict, device: str, args) -> None:
     """Append the row to the results at once, so an interrupted run keeps what it measured."""
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a", encoding="utf-8") as out:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("a", encoding="utf-8") as out:
         out.write(json.dumps({"device": device, "job": args.job.name, "max_tokens": args.max_tokens, **row}) + "\n")
 
 
