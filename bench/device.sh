@@ -31,6 +31,7 @@
 #   bash bench/device.sh logprobs            the fused log-probs op vs TRL's chunked kernel vs torch (logprobs_op.py)
 #   bash bench/device.sh page                the studio itself on the GPU, driven through its endpoints (page_check.py),
 #                                            then its job served to one client over 8 turns (serve_bench.py --turns)
+#   bash bench/device.sh fsdpfit [SHAPE [WORLDS]]  the sharded fit check vs rank 0's peak on one GPU (fake process group)
 #   bash bench/device.sh ddp                 1 GPU vs 2 GPUs through torchrun (kind nvidia-h200-x2; ddp_bench.py)
 #   bash bench/device.sh smoke               CPU only: every path above on tiny shapes (run here, not on the GPU)
 #
@@ -314,6 +315,16 @@ case "$what" in
     done_job=$(ls -d "$DIR"/page-data/jobs/*/adapter 2>/dev/null | head -1)
     [ -n "$done_job" ] && stage serve_turns 90 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/serve_bench.py \
       "$(dirname "$done_job")" --turns 8 --max-tokens 64 --out "$OUT/serve.jsonl" ;;
+  fsdpfit)   # fsdpfit [SHAPE [WORLDS]]: the sharded fit check against rank 0's measured peak, one GPU, a fake
+    # process group of N ranks (bench/fsdp_fit_check.py; issue 37); then QLoRA at 2 ranks (bitsandbytes alone on the path)
+    versions
+    S=${2:-llama-3.2-1b}; R=$(rows_of "$S")
+    [ -e "$DIR/$S/config.json" ] || prepare "$S" --examples 2000
+    F="--model $DIR/$S --data $DIR/data.jsonl --rows $R --steps 4 --out $OUT/fsdp_fit.jsonl"
+    stage "fsdp fit $S" 330 $PY bench/fsdp_fit_check.py $F --world ${3:-2 4 8} --timeout 160
+    mkdir -p /tmp/bnb && ln -sf "$SITE"/bitsandbytes* /tmp/bnb/
+    stage "fsdp fit $S qlora" 170 env PYTHONPATH=/tmp/bnb $PY bench/fsdp_fit_check.py $F --world 2 --qlora \
+      --timeout 160 ;;
   ddp)
     timeout 20 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv | tee -a "$LOG"
     stage ddp 465 $PY bench/ddp_bench.py --work /tmp/ddp-bench --out "$OUT/ddp.jsonl" --steps 12 --offload-check \
