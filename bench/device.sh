@@ -314,16 +314,18 @@ case "$what" in
     # the page's first job served to one client over a conversation: a kept batch reused turn after turn
     done_job=$(ls -d "$DIR"/page-data/jobs/*/adapter 2>/dev/null | head -1)
     [ -n "$done_job" ] && stage serve_turns 90 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/serve_bench.py \
-      "$(dirname "$done_job")" --turns 8 --max-tokens 64 --out "$OUT/serve.jsonl" ;;
+      "$(dirname "$done_job")" --turns 8 --max-tokens 64 --out "$OUT/serve.jsonl"
+    [ -n "$done_job" ] && stage "serve_turns no kept batches" 90 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY \
+      bench/serve_bench.py "$(dirname "$done_job")" --turns 8 --max-tokens 64 --keep-batches-s 0 --out "$OUT/serve.jsonl" ;;
   fsdpfit)   # fsdpfit [SHAPE [WORLDS]]: the sharded fit check against rank 0's measured peak, one GPU, a fake
-    # process group of N ranks (bench/fsdp_fit_check.py; issue 37); then QLoRA at 2 ranks (bitsandbytes alone on the path)
+    # process group of N ranks (bench/fsdp_fit_check.py; issue 37); then QLoRA unsharded and at 2 ranks (bitsandbytes alone on the path)
     versions
     S=${2:-llama-3.2-1b}; R=$(rows_of "$S")
     [ -e "$DIR/$S/config.json" ] || prepare "$S" --examples 2000
     F="--model $DIR/$S --data $DIR/data.jsonl --rows $R --steps 4 --out $OUT/fsdp_fit.jsonl"
     stage "fsdp fit $S" 330 $PY bench/fsdp_fit_check.py $F --world ${3:-2 4 8} --timeout 160
     mkdir -p /tmp/bnb && ln -sf "$SITE"/bitsandbytes* /tmp/bnb/
-    stage "fsdp fit $S qlora" 170 env PYTHONPATH=/tmp/bnb $PY bench/fsdp_fit_check.py $F --world 2 --qlora \
+    stage "fsdp fit $S qlora" 170 env PYTHONPATH=/tmp/bnb $PY bench/fsdp_fit_check.py $F --world 1 2 --qlora \
       --timeout 160 ;;
   ddp)
     timeout 20 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv | tee -a "$LOG"

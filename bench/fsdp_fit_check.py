@@ -11,7 +11,7 @@ with one process trains unsharded, which is why this exists.
     python bench/fsdp_fit_check.py --model DIR --data CHAT.jsonl --world 2 4 [--rows 2] [--steps 4]
         [--checkpointing offload] [--qlora] [--out results.jsonl]
 
-One JSON line per world size: the fit check's per-GPU prediction (`fit_shard.sharded`, what the job logs
+One JSON line per world size (1: the same job unsharded, a control): the fit check's per-GPU prediction (`fit_shard.sharded`, what the job logs
 as "memory estimate") beside the measured peak (GiB allocated), their ratio, and the plan's parts.
 On CPU (`--smoke`) it runs the same path on a tiny model with gloo semantics and records no memory."""
 from __future__ import annotations
@@ -46,7 +46,9 @@ def one_world(args) -> dict:
     """Rank 0 of an N-rank sharded SFT job: prepare, a few steps, the peak beside the prediction."""
     import torch
 
-    fake_ranks(args.world[0])
+    world = args.world[0]
+    if world > 1:   # world 1: the same job unsharded, the control beside the sharded rows
+        fake_ranks(world)
     from jobs.io.events import EventWriter
     from jobs.spec import JobSpec
     from jobs.train import distributed
@@ -58,12 +60,13 @@ def one_world(args) -> dict:
     spec = JobSpec(model=str(args.model), dataset=str(args.data), dataset_format="messages", output_dir=str(out),
                    lora_r=16, lora_alpha=16, lora_dropout=0.0, target_modules=TARGETS, max_steps=args.steps + 2,
                    save_steps=0, max_seq_length=args.max_len, batch_size=args.rows, packing="on",
-                   gradient_checkpointing=args.checkpointing, fused_kernels=cuda, sharding="fsdp",
+                   gradient_checkpointing=args.checkpointing, fused_kernels=cuda,
+                   sharding="fsdp" if world > 1 else "none",
                    dtype="bf16" if cuda else "fp32", load_in_4bit=args.qlora, seed=0)
     dist = distributed.init()
     trainer = Trainer(spec, out, EventWriter(str(out)), log=lambda line: None, dist=dist)
     trainer.prepare()
-    assert trainer.sharded, "the job did not shard"
+    assert trainer.sharded == (world > 1), "the job did not shard"
     stream = Prefetcher(trainer.plan, 0, pin=cuda)
     trainer.train_step(stream).read()   # the first step: lazy inits, Triton compiles, AdamW's state
     if cuda:
@@ -78,7 +81,8 @@ def one_world(args) -> dict:
            "max_len": args.max_len, "checkpointing": args.checkpointing, "qlora": args.qlora, "steps": args.steps,
            "predicted_gib": round(estimate.allocated_gb, 3) if estimate else None,
            "parts_gib": estimate.breakdown() if estimate else None,
-           "plan": estimate.checkpointing if estimate else None, "wall_s": round(time.perf_counter() - began, 2)}
+           "plan": estimate.checkpointing if estimate else None, "wall_s": round(time.perf_counter() - began, 2),
+           "sharded": trainer.sharded, "patch_report": trainer.patch_report}
     if cuda:
         peak = torch.cuda.max_memory_allocated() / 2 ** 30
         row.update(measured_gib=round(peak, 3), device=torch.cuda.get_device_name(0),

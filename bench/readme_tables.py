@@ -52,6 +52,9 @@ ROWS = (
         Pick("llama-3.2-1b", "orpo", "unsloth+trl", "2026-12-04T17:06")),
     Row("DPO, Llama-3.2-1B (2026-12-04, 40 steps)", Pick("llama-3.2-1b", "dpo", "fusetune", "2026-12-04T10:24"),
         Pick("llama-3.2-1b", "dpo", "unsloth+trl", "2026-12-04T10:22")),
+    Row("KTO, Llama-3.2-1B, 8 examples a step (2026-12-05, 40 steps)",
+        Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-05T03:24"),
+        Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-05T03:22")),
 )
 
 

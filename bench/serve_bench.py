@@ -29,8 +29,9 @@ QUESTIONS = ["What is the capital of France?", "Who are you?", "Name a colour.",
              "Why is the sky blue?"]
 
 
-def start_server(job: Path) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.serve", str(job), "--port", "0", "--max-waiting", "256"],
+def start_server(job: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.serve", str(job), "--port", "0", "--max-waiting", "256",
+                             *extra],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     for line in proc.stdout:
         found = re.search(r"at (http://\S+/v1)", line)
@@ -120,6 +121,8 @@ def main() -> None:
                         help="requests for transformers' generate, one at a time (default 16)")
     parser.add_argument("--turns", type=int, default=0, help="one conversation of this many turns instead")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--keep-batches-s", type=float, default=None,
+                        help="passed to the server (0: no kept batches, the A/B of their reuse)")
     parser.add_argument("--smoke", action="store_true", help="1 round at 1 and 2 clients, 8 tokens")
     args = parser.parse_args()
     if args.smoke:
@@ -130,10 +133,12 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         if not args.smoke:
             _append(row, device, args)
-    proc, url = start_server(args.job)
+    extra = [] if args.keep_batches_s is None else ["--keep-batches-s", f"{args.keep_batches_s:g}"]
+    proc, url = start_server(args.job, *extra)
     try:
         if args.turns:
-            record(turns_run(url, args.job.name, args.turns, args.max_tokens))
+            record({**turns_run(url, args.job.name, args.turns, args.max_tokens),
+                    "keep_batches_s": args.keep_batches_s})
             return
         for clients in args.clients:
             record(server_run(url, args.job.name, clients, args.rounds, args.max_tokens))

@@ -16,7 +16,7 @@ import argparse  # noqa: E402
 import socket  # noqa: E402
 import sys  # noqa: E402
 
-from jobs.serve.scheduler import MAX_BATCH_ROWS, MAX_WAITING  # noqa: E402
+from jobs.serve.scheduler import IDLE_KEEP_S, MAX_BATCH_ROWS, MAX_WAITING  # noqa: E402
 
 KEY_ENV = "FUSETUNE_API_KEY"
 # The studio's Serve switch sets this to its own pid: the server stops when the studio is gone, also
@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"requests that may wait for a batch; more are answered 429 (default {MAX_WAITING})")
     parser.add_argument("--max-batch", type=int, default=MAX_BATCH_ROWS,
                         help=f"answers generated together in one batch (default {MAX_BATCH_ROWS})")
+    parser.add_argument("--keep-batches-s", type=float, default=IDLE_KEEP_S,
+                        help="seconds a finished GPU batch (its CUDA graph and KV cache) waits for the next request "
+                             f"of its model, so that request skips the capture; 0 frees it at once (default "
+                             f"{IDLE_KEEP_S:g})")
     return parser
 
 
@@ -55,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     key = args.api_key or os.environ.get(KEY_ENV) or None
     if min(args.max_waiting, args.max_batch) < 1:
         print("error: --max-waiting and --max-batch must be at least 1", file=sys.stderr)
+        return 2
+    if not 0 <= args.keep_batches_s <= 86400:
+        print("error: --keep-batches-s must be between 0 and 86400 seconds", file=sys.stderr)
         return 2
     try:
         sock = _bind(args.host, args.port)
@@ -92,7 +99,8 @@ def _run(served, sock: socket.socket, key: str | None, store, args) -> None:
     from jobs.serve.scheduler import Scheduler
 
     engine = Engine(served.model, log=lambda line: print(line, file=sys.stderr), slots=args.max_batch)
-    scheduler = Scheduler(engine, max_waiting=args.max_waiting, max_batch_rows=args.max_batch)
+    scheduler = Scheduler(engine, max_waiting=args.max_waiting, max_batch_rows=args.max_batch,
+                          keep_idle_s=args.keep_batches_s)
     app = create_app(served, scheduler, key, store)
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"

@@ -88,8 +88,10 @@ class Running:
 
 
 class Scheduler:
-    def __init__(self, engine, max_waiting: int = MAX_WAITING, max_batch_rows: int = MAX_BATCH_ROWS):
+    def __init__(self, engine, max_waiting: int = MAX_WAITING, max_batch_rows: int = MAX_BATCH_ROWS,
+                 keep_idle_s: float | None = None):
         self.engine, self.max_waiting, self.max_batch_rows = engine, max_waiting, max_batch_rows
+        self.keep_idle_s = keep_idle_s   # None: IDLE_KEEP_S as it is when a batch goes idle
         self._waiting: deque[Generation] = deque()
         self._cond = threading.Condition()
         self._stopped = False
@@ -170,7 +172,7 @@ class Scheduler:
 
     def _keep_idle(self, running: Running) -> None:
         alone = running.key[-1] is not None   # a seeded request's key is its own: never asked again
-        if not getattr(running.batch, "reusable", False) or alone:
+        if not getattr(running.batch, "reusable", False) or alone or self._keep_s() <= 0:
             return
         self._idle[running.key] = (running, time.monotonic())
         while len(self._idle) > MAX_IDLE:
@@ -181,12 +183,15 @@ class Scheduler:
         if not self._idle:
             return None
         oldest = min(when for _, when in self._idle.values())
-        return max(0.0, oldest + IDLE_KEEP_S - time.monotonic())
+        return max(0.0, oldest + self._keep_s() - time.monotonic())
 
     def _expire_idle(self) -> None:
         now = time.monotonic()
-        for key in [k for k, (_, when) in self._idle.items() if now - when >= IDLE_KEEP_S]:
+        for key in [k for k, (_, when) in self._idle.items() if now - when >= self._keep_s()]:
             del self._idle[key]
+
+    def _keep_s(self) -> float:
+        return IDLE_KEEP_S if self.keep_idle_s is None else self.keep_idle_s
 
     def _advance(self, running: Running | None, joining: list[Generation]) -> Running | None:
         """Admit `joining` (opening a batch for them when none runs, or into a reused idle one), then one

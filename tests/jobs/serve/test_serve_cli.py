@@ -1,5 +1,5 @@
 """`python -m jobs.serve` refuses what it cannot serve with one line and an exit code, before serving:
-a folder that is not a job, two jobs of one folder name, a port already taken."""
+a folder that is not a job, two jobs of one folder name, a port already taken, a negative keep time."""
 import shutil
 import socket
 
@@ -26,3 +26,8 @@ def test_a_taken_port_exits_1_naming_it(tmp_path, capsys):
         port = taken.getsockname()[1]
         assert main([str(tmp_path), "--port", str(port)]) == 1
     assert f"127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_a_negative_keep_time_exits_2_naming_the_option(tmp_path, capsys):
+    assert main([str(tmp_path), "--port", "0", "--keep-batches-s", "-1"]) == 2
+    assert "--keep-batches-s" in capsys.readouterr().err
