@@ -179,7 +179,9 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
     if spec.max_gpu_memory_gb > 0 and not (fused and spec.gradient_checkpointing == "auto"):
         notes.append(f"max_gpu_memory_gb {spec.max_gpu_memory_gb:g}: the plan follows it only with "
                      "gradient_checkpointing auto on the fused engine")
-    return FitEstimate(parts, policy, tokens, notes, budget_gb=spec.max_gpu_memory_gb)
+    stepped = "step transient" in parts   # GRPO's sampling phase has no per-layer plan to redo
+    layer_plan = (fit_vision.split_recomputed(spec, vision, recomputed)[1], offload) if stepped else None
+    return FitEstimate(parts, policy, tokens, notes, budget_gb=spec.max_gpu_memory_gb, layer_plan=layer_plan)
 
 
 def rollout_rows(spec, model_config, trainable: int | None = None, prompt_len: int | None = None,

@@ -31,6 +31,7 @@ class FitEstimate:
     tokens: int
     notes: list[str] = field(default_factory=list)
     budget_gb: float = 0.0   # the job's max_gpu_memory_gb (0: none)
+    layer_plan: tuple[int, bool] | None = None   # (decoder layers recomputed, inputs offloaded) of a step's parts
 
     @property
     def allocated_gb(self) -> float:

@@ -16,15 +16,17 @@ def _per_layer(shape: _Shape, tokens: int, b: int, fused: bool) -> int:
     return tokens * per_token * b
 
 
-def _activations(shape: _Shape, tokens: int, b: int, fused: bool, recomputed: int, offload: bool) -> dict:
+def _activations(shape: _Shape, tokens: int, b: int, fused: bool, recomputed: int, offload: bool,
+                 layers_fused: bool | None = None) -> dict:
     """What the step holds at its peak beyond the static parts. Two moments compete: the loss and the
     backward of the top layers, with every kept activation still alive; and the backward of a
     recomputed layer. The recomputed layers are the first ones (kernels/checkpoint.py's plans), so by
     then the kept layers above have been backpropagated and freed: only the layer inputs remain.
     (Counting both at once over-predicted the 8B budget jobs by ~0.85 GiB: bench/results/job.jsonl,
-    2026-12-02.)"""
+    2026-12-02.) `layers_fused` False: the decoder layers run PyTorch's path while the loss stays fused
+    (a sharded 4-bit base, fit_shard.py)."""
     n, h = shape.layers, shape.hidden
-    layer = _per_layer(shape, tokens, b, fused)
+    layer = _per_layer(shape, tokens, b, fused if layers_fused is None else layers_fused)
     layer_input = tokens * h * b
     inputs = 2 * layer_input if offload and recomputed else recomputed * layer_input
     kept_layers = (n - recomputed) * layer

@@ -9,14 +9,18 @@ group's (embeddings, head, final norm), which FSDP2 keeps gathered from the forw
 (jobs/train/sharding.py): 1/N of it at rest, and whole from the forward to the backward. Activations
 are per process and do not shrink: `batch_size` stays per process. A 4-bit base (FSDP-QLoRA) splits
 its NF4 codes; each layer's quantization state (absmax, about 1/32 of the codes) stays whole on
-every process, as bitsandbytes keeps it on the module. An fp8 base is not sharded yet (the spec
-refuses it)."""
+every process, as bitsandbytes keeps it on the module; and its layers run bitsandbytes' matmul with
+PEFT's LoRA on the gathered codes, not the fused NF4 kernels (kernels/lora_patch.py says why), so they
+keep a PyTorch layer's activations (the loss stays fused): without that the fit check predicted 2.59 GiB
+for a rank of a 2-GPU QLoRA job that peaked at 3.98 (1B shape, H200, bench/results/fsdp_fit.jsonl,
+2026-12-05). An fp8 base is not sharded yet (the spec refuses it)."""
 from __future__ import annotations
 
 import dataclasses
 
 from jobs.models import fit
 from jobs.models.fit_estimate import FitEstimate
+from jobs.models.fit_plan import _activations
 from jobs.models.fit_shape import NF4_BYTES_PER_WEIGHT, _dtype_bytes, _Shape
 
 MAX_GPUS = 64   # the most GPUs `gpus_needed` considers
@@ -49,9 +53,14 @@ def sharded(estimate: FitEstimate, spec, model_config, world: int, cuda: bool = 
     if VISION_PART in parts:   # gathered with the root for the whole step, beside its shard at rest
         tower = parts.pop(VISION_PART)
         parts["vision tower (gathered with the root)"] = tower + -(-tower // world)
-    note = (f"sharded (fsdp) over {world} GPUs: each holds 1/{world} of the weights and LoRA state, "
-            "plus the layers being gathered")
-    return dataclasses.replace(estimate, parts=parts, notes=[*estimate.notes, note])
+    notes = [*estimate.notes, f"sharded (fsdp) over {world} GPUs: each holds 1/{world} of the weights and "
+             "LoRA state, plus the layers being gathered"]
+    if spec.load_in_4bit and spec.fused_kernels and estimate.layer_plan is not None:
+        recomputed, offload = estimate.layer_plan
+        parts.update(_activations(shape, estimate.tokens, b, True, recomputed, offload, layers_fused=False))
+        notes.append("the 4-bit layers run bitsandbytes' matmul and PEFT's LoRA on the gathered codes "
+                     "(the fused NF4 path needs them whole): a PyTorch layer's activations")
+    return dataclasses.replace(estimate, parts=parts, notes=notes)
 
 
 def gpus_needed(spec, model_config, gpu_gb: float, estimate: FitEstimate | None = None) -> int | None:
