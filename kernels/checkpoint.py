@@ -246,6 +246,17 @@ def _default_batch_tokens(model) -> int:
     return min(getattr(config, "max_position_embeddings", 2048), 4096)
 
 
+def enable_recompute(model) -> None:
+    """transformers' own checkpointing on every decoder layer (the PyTorch path's), non-reentrant.
+    transformers 5.2x renamed `gradient_checkpointing_enable` (an alias that warns until v6); older 5.x
+    has only the old name."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def apply_checkpointing(model: torch.nn.Module, mode: str = "auto", report=None,
                         batch_tokens: int | None = None,
                         plan: tuple[list[bool], bool, str] | None = None) -> str:

@@ -259,6 +259,11 @@ def _run(spec: JobSpec, layout: JobLayout, data_dir: Path, on_trainer=None) -> i
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     # A library warning called from many places would print once per place; once is enough.
     warnings.simplefilter("once")
+    # Warnings about library internals that no setting of the user's can act on: PEFT 0.21 reads
+    # transformers 5's deprecated `is_gradient_checkpointing` alias (peft_model.py), and torch 2.13's own
+    # torch.utils.mkldnn (imported by torch.fx) uses its deprecated `torch.jit.script_method`
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+    warnings.filterwarnings("ignore", message="`torch.jit.script_method` is deprecated", category=DeprecationWarning)
     from jobs.train import distributed
     from jobs.io.events import EventWriter
     events = EventWriter(layout.root)

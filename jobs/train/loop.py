@@ -37,6 +37,7 @@ from jobs.train.loader import Prefetcher
 from jobs.train.methods import method_for
 from jobs.train.methods.base import StepCancelled
 from jobs.train.steps import PendingStep, cosine_with_warmup
+from kernels.checkpoint import enable_recompute
 
 
 class NonFiniteLoss(RuntimeError):
@@ -118,8 +119,7 @@ class Trainer:
             rng_state.resume(Path(spec.resume_from), self.dist.rank, self.dist.world_size, self.device, self.log)
 
     def _load_examples(self) -> None:
-        spec = self.spec
-        self.examples, self.eval_examples = self.method.load_data()
+        spec, (self.examples, self.eval_examples) = self.spec, self.method.load_data()
         if self.eval_examples:
             self.log(f"evaluation: {len(self.eval_examples)} examples held out"
                      + (f" ({spec.eval_fraction:g} of the data)" if spec.eval_fraction else f" from {spec.eval_dataset}"))
@@ -176,7 +176,7 @@ class Trainer:
             mode = "on" if self.device.type == "cuda" else "off"
         if mode == "off":
             return "off"
-        self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_recompute(self.model)
         note = " (offload needs fused_kernels; using plain recompute)" if mode == "offload" else ""
         return "on: every decoder layer recomputed in backward" + note
 
