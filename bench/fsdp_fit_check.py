@@ -11,9 +11,10 @@ with one process trains unsharded, which is why this exists.
     python bench/fsdp_fit_check.py --model DIR --data CHAT.jsonl --world 2 4 [--rows 2] [--steps 4]
         [--checkpointing offload] [--qlora] [--out results.jsonl]
 
-One JSON line per world size (1: the same job unsharded, a control): the fit check's per-GPU prediction (`fit_shard.sharded`, what the job logs
-as "memory estimate") beside the measured peak (GiB allocated), their ratio, and the plan's parts.
-On CPU (`--smoke`) it runs the same path on a tiny model with gloo semantics and records no memory."""
+One JSON line per world size (1: the same job unsharded, a control): the fit check's per-GPU prediction
+(`fit_shard.sharded`, what the job logs as "memory estimate") beside the measured peak (GiB allocated),
+their ratio, the plan's parts and the kernel report. On the CPU the same path runs and records no memory
+(tests/jobs/train/test_fsdp_fit_bench.py)."""
 from __future__ import annotations
 
 import argparse
@@ -77,7 +78,7 @@ def one_world(args) -> dict:
         trainer.train_step(stream).read()
     stream.close()
     estimate = trainer.fit_estimate
-    row = {"check": "fsdp_fit_one_gpu", "world": args.world[0], "model": args.model.name, "rows": args.rows,
+    row = {"check": "fsdp_fit_one_gpu", "world": world, "model": args.model.name, "rows": args.rows,
            "max_len": args.max_len, "checkpointing": args.checkpointing, "qlora": args.qlora, "steps": args.steps,
            "predicted_gib": round(estimate.allocated_gb, 3) if estimate else None,
            "parts_gib": estimate.breakdown() if estimate else None,

@@ -41,7 +41,6 @@ def adapter_on(model, adapter: str | None):
 SLOTS = 32   # rows of a GPU batch's static cache (scheduler.MAX_BATCH_ROWS)
 
 
-
 class Engine:
     """Makes batches on one (PEFT) model; only the scheduler's thread uses it."""
 

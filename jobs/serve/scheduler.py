@@ -16,7 +16,8 @@ at a time, a decode step at a time, with continuous batching (vLLM/TGI's in-flig
   and the request waits.
 - The queue is bounded: `submit` raises QueueFull (HTTP 429) when `max_waiting` requests already wait.
 
-- A batch whose CUDA graph is worth keeping (`batch.reusable`: slots.py's) is kept for IDLE_KEEP_S
+- A batch whose CUDA graph is worth keeping (`batch.reusable`: slots.py's) is kept for `keep_idle_s`
+  (IDLE_KEEP_S)
   after its last request ends, up to MAX_IDLE of them (one per model and sampling: a chat beside the
   base model alternates two). The next request that shares its key and fits its cache reuses it
   instead of opening (and capturing) a new one; an unseeded request only, as a seeded one runs alone.
@@ -89,9 +90,9 @@ class Running:
 
 class Scheduler:
     def __init__(self, engine, max_waiting: int = MAX_WAITING, max_batch_rows: int = MAX_BATCH_ROWS,
-                 keep_idle_s: float | None = None):
+                 keep_idle_s: float = IDLE_KEEP_S):
         self.engine, self.max_waiting, self.max_batch_rows = engine, max_waiting, max_batch_rows
-        self.keep_idle_s = keep_idle_s   # None: IDLE_KEEP_S as it is when a batch goes idle
+        self.keep_idle_s = keep_idle_s
         self._waiting: deque[Generation] = deque()
         self._cond = threading.Condition()
         self._stopped = False
@@ -172,7 +173,7 @@ class Scheduler:
 
     def _keep_idle(self, running: Running) -> None:
         alone = running.key[-1] is not None   # a seeded request's key is its own: never asked again
-        if not getattr(running.batch, "reusable", False) or alone or self._keep_s() <= 0:
+        if not getattr(running.batch, "reusable", False) or alone or self.keep_idle_s <= 0:
             return
         self._idle[running.key] = (running, time.monotonic())
         while len(self._idle) > MAX_IDLE:
@@ -183,15 +184,12 @@ class Scheduler:
         if not self._idle:
             return None
         oldest = min(when for _, when in self._idle.values())
-        return max(0.0, oldest + self._keep_s() - time.monotonic())
+        return max(0.0, oldest + self.keep_idle_s - time.monotonic())
 
     def _expire_idle(self) -> None:
         now = time.monotonic()
-        for key in [k for k, (_, when) in self._idle.items() if now - when >= self._keep_s()]:
+        for key in [k for k, (_, when) in self._idle.items() if now - when >= self.keep_idle_s]:
             del self._idle[key]
-
-    def _keep_s(self) -> float:
-        return IDLE_KEEP_S if self.keep_idle_s is None else self.keep_idle_s
 
     def _advance(self, running: Running | None, joining: list[Generation]) -> Running | None:
         """Admit `joining` (opening a batch for them when none runs, or into a reused idle one), then one

@@ -52,7 +52,6 @@ def eos_ids_of(model, tokenizer) -> set[int]:
     return ids
 
 
-
 @torch.no_grad()
 def sample_completions(model, tokenizer, prompts: list[list[int]], num_generations: int, max_new_tokens: int,
                        temperature: float, top_p: float, device, log=None,

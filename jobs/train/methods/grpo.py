@@ -72,13 +72,13 @@ class GroupRelativePolicyOptimization(Method):
         t = self.trainer
         # the plan's units are prompts (never packed); t.packed (the start event's `packing`) says
         # whether the policy pass packs the sampled sequences
-        self.packed, line = grpo_packing(self.spec.packing, t.device.type, arch.text_config(t.model.config))
+        text = arch.text_config(t.model.config)
+        self.packed, line = grpo_packing(self.spec.packing, t.device.type, text)
         t.packed = self.packed
         t.log(line)
         if self.packed:
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
-        text = arch.text_config(t.model.config)
         share, line = grpo_prefix_sharing(self.packed, t.device.type, text)
         self.shared = shared_prefix.model_size(text) if share else None
         t.log(line)
@@ -301,7 +301,6 @@ def _head(lm, spec) -> dict:
     weight is whole only once the root's forward has gathered it (before, it is this rank's shard)."""
     return dict(weight=lm.lm_head.weight, bias=lm.lm_head.bias, temperature=spec.temperature,
                 softcap=getattr(arch.text_config(lm.config), "final_logit_softcapping", None))
-
 
 
 def _completion_hidden(model, lm, inputs: dict, gather: torch.Tensor) -> torch.Tensor:

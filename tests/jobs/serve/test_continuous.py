@@ -123,7 +123,7 @@ def test_rows_join_the_static_cache_in_free_slots_and_answer_as_alone(served):
 def test_a_finished_static_cache_batch_is_reused_for_the_next_request_and_expires(served, monkeypatch):
     """A chat's next message reuses the finished GPU batch (its captured graph) rewound to fit its longer
     prompt, and answers what generate answers; once the batch has waited IDLE_KEEP_S, a new one opens."""
-    from jobs.serve import engine as engines, scheduler as scheduling
+    from jobs.serve import engine as engines
 
     engine, tok, generate = served
     monkeypatch.setattr(engines, "SLOT_ROOM", 64)   # the tiny model's 512 positions leave no room for 512
@@ -139,7 +139,7 @@ def test_a_finished_static_cache_batch_is_reused_for_the_next_request_and_expire
             scheduler.submit(request(served, prompt, 8, answers[-1]))
             assert answers[-1].done.wait(60)
         assert (scheduler.batches, scheduler.reuses) == (1, 1)
-        monkeypatch.setattr(scheduling, "IDLE_KEEP_S", 0.0)
+        scheduler.keep_idle_s = 0.0
         again = Answer(scheduler)
         scheduler.submit(request(served, short_prompt, 8, again))
         assert again.done.wait(60)
