@@ -8,8 +8,8 @@ from typing import Any
 
 import gradio as gr
 
-from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, PREFERENCE_METHODS, JobSpec, SpecError
-from studio import form, render
+from jobs.spec import BUILTIN_DATASET, DATASET_SUFFIXES, JobSpec, SpecError
+from studio import form
 from studio.context import StudioContext
 from studio.dataset_remove import build_remove, wire_remove
 from studio.uploads import (  # noqa: F401  (re-exported: the tab and its tests name them here)
@@ -17,6 +17,7 @@ from studio.uploads import (  # noqa: F401  (re-exported: the tab and its tests 
 from studio.i18n import t
 from studio.method_fields import dataset_default_update, wire_method
 from studio.server_text import translated
+from studio.data_preview import preview_data
 from studio.train_start import FIT_FIELDS, fit_for_form, start_job
 
 
@@ -281,17 +282,23 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
           upload_info: gr.HTML, preview_btn: gr.Button, preview: gr.HTML) -> None:
     names, inputs, lang = tab.names, tab.inputs, ctx.lang
 
-    def on_change(language: str, *values: Any) -> tuple[str, str, str, Any]:
+    judged = gr.State(None)   # [language, *values] the last Start answered for
+
+    def on_change(language: str, last: list | None, *values: Any) -> tuple[Any, ...]:
+        command = command_text(ctx.runner, ctx.data_dir, names, list(values), language)
+        if last == [language, *values]:
+            # a redraw of the form Start just judged (an upload's chained field events can land after
+            # Start's answer): its refusal or warning still applies, so it stays on the page
+            return command, gr.skip(), gr.skip(), gr.skip()
         # the last Start's refusal or fit warning no longer applies once the form changed: the
         # command box says what is wrong now, and Start is plain Start again
-        return (command_text(ctx.runner, ctx.data_dir, names, list(values), language), "", "",
-                gr.update(value=t("train.start", language)))
+        return command, "", "", gr.update(value=t("train.start", language))
 
     # one queue for every field's redraw, in the order the fields changed: each event carries the form
     # as it was when it fired, and separate listeners ran side by side, so a slow early one (the
     # method's, whose dataset swap fires more) could finish last and draw a stale config
     for component in [lang, *inputs]:
-        component.change(on_change, [lang, *inputs], [tab.command, tab.status, tab.confirm, tab.start],
+        component.change(on_change, [lang, judged, *inputs], [tab.command, tab.status, tab.confirm, tab.start],
                          show_progress="hidden", trigger_mode="always_last", concurrency_id="form-command",
                          concurrency_limit=1)
 
@@ -321,7 +328,7 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
         # the dataset and beta the method set, drawn once they are on the page: the swapped dataset's
         # own change event did not always redraw (seen on a loaded 2-core machine: the field said
         # builtin:arithmetic, the box builtin:identity for good)
-        picked.then(on_change, [lang, *inputs], [tab.command, tab.status, tab.confirm, tab.start],
+        picked.then(on_change, [lang, judged, *inputs], [tab.command, tab.status, tab.confirm, tab.start],
                     show_progress="hidden", concurrency_id="form-command", concurrency_limit=1)
 
     def on_upload(file: str | None, language: str) -> tuple[Any, str]:
@@ -352,47 +359,10 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
             ctx.shared.invalidate()
         label = t("train.start_anyway" if result.confirm else "train.start", language)
         return (result.status, result.job_id, result.confirm, gr.update(value=label),
-                gr.skip() if result.fit is None else result.fit)
+                gr.skip() if result.fit is None else result.fit, [language, *values])
 
+    # in the redraws' queue: a field's redraw fired before the click runs before Start's answer,
+    # never after it (it would clear the answer the user is reading)
     tab.start.click(on_start, [lang, tab.confirm, *inputs],
-                    [tab.status, tab.started_job, tab.confirm, tab.start, tab.fit], api_name="start_job")
-
-
-def preview_data(data_dir: Path, names: list[str], values: list[Any], lang: str = "en") -> str:
-    """The preview HTML, or an error box naming what is wrong (spec field, file/row/field)."""
-    from jobs.data import dataset as data  # loads a tokenizer: imported on first use, not with the UI
-    from jobs.checks.access import DataAccess
-    try:
-        access = DataAccess.for_studio(data_dir)
-        spec = JobSpec.from_dict(access.check_values(form.values_to_dict(names, values)))
-        if spec.method in PREFERENCE_METHODS:
-            from jobs.data.pair_preview import preview_preference
-            from studio.pair_render import pairs_html
-            return pairs_html(preview_preference(spec, n=3, data_dir=data_dir, access=access), lang)
-        vision_preview = _vision_preview(spec, data_dir)
-        if vision_preview is not None:   # image-text rows: thumbnails beside the text
-            return render.preview_html(vision_preview, lang)
-        preview = data.preview_rows
-        if spec.method == "grpo":   # prompts as the model sees them, and the columns the rewards get
-            from jobs.data.prompts import preview_rows as preview
-        shown = render.preview_html(preview(spec, n=3, data_dir=data_dir, access=access), lang)
-        if spec.dataset == BUILTIN_DATASET and spec.method == "sft":  # the rows the job trains, not only the 3 shown
-            shown = render.identity_count_html(*data.identity_row_counts(spec, data_dir), lang) + shown
-        return shown
-    except SpecError as exc:
-        return render.notice_html(form.error_text(exc, lang), "error")
-    except data.DataError as exc:
-        return render.notice_html(translated(str(exc), lang), "error")
-    except Exception as exc:  # model load failures etc.: show them, the form stays usable
-        return render.notice_html(t("train.preview_failed", lang, error=f"{type(exc).__name__}: {exc}"), "error")
-
-
-def _vision_preview(spec: JobSpec, data_dir: Path) -> list[dict] | None:
-    """The preview rows of a vision-language model's data (jobs/data/vision_preview.py); None for a text model."""
-    from jobs.models import load as models
-    from jobs.models import vision
-    source = models.resolve_model(spec.model, data_dir, log=lambda _line: None)
-    if not vision.is_vision_config(models.load_config(source)):
-        return None
-    from jobs.data.vision_preview import preview_vision_rows
-    return preview_vision_rows(spec, source, n=3, data_dir=data_dir)
+                    [tab.status, tab.started_job, tab.confirm, tab.start, tab.fit, judged], api_name="start_job",
+                    concurrency_id="form-command", concurrency_limit=1)

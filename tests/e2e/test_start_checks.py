@@ -31,6 +31,8 @@ def test_bad_rows_are_refused_at_start_and_nothing_is_queued(studio, browser_con
     assert "Dataset (dataset)" in text and "2 bad rows" in text
     assert "row 3 (line 4" in text and "row 4 (line 5" in text
     assert selected_tab(page) == "Train"   # Start switches to the Jobs tab only when it queued a job
+    page.wait_for_timeout(1000)   # the upload's chained field redraws landing late keep the refusal shown
+    assert "row 3 (line 4" in page.locator("#ft-train-status").inner_text()
 
     page.get_by_role("tab", name="Jobs").click()   # nothing was queued
     page.wait_for_selector("#ft-jobs-table", timeout=30_000)

@@ -8,7 +8,7 @@ from jobs.spec import BUILTIN_CONCISE, BUILTIN_DATASET, JobSpec
 from studio import form
 from studio.pair_render import pairs_html
 from studio.method_fields import dataset_default_update, method_updates
-from studio.train_tab import preview_data
+from studio.data_preview import preview_data
 
 PAIR = {"prompt": "What is 2+2?", "chosen": "4.", "rejected": "It is <b>five</b>, I think, or maybe 4."}
 

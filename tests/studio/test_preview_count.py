@@ -9,7 +9,7 @@ from jobs.data.builtin.general import cache_file, prompts
 from jobs.io import paths
 from jobs.spec import BUILTIN_DATASET, JobSpec
 from studio import form
-from studio.train_tab import preview_data
+from studio.data_preview import preview_data
 from tests.tiny import make_tiny_model
 
 

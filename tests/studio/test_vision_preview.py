@@ -2,7 +2,7 @@
 import pytest
 
 from jobs.spec import JobSpec
-from studio.train_tab import preview_data
+from studio.data_preview import preview_data
 from tests.tiny import make_tiny_vision_model
 
 
