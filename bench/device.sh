@@ -31,7 +31,8 @@
 #   bash bench/device.sh logprobs            the fused log-probs op vs TRL's chunked kernel vs torch (logprobs_op.py)
 #   bash bench/device.sh page                the studio itself on the GPU, driven through its endpoints (page_check.py),
 #                                            then its job served to one client over 8 turns (serve_bench.py --turns)
-#   bash bench/device.sh fsdpfit [SHAPE [WORLDS]]  the sharded fit check vs rank 0's peak on one GPU (fake process group)
+#   bash bench/device.sh fsdpfit [SHAPE [WORLDS [BUDGET]]]  the sharded fit check vs rank 0's peak on one GPU (fake
+#                                            process group); BUDGET GiB: also each rank's budgeted plan at those WORLDS
 #   bash bench/device.sh ddp                 1 GPU vs 2 GPUs through torchrun (kind nvidia-h200-x2; ddp_bench.py)
 #   bash bench/device.sh smoke               CPU only: every path above on tiny shapes (run here, not on the GPU)
 #
@@ -317,7 +318,7 @@ case "$what" in
       "$(dirname "$done_job")" --turns 8 --max-tokens 64 --out "$OUT/serve.jsonl"
     [ -n "$done_job" ] && stage "serve_turns no kept batches" 90 env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY \
       bench/serve_bench.py "$(dirname "$done_job")" --turns 8 --max-tokens 64 --keep-batches-s 0 --out "$OUT/serve.jsonl" ;;
-  fsdpfit)   # fsdpfit [SHAPE [WORLDS]]: the sharded fit check against rank 0's measured peak, one GPU, a fake
+  fsdpfit)   # fsdpfit [SHAPE [WORLDS [BUDGET]]]: the sharded fit check against rank 0's measured peak, one GPU, a fake
     # process group of N ranks (bench/fsdp_fit_check.py; issue 37); then QLoRA unsharded and at 2 ranks (bitsandbytes alone on the path)
     versions
     S=${2:-llama-3.2-1b}; R=$(rows_of "$S")
@@ -326,7 +327,9 @@ case "$what" in
     stage "fsdp fit $S" 330 $PY bench/fsdp_fit_check.py $F --world ${3:-2 4 8} --timeout 160
     mkdir -p /tmp/bnb && ln -sf "$SITE"/bitsandbytes* /tmp/bnb/
     stage "fsdp fit $S qlora" 170 env PYTHONPATH=/tmp/bnb $PY bench/fsdp_fit_check.py $F --world 1 2 --qlora \
-      --timeout 160 ;;
+      --timeout 160
+    [ -z "${4:-}" ] || stage "fsdp fit $S budget $4" 330 $PY bench/fsdp_fit_check.py $F --world ${3:-2 4 8} \
+      --budget "$4" --timeout 160 ;;
   ddp)
     timeout 20 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv | tee -a "$LOG"
     stage ddp 465 $PY bench/ddp_bench.py --work /tmp/ddp-bench --out "$OUT/ddp.jsonl" --steps 12 --offload-check \

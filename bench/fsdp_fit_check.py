@@ -9,10 +9,14 @@ this measures memory, never loss or speed. NCCL refuses two ranks on one GPU, an
 with one process trains unsharded, which is why this exists.
 
     python bench/fsdp_fit_check.py --model DIR --data CHAT.jsonl --world 2 4 [--rows 2] [--steps 4]
-        [--checkpointing offload] [--qlora] [--out results.jsonl]
+        [--checkpointing offload] [--qlora] [--budget GIB] [--out results.jsonl]
+
+--budget sets max_gpu_memory_gb (checkpointing auto): the plan each rank trains by is then sized for what
+one process holds (jobs/models/fit_rank.py), and the row says whether the peak stayed within the budget
+(+3 % allocator slack, issue 38's bound).
 
 One JSON line per world size (1: the same job unsharded, a control): the fit check's per-GPU prediction
-(`fit_shard.sharded`, what the job logs as "memory estimate") beside the measured peak (GiB allocated),
+(`fit.estimate_peak` of one process, what the job logs as "memory estimate") beside the measured peak (GiB allocated),
 their ratio, the plan's parts and the kernel report. On the CPU the same path runs and records no memory
 (tests/jobs/train/test_fsdp_fit_bench.py)."""
 from __future__ import annotations
@@ -61,7 +65,8 @@ def one_world(args) -> dict:
     spec = JobSpec(model=str(args.model), dataset=str(args.data), dataset_format="messages", output_dir=str(out),
                    lora_r=16, lora_alpha=16, lora_dropout=0.0, target_modules=TARGETS, max_steps=args.steps + 2,
                    save_steps=0, max_seq_length=args.max_len, batch_size=args.rows, packing="on",
-                   gradient_checkpointing=args.checkpointing, fused_kernels=cuda,
+                   gradient_checkpointing="auto" if args.budget else args.checkpointing, fused_kernels=cuda,
+                   max_gpu_memory_gb=args.budget,
                    sharding="fsdp" if world > 1 else "none",
                    dtype="bf16" if cuda else "fp32", load_in_4bit=args.qlora, seed=0)
     dist = distributed.init()
@@ -83,11 +88,13 @@ def one_world(args) -> dict:
            "predicted_gib": round(estimate.allocated_gb, 3) if estimate else None,
            "parts_gib": estimate.breakdown() if estimate else None,
            "plan": estimate.checkpointing if estimate else None, "wall_s": round(time.perf_counter() - began, 2),
-           "sharded": trainer.sharded, "patch_report": trainer.patch_report}
+           "sharded": trainer.sharded, "patch_report": trainer.patch_report, "budget_gib": args.budget or None}
     if cuda:
         peak = torch.cuda.max_memory_allocated() / 2 ** 30
         row.update(measured_gib=round(peak, 3), device=torch.cuda.get_device_name(0),
                    measured_over_predicted=round(peak / estimate.allocated_gb, 3) if estimate else None)
+        if args.budget:
+            row["within_budget"] = peak <= args.budget * 1.03
     return row
 
 
@@ -107,6 +114,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4, help="measured steps after the first")
     parser.add_argument("--checkpointing", default="offload")
     parser.add_argument("--qlora", action="store_true")
+    parser.add_argument("--budget", type=float, default=0.0, help="max_gpu_memory_gb of each rank (0: none)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)   # the child of one world size
     parser.add_argument("--timeout", type=float, default=400)
     parser.add_argument("--out", type=Path, default=None)
@@ -136,7 +144,7 @@ def main() -> int:
 def _passed(args) -> list[str]:
     argv = ["--model", str(args.model), "--data", str(args.data), "--rows", str(args.rows), "--max-len",
             str(args.max_len), "--steps", str(args.steps), "--checkpointing", args.checkpointing]
-    return argv + (["--qlora"] if args.qlora else [])
+    return argv + (["--qlora"] if args.qlora else []) + (["--budget", str(args.budget)] if args.budget else [])
 
 
 if __name__ == "__main__":

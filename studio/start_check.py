@@ -173,7 +173,7 @@ class StartCheck:
                     estimate = fit.estimate_peak(spec, self._files.config(source), **_gpu_bytes(free))
                 if free is not None:   # per GPU when sharded; how many GPUs it needs (jobs/models/fit_shard.py)
                     from jobs.models import fit_shard
-                    estimate = fit_shard.for_job(spec, self._files.config(source), estimate, free)
+                    estimate = fit_shard.for_job(spec, self._files.config(source), estimate, free, **_gpu_bytes(free))
             except (ModelError, ValueError, AttributeError, KeyError, TypeError):
                 estimate = None   # an architecture jobs/models/fit.py cannot size: no number rather than a wrong one
         view = FitView(estimate, gpu, free)

@@ -366,12 +366,14 @@ def _predicted_memory(spec: JobSpec, config, report: PreflightReport) -> str | N
         return None
     from jobs.models import fit, fit_shard
     try:
-        refusal = fit.budget_refusal(spec, config)   # a budget no plan can meet: refused before the job starts
-        if refusal:
-            report.fail("max_gpu_memory_gb", refusal)
         estimate = fit.estimate_peak(spec, config)
         free, _ = fit._cuda_memory()
-        planned = fit_shard.for_job(spec, config, estimate, free / 2 ** 30 if free else None)
+        gpu_gb = free / 2 ** 30 if free else None
+        world = fit_shard.model_world(spec, estimate, gpu_gb)   # a sharded job's budget holds per process
+        refusal = fit.budget_refusal(spec, config, world=world)   # no plan can meet it: refused before the job
+        if refusal:
+            report.fail("max_gpu_memory_gb", refusal)
+        planned = fit_shard.for_job(spec, config, estimate, gpu_gb)
         report.notes.extend(planned.notes[len(estimate.notes):])   # sharded per GPU; how many GPUs it needs
         if free is None:   # no GPU here: what the job takes of this machine's RAM (as the Train tab says)
             _ram_note(spec, config, report)

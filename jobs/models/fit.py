@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 
 from jobs.messages import say
-from jobs.models import fit_passes, fit_rollout, fit_vision
+from jobs.models import fit_passes, fit_rank, fit_rollout, fit_vision
 from jobs.models.fit_advice import advice, oom_message  # noqa: F401 (re-exported: studio, jobs/train/loop.py)
 from jobs.models.fit_estimate import (  # noqa: F401 (re-exported)
     CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, FitEstimate, _total_gb, allocatable_bytes, least_budget_gb)
@@ -58,28 +58,33 @@ from jobs.models.fit_plan import (  # noqa: F401 (re-exported: tests, the GRPO a
     _per_layer, _step_activations)
 
 
-def plan_within_budget(spec, model_config, trainable: int | None = None,
-                       fused: bool | None = None) -> tuple[list[bool], bool, str, int] | None:
+def plan_within_budget(spec, model_config, trainable: int | None = None, fused: bool | None = None,
+                       world: int = 1) -> tuple[list[bool], bool, str, int] | None:
     """(recompute flag per decoder layer, offload, description, bytes of the input embedding table
     to host) when the job has a budget and "auto" checkpointing on the fused engine; else None. The
-    first three are kernels.apply_checkpointing's `plan`; the last, kernels/host_embedding.py's."""
+    first three are kernels.apply_checkpointing's `plan`; the last, kernels/host_embedding.py's.
+    `world`: the processes a sharded job's model is split over (1: unsharded), each planned alone."""
     fused = spec.fused_kernels if fused is None else fused
     if not _budgeted(spec, fused):
         return None
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
     vision = fit_vision.VisionShape.of(model_config)
-    static = _static_bytes(spec, shape, b, fused, trainable, vision)
-    spec, passes = _policy_pass(spec, model_config, trainable, fused)
-    recomputed, offload, description, hosted = _budget_plan(spec, shape, b, static, fused, vision=vision)
+    static = _static_bytes(spec, shape, b, fused, trainable, vision, world)
+    spec, passes = _policy_pass(spec, model_config, trainable, fused, world)
+    recomputed, offload, description, hosted = _budget_plan(spec, shape, b, static, fused, vision=vision,
+                                                            world=world)
     description += passes
     # one flag per GradientCheckpointingLayer, as kernels.apply_checkpointing counts them: a vision
     # tower's blocks are such layers too, and come first
     return fit_vision.plan_flags(spec, vision, shape.layers, recomputed), offload, description, hosted
 
 
-def _static_bytes(spec, shape: _Shape, b: int, fused: bool, trainable: int | None, vision=None) -> int:
-    """Weights, LoRA and its optimizer state: what the job holds before any activation."""
-    return sum(_static_parts(spec, shape, b, fused, trainable, vision).values())
+def _static_bytes(spec, shape: _Shape, b: int, fused: bool, trainable: int | None, vision=None,
+                  world: int = 1) -> int:
+    """Weights, LoRA and its optimizer state: what a process holds before any activation (its share
+    of a model sharded over `world` processes, fit_rank.py)."""
+    return sum(fit_rank.per_rank(_static_parts(spec, shape, b, fused, trainable, vision), spec, shape, b,
+                                 world).values())
 
 
 def _static_parts(spec, shape: _Shape, b: int, fused: bool, trainable: int | None, vision) -> dict[str, int]:
@@ -110,7 +115,8 @@ def _auto_plan(spec, model_config, shape: _Shape, b: int, static: int, free_byte
     return fit_vision.recomputed_of_flags(spec, vision, flags), offload, description
 
 
-def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused, layers_now, vision=None):
+def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused, layers_now, vision=None,
+            world: int = 1):
     """(recomputed layers, offload, description, bytes of the input embedding table in host memory);
     the layers counted as _step_activations counts them."""
     if layers_now is not None:
@@ -123,7 +129,7 @@ def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused
     if mode in ("on", "offload"):
         return shape.layers + fit_vision.plannable(spec, vision), mode == "offload", mode, 0
     if spec.max_gpu_memory_gb > 0 and fused:
-        return _budget_plan(spec, shape, b, static, fused, vision=vision)
+        return _budget_plan(spec, shape, b, static, fused, vision=vision, world=world)
     return (*_auto_plan(spec, model_config, shape, b, static, free_bytes, total_bytes, vision), 0)
 
 
@@ -145,31 +151,32 @@ def _batch_note(spec, packed: bool | None) -> str:
 
 def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | None = None,
                   trainable: int | None = None, free_bytes: int | None = None,
-                  total_bytes: int | None = None, model=None, cuda: bool = True) -> FitEstimate:
+                  total_bytes: int | None = None, model=None, cuda: bool = True, world: int = 1) -> FitEstimate:
     """Predicted peak GPU memory of `spec` on a model of `model_config` (module doc).
 
     free_bytes / total_bytes: the GPU's free and total memory before loading (sizes "auto"
     checkpointing; default: read from GPU 0 when there is one). model: a loaded (and
     checkpointing-configured) model, whose actual per-layer policy is then used. packed: whether
     rows are packed (the estimate is for full rows either way; recorded in the notes). cuda=False:
-    the tensors of a CPU job (fp32 under dtype auto), for a RAM estimate.
+    the tensors of a CPU job (fp32 under dtype auto), for a RAM estimate. world: the processes a
+    sharded job's model is split over; the estimate is then one process's, planned as it runs (fit_rank.py).
     """
     fused = spec.fused_kernels if fused is None else fused
     shape, vision = _Shape.of(model_config), fit_vision.VisionShape.of(model_config)
     b = _dtype_bytes(spec, cuda=cuda)
-    whole, (spec, passes) = spec, _policy_pass(spec, model_config, trainable, fused)
+    whole, (spec, passes) = spec, _policy_pass(spec, model_config, trainable, fused, world)
     tokens = spec.batch_tokens()
-    parts = _static_parts(spec, shape, b, fused, trainable, vision)
+    parts = fit_rank.per_rank(_static_parts(spec, shape, b, fused, trainable, vision), spec, shape, b, world)
     if free_bytes is None and model is None:
         free_bytes, total_bytes = _cuda_memory()
     loaded = current_policy(model, spec, vision) if model is not None else None
     recomputed, offload, policy, hosted = _policy(spec, model_config, shape, b, sum(parts.values()), free_bytes,
-                                                  total_bytes, fused, loaded, vision)
+                                                  total_bytes, fused, loaded, vision, world)
     if hosted:
         _without_table(parts, hosted)
-    notes = [_batch_note(whole, packed) + passes]
-    step = _step_activations(spec, shape, vision, b, fused, recomputed, offload)
-    parts.update(_sampling_or_step(whole, model_config, shape, b, step, trainable, notes)
+    notes = [_batch_note(whole, packed) + passes, *fit_rank.notes(whole, world)]
+    step = _step_activations(spec, shape, vision, b, fused, recomputed, offload, world)
+    parts.update(_sampling_or_step(whole, model_config, shape, b, step, trainable, notes, world)
                  if spec.method == "grpo" else step)
     if hosted:
         notes.append(f"the input embedding table ({hosted / GIB:.2f} GiB) stays in pinned CPU memory: no "
@@ -185,7 +192,7 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
 
 
 def rollout_rows(spec, model_config, trainable: int | None = None, prompt_len: int | None = None,
-                 allocated: int = 0) -> tuple[int, int]:
+                 allocated: int = 0, world: int = 1) -> tuple[int, int]:
     """(completions one GRPO sampling pass may hold within max_gpu_memory_gb, the GPU bytes each
     holds): every completion of a micro-batch at once without a budget. `prompt_len`: the padded
     prompt width (default max_seq_length); `allocated`: what the job holds now, when more than the
@@ -195,13 +202,14 @@ def rollout_rows(spec, model_config, trainable: int | None = None, prompt_len: i
     per_row = fit_rollout.row_bytes(shape, prompt_len or spec.max_seq_length, spec.max_completion_length, b)
     if spec.max_gpu_memory_gb <= 0:
         return rows, per_row
-    held = max(allocated, _static_bytes(spec, shape, b, spec.fused_kernels, trainable))
+    held = max(allocated, _static_bytes(spec, shape, b, spec.fused_kernels, trainable, world=world))
     return fit_rollout.rows_within(rows, allocatable_bytes(spec.max_gpu_memory_gb) - held, per_row), per_row
 
 
-def _sampling_or_step(spec, model_config, shape: _Shape, b: int, step: dict, trainable, notes: list) -> dict:
+def _sampling_or_step(spec, model_config, shape: _Shape, b: int, step: dict, trainable, notes: list,
+                      world: int = 1) -> dict:
     """GRPO peaks at the larger of its two phases (fit_rollout.py): that phase's parts, and a note."""
-    rows, _ = rollout_rows(spec, model_config, trainable)
+    rows, _ = rollout_rows(spec, model_config, trainable, world=world)
     sampling = fit_rollout.parts(shape, rows, spec.max_seq_length, spec.max_completion_length, b)
     total = spec.batch_size * spec.num_generations
     passes = f"{rows} of its {total} completions a pass" if rows < total else f"all {total} completions in one pass"
@@ -212,7 +220,8 @@ def _sampling_or_step(spec, model_config, shape: _Shape, b: int, step: dict, tra
     return sampling if sampled > stepped else step
 
 
-def grpo_policy_rows(spec, model_config, trainable: int | None = None, fused: bool | None = None) -> int:
+def grpo_policy_rows(spec, model_config, trainable: int | None = None, fused: bool | None = None,
+                     world: int = 1) -> int:
     """Completions one GRPO policy pass (forward + backward) takes: all of a micro-batch's, unless
     max_gpu_memory_gb is set (auto checkpointing, fused engine) and no checkpointing plan fits them;
     then the most for which one does (fewer passes are faster), or all when not even one fits (the
@@ -225,26 +234,26 @@ def grpo_policy_rows(spec, model_config, trainable: int | None = None, fused: bo
         return rows
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
     vision = fit_vision.VisionShape.of(model_config)
-    static, host = _static_bytes(spec, shape, b, fused, trainable, vision), _host_free_bytes()
+    static, host = _static_bytes(spec, shape, b, fused, trainable, vision, world), _host_free_bytes()
     for passes in range(1, rows + 1):
         part = -(-rows // passes)
         view = dataclasses.replace(spec, batch_size=1, num_generations=part)
-        if _first_fit(view, shape, b, static, fused, host, vision) is not None:
+        if _first_fit(view, shape, b, static, fused, host, vision, world) is not None:
             return part
     return rows
 
 
-def _policy_pass(spec, model_config, trainable, fused) -> tuple:
+def _policy_pass(spec, model_config, trainable, fused, world: int = 1) -> tuple:
     """(the spec as one pass sizes memory, a note when a micro-batch trains in passes: GRPO's policy
     step, or a preference micro-batch within a budget, fit_passes.py)."""
     if fit_passes.splits(spec):
-        part = preference_pass_units(spec, model_config, trainable, fused)
+        part = preference_pass_units(spec, model_config, trainable, fused, world)
         if part >= spec.batch_size:
             return spec, ""
         return (dataclasses.replace(spec, batch_size=part),
                 f"; the micro-batch in passes of up to {part} of its {spec.batch_size} units (packed rows or pairs)")
     rows = spec.batch_size * spec.num_generations if spec.method == "grpo" else 0
-    part = grpo_policy_rows(spec, model_config, trainable, fused) if rows else 0
+    part = grpo_policy_rows(spec, model_config, trainable, fused, world) if rows else 0
     if part >= rows:
         return spec, ""
     return (dataclasses.replace(spec, batch_size=1, num_generations=part),
@@ -256,7 +265,8 @@ def _budgeted(spec, fused: bool) -> bool:
     return spec.max_gpu_memory_gb > 0 and spec.gradient_checkpointing == "auto" and fused
 
 
-def preference_pass_units(spec, model_config, trainable: int | None = None, fused: bool | None = None) -> int:
+def preference_pass_units(spec, model_config, trainable: int | None = None, fused: bool | None = None,
+                          world: int = 1) -> int:
     """Units (packed rows, or pairs) one forward + backward of a preference micro-batch takes: all
     batch_size of them, unless a budget plan applies; then the split and plan of the least predicted
     step time among those that fit (fit_passes.py), or 1 when none does (the job is then refused:
@@ -266,18 +276,19 @@ def preference_pass_units(spec, model_config, trainable: int | None = None, fuse
         return spec.batch_size
     from kernels.checkpoint import _host_free_bytes
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
-    static, host = _static_bytes(spec, shape, b, fused, trainable), _host_free_bytes()
+    static, host = _static_bytes(spec, shape, b, fused, trainable, world=world), _host_free_bytes()
 
     def fits(view):   # as _budget_plan searches: the embedding table moves to the host only when needed
-        found, table = _first_fit(view, shape, b, static, fused, host, None), _hostable_table(view, shape, b)
+        found = _first_fit(view, shape, b, static, fused, host, None, world)
+        table = _hostable_table(view, shape, b, world)
         if found is None and table and table <= host:
-            found = _first_fit(view, shape, b, static - table, fused, host - table, None)
+            found = _first_fit(view, shape, b, static - table, fused, host - table, None, world)
         return found
     return fit_passes.choose(spec, shape, fits)[0]
 
 
-def least_budget(spec, model_config, trainable: int | None = None, fused: bool | None = None
-                 ) -> tuple[float, str] | None:
+def least_budget(spec, model_config, trainable: int | None = None, fused: bool | None = None,
+                 world: int = 1) -> tuple[float, str] | None:
     """(the smallest max_gpu_memory_gb this job can run within, how it would run there) when a budget
     plan applies (else None): its smallest pass (fit_passes.smallest_view) with every layer recomputed,
     their inputs offloaded and the input embedding table in pinned host memory where the host and the
@@ -288,13 +299,13 @@ def least_budget(spec, model_config, trainable: int | None = None, fused: bool |
         return None
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
     vision = fit_vision.VisionShape.of(model_config)
-    static, host, view = _static_bytes(spec, shape, b, fused, trainable, vision), _host_free_bytes(), \
+    static, host, view = _static_bytes(spec, shape, b, fused, trainable, vision, world), _host_free_bytes(), \
         fit_passes.smallest_view(spec)
-    table = _hostable_table(view, shape, b)
+    table = _hostable_table(view, shape, b, world)
     hosted = table if table and table <= host else 0
     n = shape.layers + fit_vision.plannable(view, vision)
     offload = _inputs_bytes(view, shape, vision, b, n) <= host - hosted
-    least = static - hosted + sum(_step_activations(view, shape, vision, b, fused, n, offload).values())
+    least = static - hosted + sum(_step_activations(view, shape, vision, b, fused, n, offload, world).values())
     if spec.method == "grpo":   # sampling one completion a pass holds its KV cache, prefill and logits
         least = max(least, static + fit_rollout.row_bytes(shape, spec.max_seq_length, spec.max_completion_length, b))
     how = (f"{fit_passes.smallest_pass(spec)}, all {n} layers recomputed"
@@ -303,12 +314,12 @@ def least_budget(spec, model_config, trainable: int | None = None, fused: bool |
     return least_budget_gb(least), how
 
 
-def budget_refusal(spec, model_config, trainable: int | None = None) -> str | None:
+def budget_refusal(spec, model_config, trainable: int | None = None, world: int = 1) -> str | None:
     """Why this job cannot start within its max_gpu_memory_gb, naming the smallest budget that works
     and how the job would run there (jobs/checks/preflight.py: --dry-run and Start; jobs/train/loop.py);
     None when the budget can be met or no budget plan applies."""
-    found = least_budget(spec, model_config, trainable)
+    found = least_budget(spec, model_config, trainable, world=world)
     if found is None or found[0] <= spec.max_gpu_memory_gb:
         return None
     return say("budget_below_least", budget=f"{spec.max_gpu_memory_gb:g}", least=f"{found[0]:.2f}", how=found[1],
-               levers=fit_passes.levers(spec))
+               levers=fit_passes.levers(spec, world))

@@ -91,10 +91,15 @@ def smallest_pass(spec) -> str:
     return f"the micro-batch of {spec.batch_size} rows of up to {spec.max_seq_length:,} tokens"
 
 
-def levers(spec) -> str:
-    """What else would lower the least budget, for the refusal."""
+def levers(spec, world: int = 1) -> str:
+    """What else would lower the least budget, for the refusal (`world`: the processes a sharded job's
+    model is split over; more of them hold less each)."""
     tips = [] if splits(spec) or spec.method == "grpo" or spec.batch_size == 1 else ["a smaller batch_size"]
     tips.append("a shorter max_seq_length" + (" or max_completion_length" if spec.method == "grpo" else ""))
     if not spec.load_in_4bit:
         tips.append("load_in_4bit: true")
+    if world > 1:
+        tips.append(f"more GPUs than {world} to shard over")
+    elif spec.base_precision != "fp8":
+        tips.append("sharding: fsdp over several GPUs")
     return ", ".join(tips)

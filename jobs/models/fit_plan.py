@@ -4,7 +4,7 @@ predicted allocated peak fits `max_gpu_memory_gb` (fit_estimate.allocatable_byte
 torch's max_memory_allocated, as the bench rows and the peers' peaks are measured)."""
 from __future__ import annotations
 
-from jobs.models import fit_vision
+from jobs.models import fit_rank, fit_vision
 from jobs.models.fit_estimate import GIB, allocatable_bytes
 from jobs.models.fit_shape import _Shape
 
@@ -44,11 +44,14 @@ def _activations(shape: _Shape, tokens: int, b: int, fused: bool, recomputed: in
     return {"activations kept": kept, "step transient": transient, "loss grad (hidden)": layer_input}
 
 
-def _step_activations(spec, shape: _Shape, vision, b: int, fused: bool, recomputed: int, offload: bool) -> dict:
+def _step_activations(spec, shape: _Shape, vision, b: int, fused: bool, recomputed: int, offload: bool,
+                      world: int = 1) -> dict:
     """The decoder's activation parts and, for an image-text model, its vision tower's (fit_vision.py):
-    `recomputed` counts the plannable layers in forward order, a LoRA'd tower's blocks first."""
+    `recomputed` counts the plannable layers in forward order, a LoRA'd tower's blocks first. `world`:
+    the processes sharing the model (a sharded 4-bit base's layers are not fused: fit_rank.py)."""
     in_tower, in_decoder = fit_vision.split_recomputed(spec, vision, recomputed)
-    parts = _activations(shape, spec.batch_tokens(), b, fused, in_decoder, offload)
+    parts = _activations(shape, spec.batch_tokens(), b, fused, in_decoder, offload,
+                         layers_fused=fit_rank.layers_fused(spec, fused, world))
     if vision is not None:
         parts.update(fit_vision.step_parts(spec, vision, b, fused, in_tower, offload, sum(parts.values()),
                                            shape.hidden))
@@ -56,22 +59,23 @@ def _step_activations(spec, shape: _Shape, vision, b: int, fused: bool, recomput
 
 
 def _budget_plan(spec, shape: _Shape, b: int, static: int, fused: bool,
-                 host_bytes: int | None = None, vision=None) -> tuple[int, bool, str, int]:
+                 host_bytes: int | None = None, vision=None, world: int = 1) -> tuple[int, bool, str, int]:
     """The fastest checkpointing plan whose predicted peak fits `max_gpu_memory_gb`: the fewest
     recomputed layers (each costs about 1/n of a forward pass), plain before offloaded at the same
     count (offloading the inputs costs no step time on an H200, bench/NOTES.md, but pins host RAM,
     of which it may use `host_bytes`). When none fits, the frozen input embedding table moves to
     pinned host memory where the job allows it (kernels/host_embedding.py: untied, not GRPO) and the
     plans are tried again without it. The same cost model as the estimate, so the fit check states
-    exactly the plan the job runs (jobs/train/loop.py applies it). Returns (recomputed layers,
+    exactly the plan the job runs (jobs/train/loop.py applies it). `static`: what one process holds
+    before activations, 1/`world` of a sharded model's (fit_rank.py). Returns (recomputed layers,
     offload, description, bytes of the table hosted)."""
     from kernels.checkpoint import _host_free_bytes
     host = _host_free_bytes() if host_bytes is None else host_bytes
-    found, hosted = _first_fit(spec, shape, b, static, fused, host, vision), 0
-    table = _hostable_table(spec, shape, b)
+    found, hosted = _first_fit(spec, shape, b, static, fused, host, vision, world), 0
+    table = _hostable_table(spec, shape, b, world)
     if found is None and table and table <= host:
         hosted = table
-        found = _first_fit(spec, shape, b, static - table, fused, host - table, vision)
+        found = _first_fit(spec, shape, b, static - table, fused, host - table, vision, world)
     if found is None:
         n = shape.layers + fit_vision.plannable(spec, vision)
         offload = _inputs_bytes(spec, shape, vision, b, n) <= host - hosted
@@ -82,14 +86,15 @@ def _budget_plan(spec, shape: _Shape, b: int, static: int, fused: bool,
     return recomputed, offload, f"auto within the {spec.max_gpu_memory_gb:g} GiB budget: {how}", hosted
 
 
-def _first_fit(spec, shape: _Shape, b: int, static: int, fused: bool, host: int, vision) -> tuple | None:
+def _first_fit(spec, shape: _Shape, b: int, static: int, fused: bool, host: int, vision,
+               world: int = 1) -> tuple | None:
     """(recomputed, offload, how) of the fastest plan within the budget, or None."""
     n = shape.layers + fit_vision.plannable(spec, vision)
     for recomputed in range(n + 1):
         for offload in ((False, True) if recomputed else (False,)):
             if offload and _inputs_bytes(spec, shape, vision, b, recomputed) > host:
                 continue
-            kept = _step_activations(spec, shape, vision, b, fused, recomputed, offload)
+            kept = _step_activations(spec, shape, vision, b, fused, recomputed, offload, world)
             if static + sum(kept.values()) <= allocatable_bytes(spec.max_gpu_memory_gb):
                 how = ("no recompute" if not recomputed else f"{recomputed} of {n} layers recomputed"
                        + (" (vision blocks first)" if n > shape.layers else "")
@@ -98,10 +103,13 @@ def _first_fit(spec, shape: _Shape, b: int, static: int, fused: bool, host: int,
     return None
 
 
-def _hostable_table(spec, shape: _Shape, b: int) -> int:
+def _hostable_table(spec, shape: _Shape, b: int, world: int = 1) -> int:
     """The input embedding table's bytes when a budget may host it (0 when it may not: a table
-    tied to the LM head is read whole every step; GRPO generates token by token from it)."""
-    return 0 if shape.tied or spec.method == "grpo" else shape.vocab * shape.hidden * b
+    tied to the LM head is read whole every step; GRPO generates token by token from it; FSDP
+    gathers it with the root of a sharded model)."""
+    if shape.tied or spec.method == "grpo" or not fit_rank.may_host_table(world):
+        return 0
+    return shape.vocab * shape.hidden * b
 
 
 def _inputs_bytes(spec, shape: _Shape, vision, b: int, recomputed: int) -> int:

@@ -1,27 +1,21 @@
 """The fit check of a sharded job (`sharding: fsdp`, jobs/train/sharding.py): per-GPU memory when N
 processes share the model, how many GPUs a model needs, and whether `sharding: auto` shards.
 
-Under FSDP2 each GPU keeps 1/N of every weight and of the LoRA weights with their gradients and AdamW
-state; on top it holds, while they run, whole copies of what is gathered: a decoder layer's weights
-and the next one's (FSDP2 prefetches one layer ahead, in forward and in backward), and the root
-group's (embeddings, head, final norm), which FSDP2 keeps gathered from the forward to the backward
-(the root is not resharded after forward). An image-text model's vision tower is in the root group
-(jobs/train/sharding.py): 1/N of it at rest, and whole from the forward to the backward. Activations
-are per process and do not shrink: `batch_size` stays per process. A 4-bit base (FSDP-QLoRA) splits
-its NF4 codes; each layer's quantization state (absmax, about 1/32 of the codes) stays whole on
-every process, as bitsandbytes keeps it on the module; and its layers run bitsandbytes' matmul with
-PEFT's LoRA on the gathered codes, not the fused NF4 kernels (kernels/lora_patch.py says why), so they
-keep a PyTorch layer's activations (the loss stays fused): without that the fit check predicted 2.59 GiB
-for a rank of a 2-GPU QLoRA job that peaked at 3.98 (1B shape, H200, bench/results/fsdp_fit.jsonl,
-2026-12-05). An fp8 base is not sharded yet (the spec refuses it)."""
+What each process holds is fit_rank.py's arithmetic: 1/N of the weights and LoRA state, the gathered
+layers and root, and a sharded 4-bit base's PyTorch-path activations; without counting those the fit
+check predicted 2.59 GiB for a rank of a 2-GPU QLoRA job that peaked at 3.98 (1B shape, H200,
+bench/results/fsdp_fit.jsonl, 2026-12-05). Activations are per process and do not shrink:
+`batch_size` stays per process. The job's budget plan (max_gpu_memory_gb) sizes one process the same
+way (fit.py `world`), so the fit check of a sharded job re-plans it per process rather than scaling
+the unsharded job's plan. An fp8 base is not sharded yet (the spec refuses it)."""
 from __future__ import annotations
 
 import dataclasses
 
-from jobs.models import fit
+from jobs.models import fit, fit_rank
 from jobs.models.fit_estimate import FitEstimate
 from jobs.models.fit_plan import _activations
-from jobs.models.fit_shape import NF4_BYTES_PER_WEIGHT, _dtype_bytes, _Shape
+from jobs.models.fit_shape import _dtype_bytes, _Shape
 
 MAX_GPUS = 64   # the most GPUs `gpus_needed` considers
 LORA_PART = "LoRA + AdamW (fp32)"
@@ -36,31 +30,15 @@ def shardable(spec) -> bool:
 
 
 def sharded(estimate: FitEstimate, spec, model_config, world: int, cuda: bool = True) -> FitEstimate:
-    """`estimate` (the unsharded one of the same job) as each of `world` FSDP processes holds it."""
+    """`estimate` (the unsharded one of the same job) as each of `world` FSDP processes holds it under
+    the same checkpointing plan (how many GPUs hold the job: gpus_needed; a job's own estimate is
+    planned per process, fit.estimate_peak's `world`)."""
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=cuda)
-    parts = {k: v for k, v in estimate.parts.items() if k not in BASE_PARTS}
-    linear = shape.linear_weights()
-    per_weight = NF4_CODE_BYTES if spec.load_in_4bit else b
-    whole = int(linear * per_weight) + shape.embedding_weights() * b
-    parts[f"base weights (1/{world} each)"] = -(-whole // world)
-    if spec.load_in_4bit:   # the codes are split; each Linear4bit keeps its whole quant state (absmax)
-        parts["NF4 quantization state (whole on each)"] = int(linear * (NF4_BYTES_PER_WEIGHT - NF4_CODE_BYTES))
-    parts["gathered: embeddings and head"] = shape.embedding_weights() * b
-    parts["gathered: two decoder layers"] = 2 * int(linear // shape.layers * per_weight)
-    for part in (LORA_PART, VISION_LORA_PART):
-        if part in parts:
-            parts[part] = -(-parts[part] // world)
-    if VISION_PART in parts:   # gathered with the root for the whole step, beside its shard at rest
-        tower = parts.pop(VISION_PART)
-        parts["vision tower (gathered with the root)"] = tower + -(-tower // world)
-    notes = [*estimate.notes, f"sharded (fsdp) over {world} GPUs: each holds 1/{world} of the weights and "
-             "LoRA state, plus the layers being gathered"]
-    if spec.load_in_4bit and spec.fused_kernels and estimate.layer_plan is not None:
+    parts = fit_rank.per_rank(estimate.parts, spec, shape, b, world)
+    if estimate.layer_plan is not None and not fit_rank.layers_fused(spec, spec.fused_kernels, world):
         recomputed, offload = estimate.layer_plan
         parts.update(_activations(shape, estimate.tokens, b, True, recomputed, offload, layers_fused=False))
-        notes.append("the 4-bit layers run bitsandbytes' matmul and PEFT's LoRA on the gathered codes "
-                     "(the fused NF4 path needs them whole): a PyTorch layer's activations")
-    return dataclasses.replace(estimate, parts=parts, notes=notes)
+    return dataclasses.replace(estimate, parts=parts, notes=[*estimate.notes, *fit_rank.notes(spec, world)])
 
 
 def gpus_needed(spec, model_config, gpu_gb: float, estimate: FitEstimate | None = None) -> int | None:
@@ -84,11 +62,16 @@ def wants_sharding(spec, model_config, world: int, gpu_gb: float | None) -> bool
         return True
     if spec.sharding != "auto" or world < 2 or not gpu_gb or not shardable(spec):
         return False
-    limit = min(gpu_gb, spec.max_gpu_memory_gb) if spec.max_gpu_memory_gb > 0 else gpu_gb
     try:
-        return fit.estimate_peak(spec, model_config).total_gb > limit
+        return _too_big(spec, fit.estimate_peak(spec, model_config), gpu_gb)
     except (AttributeError, TypeError, ValueError):   # an exotic config: no estimate, no sharding
         return False
+
+
+def _too_big(spec, estimate: FitEstimate, gpu_gb: float) -> bool:
+    """Whether one GPU of `gpu_gb` GiB, or the job's budget when smaller, cannot hold the unsharded job."""
+    limit = min(gpu_gb, spec.max_gpu_memory_gb) if spec.max_gpu_memory_gb > 0 else gpu_gb
+    return estimate.total_gb > limit
 
 
 def need_note(spec, model_config, estimate: FitEstimate, gpu_gb: float) -> str | None:
@@ -107,13 +90,20 @@ def job_world(spec) -> int:
     return spec.processes or len(spec.gpu_indices() or [0])
 
 
-def for_job(spec, model_config, estimate: FitEstimate, gpu_gb: float | None) -> FitEstimate:
-    """The fit check's estimate of the job as it will run: per GPU of a sharded job (fsdp with several
-    processes, or auto when one GPU of `gpu_gb` GiB cannot hold it), with a note of how many GPUs the
-    job needs when the GPU is too small."""
+def model_world(spec, estimate: FitEstimate, gpu_gb: float | None) -> int:
+    """The processes the job's model is split over: job_world when it shards (fsdp with several
+    processes, or auto as wants_sharding decides), else 1."""
     world = job_world(spec)
     shards = world > 1 and (spec.sharding == "fsdp" or (
-        spec.sharding == "auto" and gpu_gb and shardable(spec) and estimate.total_gb > gpu_gb))
-    planned = sharded(estimate, spec, model_config, world) if shards else estimate
+        spec.sharding == "auto" and bool(gpu_gb) and shardable(spec) and _too_big(spec, estimate, gpu_gb)))
+    return world if shards else 1
+
+
+def for_job(spec, model_config, estimate: FitEstimate, gpu_gb: float | None, **sizes) -> FitEstimate:
+    """The fit check's estimate of the job as it will run: per GPU of a sharded job, planned as each
+    process plans (its budget plan included; `sizes`: estimate_peak's free/total bytes), with a note of
+    how many GPUs the job needs when the GPU is too small."""
+    world = model_world(spec, estimate, gpu_gb)
+    planned = fit.estimate_peak(spec, model_config, world=world, **sizes) if world > 1 else estimate
     note = need_note(spec, model_config, estimate, gpu_gb) if gpu_gb and planned.total_gb > gpu_gb else None
     return dataclasses.replace(planned, notes=[*planned.notes, note]) if note else planned

@@ -24,8 +24,7 @@ from pathlib import Path
 import torch
 
 from jobs.data import encode
-from jobs.io import phases
-from jobs.io import telemetry
+from jobs.io import phases, telemetry
 from jobs.export.card import SMOOTHED_STEPS
 from jobs.io.events import EventWriter
 from jobs.models import load as models
@@ -149,10 +148,11 @@ class Trainer:
             return None
         from jobs.models import fit
         try:
-            refusal = fit.budget_refusal(self.spec, self.model.config, trainable=self.trainable)
+            world = sharding.model_world(self)   # a sharded job plans what each process holds
+            refusal = fit.budget_refusal(self.spec, self.model.config, trainable=self.trainable, world=world)
             if refusal:   # as --dry-run and Start refuse it (jobs/checks/preflight.py), before any step
                 raise models.ModelError(f"max_gpu_memory_gb: {refusal}")
-            return fit.plan_within_budget(self.spec, self.model.config, trainable=self.trainable)
+            return fit.plan_within_budget(self.spec, self.model.config, trainable=self.trainable, world=world)
         except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: free-memory auto
             self.log(f"note: no plan within max_gpu_memory_gb for this model ({exc})")
             return None
@@ -184,9 +184,9 @@ class Trainer:
         """The predicted peak, kept for the OOM message (jobs/models/fit.py)."""
         from jobs.models import fit
         try:
-            self.fit_estimate = fit.estimate_peak(self.spec, self.model.config, packed=self.packed,
-                                                  trainable=self.trainable, model=self.model)
-            self.fit_estimate = sharding.per_gpu(self, self.fit_estimate)   # FSDP: 1/N of the weights and more
+            self.fit_estimate = fit.estimate_peak(self.spec, self.model.config, packed=self.packed,   # per process
+                                                  trainable=self.trainable, model=self.model,
+                                                  world=sharding.model_world(self))
         except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: no estimate, no failure
             self.log(f"note: no memory estimate for this model ({exc})")
             return

@@ -76,13 +76,10 @@ def load_device(trainer) -> torch.device:
     return torch.device("cpu") if trainer.sharded else trainer.device
 
 
-def per_gpu(trainer, estimate):
-    """The fit check's estimate as each process of a sharded job holds it (jobs/models/fit_shard.py)."""
-    if not trainer.sharded:
-        return estimate
-    from jobs.models import fit_shard
-    return fit_shard.sharded(estimate, trainer.spec, trainer.model.config, trainer.dist.world_size,
-                             cuda=trainer.device.type == "cuda")
+def model_world(trainer) -> int:
+    """The processes the model is split over (1 unsharded): what the budget plan and the fit check
+    size each process by (jobs/models/fit_rank.py)."""
+    return trainer.dist.world_size if trainer.sharded else 1
 
 
 def language_layers(model: torch.nn.Module) -> list:

@@ -34,6 +34,7 @@ from jobs.train.methods.grpo_data import (PromptPlan, RolloutBatch, rollout_tens
                                          rollout_tensors_shared, sharing_pays)
 from jobs.train.methods.logprobs import logprobs_op, report_op
 from jobs.train.rewards.score import RewardSet
+from jobs.train.sharding import model_world
 from jobs.train.rollout import sample_completions
 from kernels import arch
 
@@ -93,7 +94,7 @@ class GroupRelativePolicyOptimization(Method):
         if not budgeted(t.device, spec):
             return None
         from jobs.models import fit
-        rows = fit.grpo_policy_rows(spec, t.model.config, trainable=t.trainable)
+        rows = fit.grpo_policy_rows(spec, t.model.config, trainable=t.trainable, world=model_world(t))
         total = spec.batch_size * spec.num_generations
         if rows < total:
             t.log(f"grpo policy step: {total} completions in passes of up to {rows}, to stay within "
@@ -179,7 +180,7 @@ class GroupRelativePolicyOptimization(Method):
         from jobs.models import fit, fit_rollout
         rows, per_row = fit.rollout_rows(spec, t.model.config, trainable=t.trainable,
                                          prompt_len=max(len(p) for p in prompts),
-                                         allocated=torch.cuda.memory_allocated(t.device))
+                                         allocated=torch.cuda.memory_allocated(t.device), world=model_world(t))
         if t.sharded:   # every rank the same number of passes (jobs/train/rollout.py)
             rows = min(t.dist.gather_objects(rows))
         total = len(prompts) * spec.num_generations

@@ -19,6 +19,7 @@ from jobs.data import shared_prefix
 from jobs.data.packing import resolve_packing
 from jobs.data.pairs import PairPlan, load_units, passes_of
 from jobs.train import evaluate
+from jobs.train.sharding import model_world
 from jobs.train.methods import preference_losses as losses
 from jobs.train.methods.base import Method
 from jobs.train.methods.logprobs import report_op
@@ -95,7 +96,7 @@ class PreferenceMethod(Method):
             return None
         from jobs.models import fit
         from jobs.models.fit_passes import unit_name
-        part = fit.preference_pass_units(spec, t.model.config, trainable=t.trainable)
+        part = fit.preference_pass_units(spec, t.model.config, trainable=t.trainable, world=model_world(t))
         if part >= spec.batch_size:
             return None
         t.log(f"{spec.method}: each micro-batch of {spec.batch_size} {unit_name(spec, t.packed, spec.batch_size)} "

@@ -182,7 +182,7 @@ def test_the_gpu_memory_estimate_comes_from_jobs_fit_when_present(tmp_path, tiny
         seen.append((spec.batch_size, config.num_hidden_layers))
         return types.SimpleNamespace(summary=lambda: "1.23 GiB peak", notes=[], total_gb=1.23)
     fake.estimate_peak = estimate_peak
-    fake.budget_refusal = lambda spec, config: None
+    fake.budget_refusal = lambda spec, config, world=1: None
     fake._cuda_memory = lambda: (None, None)   # no GPU: the sharded plan (jobs/models/fit_shard.py) is the estimate
     monkeypatch.setitem(sys.modules, "jobs.models.fit", fake)
     import jobs.models

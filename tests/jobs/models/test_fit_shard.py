@@ -1,4 +1,6 @@
 """The fit check of a sharded job (jobs/models/fit_shard.py): per-GPU memory, the GPUs a job needs, auto."""
+import dataclasses
+
 import pytest
 
 from jobs.spec import JobSpec
@@ -86,3 +88,45 @@ def test_the_sharded_fit_check_is_within_10_percent_of_each_rank_peak_measured_o
                                   total_bytes=H200_BYTES)
         predicted = fit_shard.sharded(whole, spec, config("llama-3.2-1b"), row["world"]).allocated_gb
         assert abs(predicted - row["measured_gib"]) <= 0.10 * row["measured_gib"], (row["world"], row["qlora"], predicted)
+
+
+def test_a_budget_of_a_sharded_job_is_planned_per_process():
+    """8B shape, bf16, a 12 GiB budget: one GPU cannot hold the weights, so the unsharded job is refused;
+    over 4 processes each holds a quarter of them and the plan fits, with fewer layers recomputed than
+    it would take under the unsharded job's plan. The Start check shows that plan per GPU, the input
+    embedding table stays on the GPU (FSDP gathers it with the root), and the same plan without a budget
+    prices the same as the unsharded estimate scaled by `sharded` (a sharded 4-bit base's PyTorch-path
+    activations included)."""
+    from transformers import LlamaConfig
+
+    from jobs.checks import preflight
+    from jobs.checks.preflight import PreflightReport
+    from jobs.models import fit, fit_shard
+    from jobs.models.fit_estimate import allocatable_bytes
+    config = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False)
+    values = {"model": "m", "dataset": "d.jsonl", "gradient_checkpointing": "auto", "fused_kernels": True,
+              "max_seq_length": 4096, "batch_size": 2, "packing": "on", "max_gpu_memory_gb": 12,
+              "sharding": "fsdp", "processes": 4}
+    spec = JobSpec.from_dict(values, to_run=False)
+    refusal = fit.budget_refusal(spec, config)   # unsharded: refused, naming sharding as a way out
+    assert refusal and "16.27 GiB" in refusal and "sharding: fsdp over several GPUs" in refusal, refusal
+    assert fit.budget_refusal(spec, config, world=4) is None
+    for processes, refused in ((4, False), (1, True)):   # --dry-run and Start: the job's own processes
+        report = PreflightReport(JobSpec.from_dict({**values, "processes": processes}, to_run=False))
+        preflight._predicted_memory(report.spec, config, report)
+        assert report.ok is not refused, report.problems
+    assert "more GPUs than 2 to shard over" in fit.budget_refusal(dataclasses.replace(spec, max_gpu_memory_gb=10),
+                                                                  config, world=2)
+    flags, _, how, hosted = fit.plan_within_budget(spec, config, world=4)
+    assert hosted == 0 and "does not fit" not in how
+    rank = fit.estimate_peak(spec, config, world=4)
+    assert "base weights (1/4 each)" in rank.parts and sum(rank.parts.values()) <= allocatable_bytes(12)
+    assert rank.layer_plan[0] == sum(flags) < 32
+    shown = fit_shard.for_job(spec, config, fit.estimate_peak(spec, config), 80)
+    assert shown.parts == rank.parts and not shown.over_budget
+    for qlora in (False, True):   # no budget, every layer recomputed: both routes price a rank alike
+        plain = JobSpec.from_dict({**values, "max_gpu_memory_gb": 0, "gradient_checkpointing": "on",
+                                   "load_in_4bit": qlora}, to_run=False)
+        whole = fit.estimate_peak(plain, config, free_bytes=80 * 2**30, total_bytes=80 * 2**30)
+        assert fit.estimate_peak(plain, config, world=4).parts == fit_shard.sharded(whole, plain, config, 4).parts

@@ -15,9 +15,9 @@ def test_the_fake_group_runs_the_sharded_trainer_as_rank_0_of_2(tiny_model, tmp_
     data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     out = tmp_path / "fit.jsonl"
     proc = subprocess.run([sys.executable, "bench/fsdp_fit_check.py", "--model", str(tiny_model), "--data", str(data),
-                           "--world", "2", "--max-len", "128", "--steps", "1", "--checkpointing", "on",
+                           "--world", "2", "--max-len", "128", "--steps", "1", "--budget", "3",
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     row = json.loads(out.read_text().splitlines()[-1])
-    assert row["world"] == 2 and "error" not in row
+    assert row["world"] == 2 and "error" not in row and row["budget_gib"] == 3
     assert "base weights (1/2 each)" in row["parts_gib"] and row["predicted_gib"] > 0
