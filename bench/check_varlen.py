@@ -4,6 +4,11 @@ bf16, on rows of 4096 tokens packed from bench/job_data.py's length distribution
 against sdpa with a dense block-diagonal mask (what transformers builds for packed rows).
 
     python bench/check_varlen.py --out /tmp/check_varlen.jsonl
+    python bench/check_varlen.py --shared --out ...   # GRPO's shared prompts: keys apart from queries
+
+`--shared` checks what GRPO's packed pass with each prompt once runs (kernels/packed_attention.py
+`kv_index`): each completion's keys gathered behind its prompt's, causality aligned bottom right by the
+kernel, against the reference (forward and backward, bf16), and its time beside the unshared packing.
 """
 from __future__ import annotations
 
@@ -126,17 +131,61 @@ def padding_cost(heads: int, kv_heads: int, dim: int, rows: int) -> dict:
             "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
 
 
+def shared_check(prompts: int = 8, group: int = 8, prompt_len: int = 160, answer: int = 256,
+                 heads: int = 32, kv_heads: int = 8, dim: int = 64) -> dict:
+    """GRPO 1B's shape (bench/NOTES.md): the completions' attention with each prompt once against the
+    reference and against the unshared packed layout (every completion behind its own prompt copy)."""
+    from jobs.train.methods.grpo_data import rollout_tensors_packed, rollout_tensors_packed_shared
+    gen = torch.Generator().manual_seed(0)
+    texts = [torch.randint(3, 1000, (prompt_len - 7 * i,), generator=gen).tolist() for i in range(prompts)]
+    answers = [torch.randint(3, 1000, (answer - 13 * (s % 5),), generator=gen).tolist()
+               for s in range(prompts * group)]
+    shared, ints = rollout_tensors_packed_shared(texts, answers, group)
+    plain, plain_ints = rollout_tensors_packed(texts, answers, group)
+    cuda = {k: v.cuda() for k, v in shared.items()}
+    total = shared["input_ids"].shape[1]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(total, h, dim, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+               for h in (heads, kv_heads, kv_heads))
+    grad = torch.randn(total, heads, dim, device="cuda", dtype=torch.bfloat16, generator=g)
+
+    def run():
+        keys, values = k.index_select(0, cuda["kv_index"]), v.index_select(0, cuda["kv_index"])
+        out = op.varlen_attention(q, keys, values, cuda["cu_seq_lens_q"], ints["max_length_q"],
+                                  cu_seqlens_k=cuda["cu_seq_lens_k"], max_seqlen_k=ints["max_length_k"])
+        return out, torch.autograd.grad(out, (q, k, v), grad)
+    out, (dq, dk, dv) = run()
+    ref_in = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    ref = op.varlen_attention_reference(ref_in[0], ref_in[1].index_select(0, cuda["kv_index"]),
+                                        ref_in[2].index_select(0, cuda["kv_index"]), cuda["cu_seq_lens_q"],
+                                        dim ** -0.5, cu_seqlens_k=cuda["cu_seq_lens_k"])
+    rq, rk, rv = torch.autograd.grad(ref, ref_in, grad.float())
+    n = plain["input_ids"].shape[1]
+    pq, pk, pv = (torch.randn(n, h, dim, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+                  for h in (heads, kv_heads, kv_heads))
+    pgrad, pcu = torch.randn(n, heads, dim, device="cuda", dtype=torch.bfloat16, generator=g), plain["cu_seq_lens_q"].cuda()
+    unshared = lambda: torch.autograd.grad(op.varlen_attention(pq, pk, pv, pcu, plain_ints["max_length_q"]),  # noqa: E731
+                                           (pq, pk, pv), pgrad)
+    return {"shared_prompts": True, "prompts": prompts, "group": group, "prompt_len": prompt_len, "answer": answer,
+            "heads": heads, "kv_heads": kv_heads, "head_dim": dim, "tokens_shared": total, "tokens_unshared": n,
+            "keys_apart_reason": op.keys_apart_reason("cuda", torch.bfloat16, dim),
+            "rel_err_out": rel(out, ref), "rel_err_dq": rel(dq, rq), "rel_err_dk": rel(dk, rk), "rel_err_dv": rel(dv, rv),
+            "shared_fwd_bwd_ms": round(timed(lambda: run()[1]), 3), "unshared_fwd_bwd_ms": round(timed(unshared), 3),
+            "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--padding", action="store_true", help="only the fixed-shape cost (padding_cost)")
     parser.add_argument("--vision", action="store_true", help="only a vision tower's bidirectional call")
+    parser.add_argument("--shared", action="store_true", help="only GRPO's shared prompts (keys apart)")
     args = parser.parse_args()
-    if args.vision:
+    if args.vision or args.shared:
         try:
-            result = vision_check()
+            result = vision_check() if args.vision else shared_check()
         except Exception as exc:  # recorded: the lead sees what failed on the GPU
-            result = {"vision": True, "error": f"{type(exc).__name__}: {exc}"[:800]}
+            result = {"vision" if args.vision else "shared_prompts": True, "error": f"{type(exc).__name__}: {exc}"[:800]}
         with open(args.out, "a") as fh:
             fh.write(json.dumps(result) + "\n")
         print(json.dumps(result), flush=True)

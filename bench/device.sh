@@ -222,7 +222,9 @@ case "$what" in
     stage "grpo unsloth+trl $2 $3" "${5:-200}" env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_grpo.py run \
       --stack unsloth $(grpo_args "$2" "$3" "$4") --out "$OUT/grpo.jsonl" ;;
   grpo-ours)   # grpo-ours SHAPE LEN STEPS PEAK_GIB [LIMIT]: our GRPO job within the peer's peak of this session
+    # (first the shared-prompt attention's GPU check: the packed pass holds each prompt once since 2026-12-05)
     versions; grpo_ready "$2"
+    stage "check shared prompts" 60 $PY bench/check_varlen.py --shared --out "$OUT/check_varlen.jsonl"
     stage "grpo ours $2 $3" "${6:-120}" $PY bench/bench_grpo.py run $(grpo_args "$2" "$3" "$4") \
       --max-gpu-memory-gb "$5" --out "$OUT/grpo.jsonl" ;;
   prefbudget)   # issue 38: Unsloth + TRL DPOTrainer asked for padding_free (TRL 1.15 falls back to padding) first,

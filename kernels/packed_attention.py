@@ -25,6 +25,16 @@ of one host sync; unpacked rows are one document each). When the given documents
 the rows (`whole_rows`: fixed-length unpacked batches, e.g. BASELINES.md's and a captured step's,
 kernels/step_graph.py), plain causal sdpa runs instead: the same result, and on the H200 cuDNN's
 kernel is ~9 ms a step faster than the varlen one on the 8B shape (bench/results/lora.jsonl).
+
+Shared prompts (`kv_index`, GRPO's packed policy pass, jobs/train/methods/grpo_data.py): a prompt is
+packed ONCE, followed by its answers, each answer a query document of its own. `kv_index` gathers each
+document's keys from the flattened tokens: a prompt's own, and for an answer its prompt's then its own,
+with `cu_seq_lens_k`/`max_length_k` bounding them; the varlen kernel's bottom-right causality
+(kernels/ops/varlen_attention.py) then lets an answer see its whole prompt and its own past, exactly
+what it sees packed behind its own copy of the prompt. The prompt's projections, MLP and norms run once
+for the group and its keys' gradients add up over the answers through the gather: the Shared-Prefix
+Forward of Prefix Grouper (Liu et al. 2025, arXiv 2506.05433) on the varlen kernel, where the CPU's
+padded rows use a 4-D mask (jobs/data/shared_prefix.py).
 """
 from __future__ import annotations
 
@@ -143,7 +153,8 @@ def packed_attention_forward(module, query, key, value, attention_mask, dropout:
     if attention_mask is not None or key.shape[2] != length:
         return _masked_attention(module, query, key, value, attention_mask, dropout, scaling, sliding_window,
                                  softcap, **kwargs)
-    if (whole_rows(kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q"), batch, length)
+    shared = kwargs.get("kv_index")
+    if (shared is None and whole_rows(kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q"), batch, length)
             and not (dropout or softcap or sliding_window)):
         return _causal_rows(query, key, value, scaling), None
     cu, longest = documents(batch, length, query.device, kwargs.get("cu_seq_lens_q"),
@@ -151,8 +162,12 @@ def packed_attention_forward(module, query, key, value, attention_mask, dropout:
     q = query.transpose(1, 2).reshape(batch * length, heads, dim)
     k = key.transpose(1, 2).reshape(batch * length, key.shape[1], dim)
     v = value.transpose(1, 2).reshape(batch * length, value.shape[1], dim)
+    keys = {}
+    if shared is not None:   # shared prompts: each answer's keys are its prompt's then its own (module doc)
+        k, v = k.index_select(0, shared), v.index_select(0, shared)
+        keys = {"cu_seqlens_k": kwargs["cu_seq_lens_k"], "max_seqlen_k": kwargs["max_length_k"]}
     out = varlen_attention(q, k, v, cu, longest, scale=scaling, sliding_window=sliding_window,
-                           softcap=softcap, dropout=dropout)
+                           softcap=softcap, dropout=dropout, **keys)
     return out.view(batch, length, heads, dim), None
 
 

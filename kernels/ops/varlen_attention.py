@@ -19,6 +19,13 @@ Layout: q [T, Hq, D], k/v [T, Hk, D] (T = all tokens of the batch, rows flattene
 int32 [docs + 1] with cu_seqlens[-1] == T; output [T, Hq, D]. Sliding window W (Mistral, Qwen2,
 Gemma 2/3 local layers): a query sees at most the W most recent keys including itself
 (transformers' `sliding_window_overlay`: q - kv < W), i.e. FlashAttention's window (W - 1, 0).
+
+Keys apart from queries (`cu_seqlens_k`, `max_seqlen_k`): document i's queries are
+q[cu_seqlens[i]:cu_seqlens[i+1]] and its keys k[cu_seqlens_k[i]:cu_seqlens_k[i+1]]. When a document
+has more keys than queries, causality is aligned to the bottom right, FlashAttention-2's convention
+(>= 2.1, and the kernel torch's varlen_attn runs): with n queries over m keys, query j sees keys up to
+j + m - n. So the queries of an answer whose keys are its prompt's followed by its own see the whole
+prompt and their own past: the split attention of a shared prompt (kernels/packed_attention.py).
 """
 from __future__ import annotations
 
@@ -75,43 +82,43 @@ def _window(sliding_window: int | None, length: int) -> int | None:
 _expand_kv_heads: list[bool] = [False]   # set once if a kernel build refuses fewer kv heads than q heads
 
 
-def _kernel(q, k, v, cu_seqlens, max_len: int, scale: float, sliding_window: int | None, causal: bool = True):
+def _kernel(q, k, v, cu: tuple, longest: tuple, scale: float, sliding_window: int | None, causal: bool = True):
     """The varlen kernel; GQA inputs go in as they are (FlashAttention-2 reads shared kv heads),
-    unless this build refused them once: then k/v are expanded to the query heads first."""
+    unless this build refused them once: then k/v are expanded to the query heads first. `cu`,
+    `longest`: (queries', keys') cumulative lengths and longest document."""
     groups = q.shape[1] // k.shape[1]
     if groups > 1 and _expand_kv_heads[0]:
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     try:
-        return _launch(q, k, v, cu_seqlens, max_len, scale, sliding_window, causal)
+        return _launch(q, k, v, cu, longest, scale, sliding_window, causal)
     except RuntimeError:
         if groups == 1 or _expand_kv_heads[0]:
             raise
         _expand_kv_heads[0] = True
-        return _kernel(q, k, v, cu_seqlens, max_len, scale, sliding_window, causal)
+        return _kernel(q, k, v, cu, longest, scale, sliding_window, causal)
 
 
-def _launch(q, k, v, cu_seqlens, max_len: int, scale: float, sliding_window: int | None, causal: bool):
+def _launch(q, k, v, cu: tuple, longest: tuple, scale: float, sliding_window: int | None, causal: bool):
     varlen_attn, style = _torch_varlen()
     left = sliding_window - 1 if sliding_window else -1
     right = 0 if causal else -1     # FlashAttention's window: (-1, -1) is no window at all
     if varlen_attn is not None:
         if style == "window_size":
-            return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=scale,
-                               window_size=(left, right))
+            return varlen_attn(q, k, v, *cu, *longest, scale=scale, window_size=(left, right))
         if sliding_window is None:  # torch 2.9: no window or scale arguments
             if abs(scale - q.shape[-1] ** -0.5) < 1e-12:
-                return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, is_causal=causal)
+                return varlen_attn(q, k, v, *cu, *longest, is_causal=causal)
     flash = _flash_attn_varlen()
     if flash is None:
-        return varlen_attention_reference(q, k, v, cu_seqlens, scale, sliding_window, causal=causal)
-    return flash(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, softmax_scale=scale, causal=causal,
-                 window_size=(left, right))
+        return varlen_attention_reference(q, k, v, cu[0], scale, sliding_window, causal=causal, cu_seqlens_k=cu[1])
+    return flash(q, k, v, *cu, *longest, softmax_scale=scale, causal=causal, window_size=(left, right))
 
 
 def _document_attention(q, k, v, scale: float, window: int | None, softcap: float | None, dropout: float,
                         causal: bool = True):
-    """One document: q [n, Hq, D], k/v [n, Hk, D] -> [n, Hq, D], in fp32 math (fp64 stays fp64)."""
-    n, heads = q.shape[0], q.shape[1]
+    """One document: q [n, Hq, D], k/v [m, Hk, D] (m >= n; causal aligned bottom right, module doc)
+    -> [n, Hq, D], in fp32 math (fp64 stays fp64)."""
+    n, m, heads = q.shape[0], k.shape[0], q.shape[1]
     groups = heads // k.shape[1]
     k = k.repeat_interleave(groups, dim=1)
     v = v.repeat_interleave(groups, dim=1)
@@ -119,8 +126,8 @@ def _document_attention(q, k, v, scale: float, window: int | None, softcap: floa
     scores = torch.einsum("qhd,khd->hqk", q.to(math), k.to(math)) * scale
     if softcap:
         scores = torch.tanh(scores / softcap) * softcap
-    position = torch.arange(n, device=q.device)
-    distance = position[:, None] - position[None, :]
+    position = torch.arange(m, device=q.device)
+    distance = position[m - n:, None] - position[None, :]
     allowed = distance >= 0 if causal else torch.ones_like(distance, dtype=torch.bool)
     if window:
         allowed &= distance < window
@@ -132,30 +139,58 @@ def _document_attention(q, k, v, scale: float, window: int | None, softcap: floa
 
 
 def varlen_attention_reference(q, k, v, cu_seqlens, scale: float, sliding_window: int | None = None,
-                               softcap: float | None = None, dropout: float = 0.0, causal: bool = True) -> torch.Tensor:
+                               softcap: float | None = None, dropout: float = 0.0, causal: bool = True,
+                               cu_seqlens_k=None) -> torch.Tensor:
     """Each document separately (exact; see the module doc)."""
     bounds = cu_seqlens.tolist()
+    keys = bounds if cu_seqlens_k is None else cu_seqlens_k.tolist()
     pieces = []
-    for start, end in zip(bounds[:-1], bounds[1:]):
+    for start, end, k_start, k_end in zip(bounds[:-1], bounds[1:], keys[:-1], keys[1:]):
         if end > start:
-            window = _window(sliding_window, end - start)
-            pieces.append(_document_attention(q[start:end], k[start:end], v[start:end], scale, window,
+            window = _window(sliding_window, k_end - k_start)
+            pieces.append(_document_attention(q[start:end], k[k_start:k_end], v[k_start:k_end], scale, window,
                                               softcap, dropout, causal))
     return torch.cat(pieces, dim=0)
 
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
                      max_seqlen: int, scale: float | None = None, sliding_window: int | None = None,
-                     softcap: float | None = None, dropout: float = 0.0, causal: bool = True) -> torch.Tensor:
+                     softcap: float | None = None, dropout: float = 0.0, causal: bool = True,
+                     cu_seqlens_k: torch.Tensor | None = None, max_seqlen_k: int | None = None) -> torch.Tensor:
     """Block-diagonal causal attention of packed documents (module doc). `max_seqlen` is the
     longest document (a host int, so no device sync is needed to launch the kernel). `causal=False`:
-    each token sees its whole document (no sliding window then)."""
+    each token sees its whole document (no sliding window then). `cu_seqlens_k`/`max_seqlen_k`: the
+    documents' keys when they are not the queries' tokens (module doc), at least as many as queries."""
     if not causal and sliding_window:
         raise ValueError("varlen_attention: a sliding window applies to causal attention only")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"varlen_attention: {q.shape[1]} query heads are not a multiple of {k.shape[1]} kv heads")
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    window = _window(sliding_window, max_seqlen)
+    longest_k = int(max_seqlen if max_seqlen_k is None else max_seqlen_k)
+    window = _window(sliding_window, longest_k)
     if kernel_unavailable_reason(q, softcap, dropout) is None:
-        return _kernel(q, k, v, cu_seqlens.to(torch.int32), int(max_seqlen), scale, window, causal)
-    return varlen_attention_reference(q, k, v, cu_seqlens, scale, window, softcap, dropout, causal)
+        cu = cu_seqlens.to(torch.int32)
+        cu_k = cu if cu_seqlens_k is None else cu_seqlens_k.to(torch.int32)
+        return _kernel(q, k, v, (cu, cu_k), (int(max_seqlen), longest_k), scale, window, causal)
+    return varlen_attention_reference(q, k, v, cu_seqlens, scale, window, softcap, dropout, causal, cu_seqlens_k)
+
+
+@functools.lru_cache(maxsize=8)
+def keys_apart_reason(device: str, dtype: torch.dtype, head_dim: int = 64) -> str | None:
+    """Why documents whose keys are apart from their queries (`cu_seqlens_k`) cannot run here, or None.
+    Checked once per device and dtype on a tiny input against the reference, since the sharing built on
+    it (kernels/packed_attention.py) is exact only if the kernel aligns causality bottom right."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(n, 2, head_dim, generator=generator) for n in (7, 11, 11))
+    cu_q, cu_k = torch.tensor([0, 3, 7], dtype=torch.int32), torch.tensor([0, 3, 11], dtype=torch.int32)
+    want = varlen_attention_reference(q, k, v, cu_q, head_dim ** -0.5, cu_seqlens_k=cu_k)
+    try:
+        got = varlen_attention(*(x.to(device, dtype) for x in (q, k, v)), cu_q.to(device), 4,
+                               cu_seqlens_k=cu_k.to(device), max_seqlen_k=8).float().cpu()
+    except RuntimeError as exc:   # a kernel build without separate key lengths
+        return f"the varlen kernel refused keys apart from queries ({str(exc).splitlines()[0][:160]})"
+    error = (got - want).abs().max().item()
+    if error > (1e-4 if dtype in (torch.float32, torch.float64) else 3e-2):
+        return f"the varlen kernel's causality is not aligned bottom right here (max error {error:.3g})"
+    return None
+

@@ -206,3 +206,57 @@ def test_cached_decoding_attention_switches_only_for_its_span():
     assert model.config._attn_implementation == NAME
     restore_attention(model)
     assert model.config._attn_implementation == before
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_keys_apart_from_queries_align_causality_bottom_right(window):
+    """Documents whose keys are not their queries' tokens (cu_seqlens_k): n queries over m >= n keys,
+    query j seeing keys up to j + m - n (FlashAttention-2's convention), forward and backward."""
+    torch.manual_seed(1)
+    docs = [(3, 3), (4, 9), (1, 6), (5, 5)]   # (queries, keys)
+    cu_q = torch.tensor([0, 3, 7, 8, 13], dtype=torch.int32)
+    cu_k = torch.tensor([0, 3, 12, 18, 23], dtype=torch.int32)
+    q = torch.randn(13, 4, 8, requires_grad=True)
+    k, v = torch.randn(23, 2, 8, requires_grad=True), torch.randn(23, 2, 8, requires_grad=True)
+    out = varlen_attention(q, k, v, cu_q, 5, sliding_window=window, cu_seqlens_k=cu_k, max_seqlen_k=9)
+    pieces = []
+    for (n, m), qs, ks in zip(docs, cu_q.tolist(), cu_k.tolist()):
+        qd = q[qs:qs + n].transpose(0, 1)
+        kd, vd = (t[ks:ks + m].repeat_interleave(2, 1).transpose(0, 1) for t in (k, v))
+        distance = (torch.arange(n)[:, None] + m - n) - torch.arange(m)[None, :]
+        allowed = (distance >= 0) & ((distance < window) if window else True)
+        pieces.append(torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, attn_mask=allowed).transpose(0, 1))
+    expected = torch.cat(pieces)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    for g, w in zip(got, torch.autograd.grad(expected, (q, k, v), grad)):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
+def test_a_prompt_packed_once_gives_each_answer_what_its_own_copy_gives(model_type):
+    """GRPO's shared packed pass (kv_index, module doc) through the patched model of every architecture:
+    each answer token's hidden state equals the one it has packed behind its own copy of the prompt, and
+    the LoRA gradients of a loss on them agree (the prompt's are summed through the gather)."""
+    from jobs.train.methods.grpo_data import rollout_tensors_packed, rollout_tensors_packed_shared
+
+    model = with_lora(tiny_model(model_type))
+    patch_model(model, backend="triton")
+    use_packed_attention(model)
+    prompts, answers = [[5, 17, 33, 40, 2, 9, 81, 3, 4, 6], [12, 7, 60]], [[8, 9, 10], [11], [40, 41, 42, 43, 44], [7]]
+    weights = torch.randn(10, generator=torch.Generator().manual_seed(0))   # one per answer token
+    results = []
+    for pack in (rollout_tensors_packed, rollout_tensors_packed_shared):
+        tensors, ints = pack(prompts, answers, 2)
+        model.zero_grad(set_to_none=True)
+        inputs = {k: v for k, v in tensors.items() if k not in ("labels", "seq_index", "lengths", "gather")}
+        hidden = model(**inputs, **ints, output_hidden_states=True).hidden_states[-1][0]
+        picked = hidden.index_select(0, tensors["gather"])
+        (picked.sum(-1) * weights).sum().backward()
+        results.append((picked.detach(), lora_grads(model)))
+    (want, want_grads), (got, got_grads) = results
+    assert_rel(got, want, "answer hidden states")
+    assert got_grads.keys() == want_grads.keys() and got_grads
+    for name, grad in got_grads.items():
+        assert_rel(grad, want_grads[name], name)

@@ -31,7 +31,7 @@ from jobs.train.methods import grpo_loss
 from jobs.train import decode, rng_state
 from jobs.train.methods.base import Method, StepCancelled
 from jobs.train.methods.grpo_data import (PromptPlan, RolloutBatch, rollout_tensors, rollout_tensors_packed,
-                                         rollout_tensors_shared, sharing_pays)
+                                         rollout_tensors_packed_shared, rollout_tensors_shared, sharing_pays)
 from jobs.train.methods.logprobs import logprobs_op, report_op
 from jobs.train.rewards.score import RewardSet
 from jobs.train.sharding import model_world
@@ -39,7 +39,7 @@ from jobs.train.rollout import sample_completions
 from kernels import arch
 
 SAMPLES_PER_STEP = 4   # completions written to completions.jsonl each step
-MODEL_KEYS = ("input_ids", "attention_mask", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k",
+MODEL_KEYS = ("input_ids", "attention_mask", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "kv_index",
               "max_length_q", "max_length_k")   # what the policy forward takes of a batch (padded or packed)
 
 
@@ -80,7 +80,8 @@ class GroupRelativePolicyOptimization(Method):
         if self.packed:
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
-        share, line = grpo_prefix_sharing(self.packed, t.device.type, text)
+        apart = _keys_apart(t, text) if self.packed else None
+        share, line = grpo_prefix_sharing(self.packed, t.device.type, text, apart)
         self.shared = shared_prefix.model_size(text) if share else None
         t.log(line)
         self.policy_rows = self._policy_rows()
@@ -153,8 +154,9 @@ class GroupRelativePolicyOptimization(Method):
         """The policy pass's tensors for these completions (`prompts`: one per completion)."""
         t = self.trainer
         pad_id = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else t.tokenizer.eos_token_id
-        if self.packed:
-            batch.tensors, batch.ints = rollout_tensors_packed(prompts, completions, 1)
+        if self.packed:   # each prompt once when sharing (its tokens counted once: the tokens the pass runs)
+            pack = rollout_tensors_packed_shared if self.shared else rollout_tensors_packed
+            batch.tensors, batch.ints = pack(prompts, completions, 1)
             batch.real_tokens = batch.tensors["input_ids"].numel()
         elif self.shared and self._sharing_pays(prompts, completions):
             batch.tensors, batch.real_tokens = rollout_tensors_shared(prompts, completions, 1, pad_id)
@@ -287,14 +289,29 @@ def grpo_packing(mode: str, device_type: str, text_config) -> tuple[bool, str]:
     return True, "grpo packing: auto -> on (each micro-batch's sequences in one row, position ids restarting)"
 
 
-def grpo_prefix_sharing(packed: bool, device_type: str, text_config) -> tuple[bool, str]:
-    """Whether padded policy passes hold each prompt once for its group (grpo_data.rollout_tensors_shared),
-    and the log line (jobs/data/shared_prefix.py `unshared_reason`)."""
+def grpo_prefix_sharing(packed: bool, device_type: str, text_config, keys_apart: str | None = None) -> tuple[bool, str]:
+    """Whether policy passes hold each prompt once for its group, and the log line: packed passes
+    (grpo_data.rollout_tensors_packed_shared) unless the varlen kernel cannot take keys apart from
+    queries (`keys_apart`, the reason); padded ones (rollout_tensors_shared) as
+    jobs/data/shared_prefix.py `unshared_reason` says."""
+    if packed:
+        if keys_apart:
+            return False, f"grpo prompts: once per completion ({keys_apart})"
+        return True, ("grpo prompts: once per group (packed: a prompt then its completions, whose attention "
+                      "reaches back to it: the prompt's forward and backward run once)")
     reason = shared_prefix.unshared_reason(packed, device_type, text_config)
     if reason:
         return False, f"grpo prompts: once per completion ({reason})"
     return True, ("grpo prompts: once per group (a prompt and its completions in one row, a 4-D mask "
                   "keeping the completions apart: the prompt's forward and backward run once)")
+
+
+def _keys_apart(t, text_config) -> str | None:
+    """Why this job's packed passes cannot share prompts (kernels/ops/varlen_attention.py
+    keys_apart_reason, checked once on the job's device and dtype), or None."""
+    from kernels.ops.varlen_attention import keys_apart_reason
+    head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+    return keys_apart_reason(t.device.type, t.dtype, head_dim)
 
 
 def _head(lm, spec) -> dict:

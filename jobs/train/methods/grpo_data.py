@@ -10,7 +10,9 @@ A sampled micro-batch trains as padded rows with each prompt once (`rollout_tens
 prompt and its group of completions in one row under a 4-D mask; the default off the GPU), as
 padded rows of prompt + completion (`rollout_tensors`: prompts left-padded, completions
 right-padded to the longest), or packed (`rollout_tensors_packed`: every prompt + completion back
-to back in one row, nothing padded; the default on the GPU). grpo.py `grpo_packing`
+to back in one row, nothing padded; the default on the GPU), each prompt once there too
+(`rollout_tensors_packed_shared`: a prompt then its completions, the completions' attention reaching
+back to it through the varlen kernel, kernels/packed_attention.py). grpo.py `grpo_packing`
 and `grpo_prefix_sharing` choose."""
 from __future__ import annotations
 
@@ -157,6 +159,48 @@ def rollout_tensors_shared(prompts: list[list[int]], completions: list[list[int]
                    lengths=torch.tensor([len(c) for c in completions], dtype=torch.long),
                    gather=torch.tensor(gather, dtype=torch.long))
     return tensors, real
+
+
+def rollout_tensors_packed_shared(prompts: list[list[int]], completions: list[list[int]],
+                                  group: int) -> tuple[dict, dict]:
+    """The completions packed into ONE sequence [1, T] with each prompt ONCE: per run of completions
+    that share a prompt, the prompt then each completion, positions continuing from the prompt in every
+    completion. Query documents are the prompt and each completion; `kv_index` lists each document's
+    keys (a prompt's own; a completion's prompt then its own) with `cu_seq_lens_k`/`max_length_k`
+    bounding them (kernels/packed_attention.py). labels, seq_index, lengths and gather mean what they
+    mean in `rollout_tensors`; a completion's first token is predicted by its prompt's last.
+    Returns (tensors, ints)."""
+    ids, positions, bounds, keys, key_bounds = [], [], [0], [], [0]
+    gather, seq_index, labels = [], [], []
+    for prompt, members in _prompt_runs(prompts, completions, group):
+        start, n = len(ids), len(prompt)
+        prompt_keys = list(range(start, start + n))
+        ids += prompt
+        positions += range(n)
+        bounds.append(start + n)
+        keys += prompt_keys
+        key_bounds.append(len(keys))
+        for s in members:
+            completion, begin = completions[s], len(ids)
+            if completion:   # an empty completion has no token to attend from or to predict
+                ids += completion
+                positions += range(n, n + len(completion))
+                bounds.append(begin + len(completion))
+                keys += prompt_keys + list(range(begin, begin + len(completion)))
+                key_bounds.append(len(keys))
+            gather += [start + n - 1 if t == 0 else begin + t - 1 for t in range(len(completion))]
+            seq_index += [s] * len(completion)
+            labels += completion
+    spans = lambda b: max(y - x for x, y in zip(b, b[1:]))   # noqa: E731
+    tensors = {"input_ids": torch.tensor([ids], dtype=torch.long),
+               "position_ids": torch.tensor([positions], dtype=torch.long),
+               "cu_seq_lens_q": torch.tensor(bounds, dtype=torch.int32),
+               "cu_seq_lens_k": torch.tensor(key_bounds, dtype=torch.int32),
+               "kv_index": torch.tensor(keys, dtype=torch.long),
+               "labels": torch.tensor(labels, dtype=torch.long), "seq_index": torch.tensor(seq_index, dtype=torch.long),
+               "lengths": torch.tensor([len(c) for c in completions], dtype=torch.long),
+               "gather": torch.tensor(gather, dtype=torch.long)}
+    return tensors, {"max_length_q": spans(bounds), "max_length_k": spans(key_bounds)}
 
 
 def sharing_pays(prompts: list[list[int]], completions: list[list[int]], group: int, hidden: int, ffn: int) -> bool:

@@ -36,6 +36,7 @@ def test_a_reward_file_that_rewards_one_letter_raises_that_reward(tmp_path, tiny
     assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-3000:]
     log = (out / "train.log").read_text()
     assert ("grpo packing: on" if packing == "on" else "grpo packing: auto -> off on CPU") in log
+    assert ("grpo prompts: once per group (packed" if packing == "on" else "grpo prompts: once per group (a prompt") in log
     # fused_kernels off: the log-probs in PyTorch too (it interpreted the Triton op under TRITON_INTERPRET)
     assert "torch   fused_linear_logprobs: fused_kernels is off" in log
     summary = summarize(out)

@@ -1,7 +1,7 @@
 """GRPO's packed policy pass (grpo_data.rollout_tensors_packed: every prompt + completion of a
 micro-batch in one row, position ids restarting, cu_seq_lens keeping documents apart), and its
 pass with each prompt once (rollout_tensors_shared: a prompt and its group in one row under a 4-D
-mask), give the loss, the KL and the LoRA gradients of the padded rows (fp32, relative 1e-5; the loss's value is
+mask; rollout_tensors_packed_shared: packed, each completion's keys its prompt's then its own), give the loss, the KL and the LoRA gradients of the padded rows (fp32, relative 1e-5; the loss's value is
 -sum(A w) / count at ratio 1 whatever the log-probs, so the KL and the gradients are what test the
 log-probs; gradients to 5e-5 over each tensor: two attention paths), for each loss
 normalisation, with and without the KL term; on the tiny Llama with a LoRA adapter, CPU."""
@@ -12,7 +12,8 @@ import torch
 
 from jobs.data import shared_prefix
 from jobs.train.methods.grpo import GroupRelativePolicyOptimization, grpo_packing, grpo_prefix_sharing
-from jobs.train.methods.grpo_data import rollout_tensors, rollout_tensors_packed, rollout_tensors_shared, sharing_pays
+from jobs.train.methods.grpo_data import (rollout_tensors, rollout_tensors_packed, rollout_tensors_packed_shared,
+                                         rollout_tensors_shared, sharing_pays)
 from tests.jobs.train.test_decode import policy  # noqa: F401  (the tiny LoRA policy fixture)
 
 GROUP = 3
@@ -68,17 +69,28 @@ def test_packed_completions_give_the_padded_loss_and_gradients(policy, loss_type
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.05])
-def test_each_prompt_once_gives_the_padded_loss_and_gradients(policy, beta):  # noqa: F811
+@pytest.mark.parametrize("packed", [False, True])
+def test_each_prompt_once_gives_the_padded_loss_and_gradients(policy, beta, packed):  # noqa: F811
+    """Padded (a 4-D mask) or packed (the varlen attention's keys gathered, kernels/packed_attention.py)."""
+    from kernels.packed_attention import restore_attention, use_packed_attention
+
     model, tok = policy
     model.train()
     try:
         want, want_kl, want_grads = _loss_and_grads(model, rollout_tensors(PROMPTS, COMPLETIONS, GROUP, tok.pad_token_id),
                                                     "grpo", beta)
-        tensors, real = rollout_tensors_shared(PROMPTS, COMPLETIONS, GROUP, tok.pad_token_id)
-        got, got_kl, got_grads = _loss_and_grads(model, tensors, "grpo", beta)
+        if packed:
+            tensors, ints = rollout_tensors_packed_shared(PROMPTS, COMPLETIONS, GROUP)
+            real = tensors["input_ids"].numel()
+            use_packed_attention(model)
+            got, got_kl, got_grads = _loss_and_grads(model, {**tensors, **ints}, "grpo", beta)
+        else:
+            tensors, real = rollout_tensors_shared(PROMPTS, COMPLETIONS, GROUP, tok.pad_token_id)
+            got, got_kl, got_grads = _loss_and_grads(model, tensors, "grpo", beta)
     finally:
+        restore_attention(model)
         model.eval()
-    assert tensors["input_ids"].shape[0] == len(PROMPTS)   # one row per prompt, each prompt once
+    assert tensors["input_ids"].shape[0] == (1 if packed else len(PROMPTS))   # each prompt once
     assert real == sum(map(len, PROMPTS)) + sum(map(len, COMPLETIONS))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
     if beta:
@@ -106,10 +118,23 @@ def test_a_prompt_is_shared_only_where_its_rows_cost_less():
     assert not sharing_pays([[1] * 200], [[2] * 2000] * 8, 8, 576, 1536)
 
 
-def test_prompts_are_shared_on_padded_sdpa_passes_off_the_gpu_only():
+def test_the_packed_shared_row_gathers_each_completions_keys_behind_its_prompt():
+    tensors, ints = rollout_tensors_packed_shared([[1, 2, 3], [4]], [[9, 9], [], [7, 7, 7], [6]], group=2)
+    assert tensors["input_ids"].tolist() == [[1, 2, 3, 9, 9, 4, 7, 7, 7, 6]]
+    assert tensors["position_ids"][0].tolist() == [0, 1, 2, 3, 4, 0, 1, 2, 3, 1]
+    assert tensors["cu_seq_lens_q"].tolist() == [0, 3, 5, 6, 9, 10]   # the empty completion has no document
+    assert tensors["kv_index"].tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 5, 5, 6, 7, 8, 5, 9]
+    assert tensors["cu_seq_lens_k"].tolist() == [0, 3, 8, 9, 13, 15]
+    assert tensors["gather"].tolist() == [2, 3, 5, 6, 7, 5]   # the last prompt token predicts each first token
+    assert tensors["lengths"].tolist() == [2, 0, 3, 1] and ints == {"max_length_q": 3, "max_length_k": 5}
+
+
+def test_prompts_are_shared_on_packed_passes_and_padded_sdpa_passes_off_the_gpu():
     sdpa = SimpleNamespace(_attn_implementation="sdpa")
-    assert grpo_prefix_sharing(False, "cpu", sdpa)[0]
-    assert not grpo_prefix_sharing(True, "cpu", sdpa)[0] and not grpo_prefix_sharing(False, "cuda", sdpa)[0]
+    assert grpo_prefix_sharing(False, "cpu", sdpa)[0] and grpo_prefix_sharing(True, "cuda", sdpa)[0]
+    assert not grpo_prefix_sharing(False, "cuda", sdpa)[0]
+    refused = grpo_prefix_sharing(True, "cuda", sdpa, "the varlen kernel's causality is not aligned bottom right")
+    assert not refused[0] and "bottom right" in refused[1]
     eager, sliding = SimpleNamespace(_attn_implementation="eager"), SimpleNamespace(
         _attn_implementation="sdpa", layer_types=["full_attention", "sliding_attention"])
     assert "eager" in grpo_prefix_sharing(False, "cpu", eager)[1]
@@ -131,7 +156,7 @@ def test_packing_auto_packs_on_the_gpu_only():
     assert not grpo_packing("off", "cuda", plain)[0]
 
 
-@pytest.mark.parametrize("layout", ["padded", "shared", "packed"])
+@pytest.mark.parametrize("layout", ["padded", "shared", "packed", "packed shared"])
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
 def test_a_micro_batch_trained_in_passes_gives_the_whole_ones_loss_and_gradients(policy, loss_type, layout):  # noqa: F811
     """Within max_gpu_memory_gb a sampled micro-batch may train in passes of a few completions
@@ -143,8 +168,8 @@ def test_a_micro_batch_trained_in_passes_gives_the_whole_ones_loss_and_gradients
     model, tok = policy
     model.train()
     method = _method(model, loss_type, 0.05, tok)
-    method.packed = layout == "packed"
-    method.shared = shared_prefix.model_size(model.config) if layout == "shared" else None   # a pass splits a group
+    method.packed = layout.startswith("packed")
+    method.shared = shared_prefix.model_size(model.config) if "shared" in layout else None   # a pass splits a group
     count = torch.tensor(float(sum(map(len, COMPLETIONS)) if loss_type == "dapo" else len(COMPLETIONS)))
 
     def run(policy_rows):
