@@ -113,8 +113,10 @@ def pair_rows(pairs: int, stats: dict, max_len: int) -> tuple[int, int]:
     peers' --pairs a step do. A packed row is 2 x max_seq_length (jobs/data/pairs.py) and ~97% full; with
     rows of 2 x --max-len alone 8 pairs of these sets took one row of ~6.2 pairs. max_seq_length grows
     only past --max-len (every side of bench/pref_data.py's pairs is under it, so nothing is cut
-    differently from the peers' max_length)."""
-    tokens = pairs * stats["mean_forward"] / 0.97
+    differently from the peers' max_length). Packed rows hold each pair's prompt once since 2026-12-05
+    (jobs/data/pairs.py), so a pair takes `mean_forward_shared` tokens of a row (pair_rates records
+    whether the job did: `prompt_once`)."""
+    tokens = pairs * stats.get("mean_forward_shared", stats["mean_forward"]) / 0.97
     rows = max(1, int(tokens // (2 * max_len)))
     return rows, max(max_len, math.ceil(tokens / (2 * rows)))
 
@@ -192,7 +194,7 @@ def run_job(stack: str, args) -> dict:
                   memory_estimate=start.get("memory_estimate"), patch_report=start.get("patch_report"))
     result["gpu_util_mean"] = sampler.mean(result["window_start"], result["window_end"])
     if args.method != "sft":
-        result.update(pair_rates(args, result, events))
+        result.update(pair_rates(args, result, events, proc.stdout.splitlines()))
         # PreferenceMethod.unit_terms: the reference pass first since 2026-12-04 (switch policyfirst: after)
         result["pass_order"] = "policy_first" if args.switch == "policyfirst" else "reference_first"
     result["losses"] = [step["loss"] for step in steps]   # step by step: graph vs eager runs compare exactly
@@ -206,15 +208,19 @@ def run_job(stack: str, args) -> dict:
     return result
 
 
-def pair_rates(args, result: dict, events: list[dict]) -> dict:
+def pair_rates(args, result: dict, events: list[dict], log: list[str]) -> dict:
     """Pair tokens (prompt + chosen + rejected; KTO: prompt + completion of an example) per second: the
     real tokens/s x mean / mean_forward (the same conversion for every stack; packed rows hold a varying
     number of pairs), and the reward metrics of the last step."""
     stats = json.loads(unit_files(args.dir, args.method)[1].read_text())
     last = [e for e in events if e["type"] == "step"][-1]
-    per_step = result["tokens_per_step_mean"] / stats["mean_forward"]
-    return {"pairs_per_step": round(per_step, 2),
-            "pair_tokens_per_s": round(result["real_tokens_per_s"] * stats["mean"] / stats["mean_forward"], 1),
+    # a job whose passes hold each prompt once ran fewer real tokens a pair (jobs/data/pairs.py; padded
+    # rows off the GPU only where that pays, so there this is an approximation)
+    shared = any(f"prompts: once per {unit}" in line for line in log for unit in ("pair", "example"))
+    forward = stats.get("mean_forward_shared", stats["mean"]) if shared else stats["mean_forward"]
+    per_step = result["tokens_per_step_mean"] / forward
+    return {"pairs_per_step": round(per_step, 2), "prompt_once": shared,
+            "pair_tokens_per_s": round(result["real_tokens_per_s"] * stats["mean"] / forward, 1),
             "first_loss": next(e["loss"] for e in events if e["type"] == "step"),
             "rewards": {k: last.get(k) for k in ("chosen_reward", "rejected_reward", "reward_margin",
                                                  "reward_accuracy") + (("kto_kl",) if args.method == "kto" else ())}}

@@ -79,7 +79,8 @@ def _side_counts(tokenizer, rows: list[dict]) -> tuple[list[int], list[int], lis
 def pair_stats(tokenizer, rows: list[dict], counts=None) -> dict:
     """Token percentiles of prompt and answers; `mean`: tokens of a pair (prompt + chosen +
     rejected, the template's tokens included), what pair_tokens_per_s counts; `mean_forward`: the
-    same with the prompt twice (each side runs after it), what a forward sees."""
+    same with the prompt twice (each side runs after it), what a forward sees; `mean_forward_shared`:
+    what it sees with the prompt once (Fusetune's packed passes since 2026-12-05, jobs/data/pairs.py)."""
     prompts, chosen, rejected = counts or _side_counts(tokenizer, rows)
 
     def pct(values, p):
@@ -91,7 +92,8 @@ def pair_stats(tokenizer, rows: list[dict], counts=None) -> dict:
     pair = [p + c + r for p, c, r in zip(prompts, chosen, rejected)]
     forward = [2 * p + c + r for p, c, r in zip(prompts, chosen, rejected)]   # what a forward sees
     return {"pairs": len(rows), "mean": round(sum(pair) / len(pair), 1),
-            "mean_forward": round(sum(forward) / len(forward), 1), "longest_side": max(
+            "mean_forward": round(sum(forward) / len(forward), 1), "mean_forward_shared": round(sum(pair) / len(pair), 1),
+            "longest_side": max(
         p + max(c, r) for p, c, r in zip(prompts, chosen, rejected)), **sides}
 
 
@@ -101,12 +103,15 @@ def kto_stats(counts) -> dict:
     what a forward sees for it, the example and its KL sequence (its prompt + another example's
     completion; TRL rotates completions within a batch, Fusetune within the dataset,
     jobs/data/pairs.py). The KL completions are the completions permuted, so on average that is
-    2 x (prompt + completion): a KTO example costs a forward what a pair does."""
+    2 x (prompt + completion): a KTO example costs a forward what a pair does; with the prompt once
+    (`mean_forward_shared`) the prompt and two completions."""
     prompts, chosen, rejected = counts
     examples = [p + a for p, c, r in zip(prompts, chosen, rejected) for a in (c, r)]
     mean = sum(examples) / len(examples)
+    prompt_mean = sum(prompts) / len(prompts)
     return {"examples": len(examples), "desirable": len(prompts), "mean": round(mean, 1),
-            "mean_forward": round(2 * mean, 1), "longest_side": max(examples)}
+            "mean_forward": round(2 * mean, 1), "mean_forward_shared": round(2 * mean - prompt_mean, 1),
+            "longest_side": max(examples)}
 
 
 def write_preference_data(directory: Path, tokenizer, n: int, seed: int = 0) -> dict:

@@ -9,9 +9,12 @@ A unit is what one loss term is computed over, and what the loss is normalised b
 Both sequences of a unit go through the model in ONE forward: padded (2 x units rows), padded with
 the prompt once (a row per unit: the shared prompt, then each answer under a 4-D mask; off the GPU,
 jobs/data/shared_prefix.py) or packed (the unit's two sequences side by side in a row, as separate
-documents: `cu_seq_lens` keeps attention inside each). The batch carries, host-made so the step
-never syncs, the flat indices of the label tokens (after the causal shift), their targets and the
-sequence each belongs to, so only label rows reach the LM head (kernels/ops/fused_linear_logprobs.py).
+documents: `cu_seq_lens` keeps attention inside each), with the prompt once there too on a kernel
+that takes keys apart from queries (`collate_units_packed_shared`: the prefix, then the rest of each
+sequence, whose attention keys are the prefix's then its own, kernels/packed_attention.py). The
+batch carries, host-made so the step never syncs, the flat indices of the label tokens (after the
+causal shift), their targets and the sequence each belongs to, so only label rows reach the LM head
+(kernels/ops/fused_linear_logprobs.py).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from jobs.messages import say
 from jobs.data.conversation import DataError
 from jobs.data.dataset import Problems, Rows, _raise_for, _read
 from jobs.data.encode import IGNORE_INDEX, Example, collate
-from jobs.data.packing import Batch, BatchPlan, collate_packed
+from jobs.data.packing import Batch, BatchPlan, collate_packed, pack
 from jobs.data.preference import UNPAIRED_FORMAT, PreferenceRow, csv_rows, encode_answer, preference_format, read_row
 
 
@@ -166,6 +169,58 @@ def collate_units_shared(units: list[PairUnit], pad_id: int, cuts: list[int]) ->
     return _with_units(Batch(tensors, {}, real, len(units)), units)
 
 
+def collate_units_packed_shared(units: list[PairUnit], pad_id: int, packed_rows: list[list[int]], row_length: int,
+                                cuts: list[int]) -> Batch:
+    """`collate_units`' packed batch with each unit's shared prefix once: in a row, per unit its prefix
+    then the rest of each sequence (positions continuing from the prefix), each a query document;
+    `kv_index` lists every document's keys (the prefix's own; a rest's prefix then its own) and
+    `cu_seq_lens_k` bounds them (kernels/packed_attention.py); a row's padding tail is a document of its
+    own. The label indices point at the hidden states that predict each label, as in
+    `collate_units_shared`. `cuts`: the shared prefix length of each unit (`shared_cuts`)."""
+    ids = torch.full((len(packed_rows), row_length), pad_id, dtype=torch.long)
+    positions = torch.zeros_like(ids)
+    bounds, keys, key_bounds = [0], [], [0]
+    rows, targets, seqs = [], [], []
+
+    def document(row: int, start: int, tokens: list[int], first_position: int, behind: list[int]) -> list[int]:
+        flat = row * row_length + start
+        ids[row, start:start + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        positions[row, start:start + len(tokens)] = torch.arange(first_position, first_position + len(tokens))
+        own = list(range(flat, flat + len(tokens)))
+        bounds.append(flat + len(tokens))
+        keys.extend(behind + own)
+        key_bounds.append(len(keys))
+        return own
+
+    for r, row in enumerate(packed_rows):
+        offset = 0
+        for k in row:
+            unit, n = units[k], cuts[k]
+            prefix = document(r, offset, unit.first.input_ids[:n], 0, []) if n else []
+            offset += n
+            for j, seq in enumerate((unit.first, unit.second)):
+                start, rest = r * row_length + offset, seq.input_ids[n:]
+                if rest:   # an answer that is all prefix has no document (its labels are the prefix's)
+                    document(r, offset, rest, n, prefix)
+                    offset += len(rest)
+                for p in range(1, len(seq.labels)):
+                    if seq.labels[p] != IGNORE_INDEX:
+                        rows.append(prefix[p - 1] if p - 1 < n else start + p - 1 - n)
+                        targets.append(seq.labels[p])
+                        seqs.append(2 * k + j)
+        if offset < row_length:   # the padding tail: attends to itself only
+            document(r, offset, [pad_id] * (row_length - offset), 0, [])
+    real = sum(len(u.first.input_ids) + len(u.second.input_ids) - n for u, n in zip(units, cuts))
+    spans = lambda b: max(y - x for x, y in zip(b, b[1:]))   # noqa: E731
+    cu_q, cu_k = torch.tensor(bounds, dtype=torch.int32), torch.tensor(key_bounds, dtype=torch.int32)
+    tensors = {"input_ids": ids, "position_ids": positions, "cu_seq_lens_q": cu_q, "cu_seq_lens_k": cu_k,
+               "kv_index": torch.tensor(keys, dtype=torch.long), "pref_rows": torch.tensor(rows, dtype=torch.long),
+               "pref_targets": torch.tensor(targets, dtype=torch.long),
+               "pref_seq": torch.tensor(seqs, dtype=torch.long)}
+    batch = Batch(tensors, {"max_length_q": spans(bounds), "max_length_k": spans(key_bounds)}, real, len(units))
+    return _with_units(batch, units)
+
+
 def shared_cuts(units: list[PairUnit]) -> list[int]:
     """How many leading tokens each unit's two sequences share (the prompt, at least)."""
     return [shared_prefix.common_prefix(u.first.input_ids, u.second.input_ids) for u in units]
@@ -204,7 +259,14 @@ class PairPlan(BatchPlan):
     def __init__(self, *args, pass_units: int | None = None, shared: tuple[int, int] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.pass_units = pass_units
-        self.shared = shared   # (hidden, MLP size): padded units hold their prompt once where that pays
+        # (hidden, MLP size): padded units hold their prompt once where that pays; packed ones always
+        # (collate_units_packed_shared), and rows are packed by what a unit then holds
+        self.shared = shared
+        self.cuts = shared_cuts(self.examples) if shared and self.packed else None
+        if self.cuts is not None:
+            self.lengths = [len(u.first.input_ids) + len(u.second.input_ids) - n
+                            for u, n in zip(self.examples, self.cuts)]
+            self.rows = pack(self.lengths, self.row_length, self.seed)
 
     def _collate(self, group: list[int]) -> Batch:
         step = self.pass_units
@@ -221,7 +283,11 @@ class PairPlan(BatchPlan):
             for row in members:
                 where.append(list(range(at, at + len(row))))
                 at += len(row)
-            return collate_units([self.examples[i] for i in flat], self.pad_id, where, self.row_length)
+            units = [self.examples[i] for i in flat]
+            if self.cuts is not None:
+                cuts = [self.cuts[i] for i in flat]
+                return collate_units_packed_shared(units, self.pad_id, where, self.row_length, cuts)
+            return collate_units(units, self.pad_id, where, self.row_length)
         units = [self.examples[i] for i in group]
         cuts = shared_cuts(units) if self.shared else []
         if self.shared and shared_pays(units, cuts, self.shared):

@@ -5,9 +5,10 @@ what it sees in a row of trunk + that branch alone, and the trunk's forward and 
 for all its branches, its gradient the sum of theirs: the Shared-Prefix Forward of Prefix Grouper
 (Liu et al. 2025, arXiv 2506.05433), done with a mask instead of a split attention.
 
-Used off the GPU's packed path (the varlen kernel keeps documents apart and cannot share one):
-GRPO's prompt and its group of completions (jobs/train/methods/grpo_data.py), a preference unit's
-prompt and its two answers (jobs/data/pairs.py). `pays` says whether such rows cost fewer FLOPs
+Used off the GPU's packed path: GRPO's prompt and its group of completions (jobs/train/methods/
+grpo_data.py), a preference unit's prompt and its two answers (jobs/data/pairs.py). Packed passes share
+a prefix through the varlen kernel instead (its keys gathered per answer, kernels/packed_attention.py),
+where `packed_reason` finds no reason against it. `pays` says whether such rows cost fewer FLOPs
 than a row per branch: sdpa with a mask computes a row's whole square, so one wide row of long
 branches can cost more than the prompts it saves."""
 from __future__ import annotations
@@ -31,6 +32,15 @@ def unshared_reason(packed: bool, device_type: str, text_config) -> str | None:
     if attention != "sdpa":
         return f"attention {attention!r}: a shared prompt needs sdpa's boolean mask"
     return None
+
+
+def packed_reason(device_type: str, dtype: torch.dtype, text_config) -> str | None:
+    """Why packed passes cannot hold a shared prefix once on this device and dtype (the varlen kernel
+    must take keys apart from queries, causality aligned bottom right: kernels/ops/varlen_attention.py
+    keys_apart_reason, checked once), or None when they can (kernels/packed_attention.py `kv_index`)."""
+    from kernels.ops.varlen_attention import keys_apart_reason
+    head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+    return keys_apart_reason(device_type, dtype, head_dim)
 
 
 def _sliding(text_config) -> bool:

@@ -80,7 +80,7 @@ class GroupRelativePolicyOptimization(Method):
         if self.packed:
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
-        apart = _keys_apart(t, text) if self.packed else None
+        apart = shared_prefix.packed_reason(t.device.type, t.dtype, text) if self.packed else None
         share, line = grpo_prefix_sharing(self.packed, t.device.type, text, apart)
         self.shared = shared_prefix.model_size(text) if share else None
         t.log(line)
@@ -304,14 +304,6 @@ def grpo_prefix_sharing(packed: bool, device_type: str, text_config, keys_apart:
         return False, f"grpo prompts: once per completion ({reason})"
     return True, ("grpo prompts: once per group (a prompt and its completions in one row, a 4-D mask "
                   "keeping the completions apart: the prompt's forward and backward run once)")
-
-
-def _keys_apart(t, text_config) -> str | None:
-    """Why this job's packed passes cannot share prompts (kernels/ops/varlen_attention.py
-    keys_apart_reason, checked once on the job's device and dtype), or None."""
-    from kernels.ops.varlen_attention import keys_apart_reason
-    head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
-    return keys_apart_reason(t.device.type, t.dtype, head_dim)
 
 
 def _head(lm, spec) -> dict:

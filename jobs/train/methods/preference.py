@@ -75,16 +75,20 @@ class PreferenceMethod(Method):
         return plan, eval_plan
 
     def _shared_prompts(self) -> tuple[int, int] | None:
-        """(hidden, MLP size) when padded micro-batches hold each unit's prompt once (PairPlan: where
-        that costs fewer FLOPs), else None; says which in the log (jobs/data/shared_prefix.py)."""
+        """(hidden, MLP size) when micro-batches hold each unit's prompt once (PairPlan: packed always,
+        padded where that costs fewer FLOPs), else None; says which in the log (jobs/data/shared_prefix.py)."""
         t = self.trainer
         text = text_config(t.model.config)
-        reason = shared_prefix.unshared_reason(t.packed, t.device.type, text)
+        if t.packed:
+            reason = shared_prefix.packed_reason(t.device.type, t.dtype, text)
+            how = "packed: the prompt, then each answer, whose attention reaches back to it"
+        else:
+            reason = shared_prefix.unshared_reason(t.packed, t.device.type, text)
+            how = "the prompt, then both sequences' answers in one row under a 4-D mask"
         if reason:
             t.log(f"{self.spec.method} prompts: once per sequence ({reason})")
             return None
-        t.log(f"{self.spec.method} prompts: once per {'pair' if self.spec.method != 'kto' else 'example'} "
-              "(the prompt, then both sequences' answers in one row under a 4-D mask)")
+        t.log(f"{self.spec.method} prompts: once per {'pair' if self.spec.method != 'kto' else 'example'} ({how})")
         return shared_prefix.model_size(text)
 
     def _pass_units(self) -> int | None:

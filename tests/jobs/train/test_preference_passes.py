@@ -3,7 +3,8 @@
 LoRA parameters, logs the split, and the passes give the whole micro-batch's loss and gradients
 (the step's count covers every pair). The split is for GPUs only, so here the GPU guard is opened and
 the plan's arithmetic replaced by a spy (the arithmetic: tests/jobs/models/test_preference_budget.py).
-And a padded micro-batch with each unit's prompt once gives the two-rows-a-unit batch's loss and gradients."""
+And a micro-batch with each unit's prompt once (padded, or packed) gives the two-rows-a-unit batch's loss
+and gradients."""
 import json
 
 import pytest
@@ -28,7 +29,7 @@ def test_a_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tmp_pat
                               "max_steps": 1, "save_steps": 0, "max_gpu_memory_gb": 8.0})
     seen, lines = {}, []
 
-    def pass_units(spec, model_config, trainable=None, fused=None):
+    def pass_units(spec, model_config, trainable=None, fused=None, world=1):
         seen["trainable"] = trainable
         return 1
     monkeypatch.setattr(preference, "budgeted", lambda device, spec: True)
@@ -43,7 +44,8 @@ def test_a_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tmp_pat
     assert isinstance(batch, Passes) and len(parts) == len(batch.parts) > 1
     monkeypatch.setattr(Batch, "pinned", lambda self: self)   # no pinned memory without CUDA
     assert isinstance(batch.pinned(), Passes) and len(batch.pinned().parts) == len(parts)   # the Prefetcher's copy
-    whole_plan = PairPlan(trainer.examples, 4, 64, True, spec.seed, pad_id=trainer.tokenizer.pad_token_id)
+    whole_plan = PairPlan(trainer.examples, 4, 64, True, spec.seed, pad_id=trainer.tokenizer.pad_token_id,
+                          shared=trainer.plan.shared)   # packed with each prompt once, as the job's plan
     whole = whole_plan.batch_at(0)[1]
     assert sum(p.label_tokens for _, p in parts) == whole.label_tokens == batch.label_tokens
     assert sum(p.real_tokens for _, p in parts) == whole.real_tokens
@@ -66,30 +68,39 @@ def test_a_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tmp_pat
         assert (split[1][name] - grad).norm() <= 1e-5 * max(grad.norm(), 1e-12), name
 
 
+@pytest.mark.parametrize("packing", ["off", "on"])
 @pytest.mark.parametrize("method", ["dpo", "kto"])
-def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_path, tiny_model, method):
+def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_path, tiny_model, method, packing):
     """Off the GPU a padded micro-batch holds each unit's prompt once (jobs/data/shared_prefix.py): one
-    row per unit, both answers after the prompt under a 4-D mask. Loss and LoRA gradients equal the
-    two-rows-a-unit batch's (fp32), the reference pass included; KTO's mismatched second sequence too."""
+    row per unit, both answers after the prompt under a 4-D mask; packed, a row holds each unit's prompt
+    then its answers, whose attention keys are gathered behind it (jobs/data/pairs.py
+    collate_units_packed_shared). Loss and LoRA gradients equal the two-rows-a-unit batch's (fp32), the
+    reference pass included; KTO's mismatched second sequence too."""
     rows = PAIRS if method == "dpo" else [{"prompt": r["prompt"], "completion": r[k], "label": k == "chosen"}
                                           for r in PAIRS for k in ("chosen", "rejected")]
     data = tmp_path / "rows.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     job = tmp_path / "job"
     spec = JobSpec.from_dict({"model": str(tiny_model), "output_dir": str(job), "method": method, "dataset": str(data),
-                              "packing": "off", "batch_size": 4, "max_seq_length": 32, "dtype": "fp32",
+                              "packing": packing, "batch_size": 4, "max_seq_length": 32, "dtype": "fp32",
                               "max_steps": 1, "save_steps": 0})
     lines = []
     trainer = Trainer(spec, job, EventWriter(job), log=lines.append)
     trainer.prepare()
-    assert any(f"{method} prompts: once per" in line and "4-D mask" in line for line in lines), lines
+    how = "packed: the prompt, then each answer" if packing == "on" else "4-D mask"
+    assert any(f"{method} prompts: once per" in line and how in line for line in lines), lines
     shared = trainer.plan.batch_at(0)[1]
-    units = [trainer.examples[i] for i in trainer.plan.epoch_batches(0)[0]]
-    assert shared.tensors["attention_mask"].dim() == 4 and shared.tensors["input_ids"].shape[0] == 4
+    group = trainer.plan.epoch_batches(0)[0]
+    units = [trainer.examples[i] for i in ([k for r in group for k in trainer.plan.rows[r]] if packing == "on" else group)]
+    if packing == "on":
+        assert "kv_index" in shared.tensors and shared.tensors["input_ids"].shape == (4, 64)
+    else:
+        assert shared.tensors["attention_mask"].dim() == 4 and shared.tensors["input_ids"].shape[0] == 4
     plain = collate_units(units, trainer.tokenizer.pad_token_id)
-    assert plain.tensors["input_ids"].shape[0] == 8 and shared.real_tokens < plain.real_tokens
+    assert plain.tensors["input_ids"].shape[0] == 2 * len(units) and shared.real_tokens < plain.real_tokens
+    count = torch.tensor(float(len(units)))
 
-    model, count = trainer.model, torch.tensor(4.0)
+    model = trainer.model
     model.train()
 
     def run(batch):
