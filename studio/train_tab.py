@@ -331,23 +331,26 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
         picked.then(on_change, [lang, judged, *inputs], [tab.command, tab.status, tab.confirm, tab.start],
                     show_progress="hidden", concurrency_id="form-command", concurrency_limit=1)
 
-    def on_upload(file: str | None, language: str) -> tuple[Any, str]:
+    def on_upload(file: str | None, language: str, learning_rate: Any) -> tuple[Any, str, Any]:
         if not file:
-            return gr.skip(), gr.skip()
+            return gr.skip(), gr.skip(), gr.skip()
         try:
             stored = store_upload(ctx.data_dir, file)
         except SpecError as exc:
             raise gr.Error(form.error_text(exc, language)) from None
         except OSError as exc:
             raise gr.Error(t("train.upload_failed", language, error=translated(str(exc), language))) from None
+        # the rate that follows the dataset lands with it, not a redraw later: a Start pressed once the
+        # upload's note shows judges the form as it stays (a late redraw cleared its answer, 2026-12-05)
         return (gr.update(choices=[(c, c) for c in known_datasets(ctx.data_dir)], value=str(stored)),
-                upload_notice(stored, language))
+                upload_notice(stored, language), dataset_default_update("learning_rate", str(stored), learning_rate))
 
     def on_preview(language: str, *values: Any) -> str:
         return preview_data(ctx.data_dir, names, list(values), language)
 
     # the preview renders by itself after an upload: the user came to see their rows
-    upload.upload(on_upload, [upload, lang], [made["dataset"], upload_info]).then(
+    upload.upload(on_upload, [upload, lang, made["learning_rate"]], [made["dataset"], upload_info,
+                                                                   made["learning_rate"]]).then(
         on_preview, [lang, *inputs], preview)
     preview_btn.click(on_preview, [lang, *inputs], preview)
     # another dataset picked by the user: the last upload's note and preview are about a file no longer chosen

@@ -16,14 +16,12 @@ from __future__ import annotations
 import torch
 
 
-def unshared_reason(packed: bool, device_type: str, text_config) -> str | None:
-    """Why a job's passes cannot hold a shared prefix once, or None when they can. Packed passes
-    cannot: the varlen kernel keeps documents apart, and a dense [T, T] mask over a GPU step's
-    thousands of tokens would cost more than the prompts it saves. A 4-D mask also replaces the
-    model's own, so models with sliding-window layers and eager attention (which adds a float
-    mask; ours is boolean) keep one prompt per sequence."""
-    if packed:
-        return "packed rows: the varlen attention keeps each sequence apart"
+def unshared_reason(device_type: str, text_config) -> str | None:
+    """Why a job's padded passes cannot hold a shared prefix once, or None when they can (packed
+    passes: `packed_reason`). On the GPU a dense [T, T] mask over a step's thousands of tokens would
+    cost more than the prompts it saves. A 4-D mask also replaces the model's own, so models with
+    sliding-window layers and eager attention (which adds a float mask; ours is boolean) keep one
+    prompt per sequence."""
     if device_type == "cuda":
         return "padded rows on the GPU: a shared prompt needs a [T, T] mask there"
     if _sliding(text_config):

@@ -18,10 +18,6 @@ from jobs.models.fit_plan import _activations
 from jobs.models.fit_shape import _dtype_bytes, _Shape
 
 MAX_GPUS = 64   # the most GPUs `gpus_needed` considers
-LORA_PART = "LoRA + AdamW (fp32)"
-BASE_PARTS = ("base weights", "base weights (NF4)", "embeddings")   # jobs/models/fit_shape.py _weights
-NF4_CODE_BYTES = 0.5   # two 4-bit codes a byte; the rest of NF4_BYTES_PER_WEIGHT is the quant state
-VISION_PART, VISION_LORA_PART = "vision tower", "vision LoRA + AdamW (fp32)"   # jobs/models/fit.py
 
 
 def shardable(spec) -> bool:

@@ -26,6 +26,8 @@ def test_bad_rows_are_refused_at_start_and_nothing_is_queued(studio, browser_con
     upload_dataset(page, rows, "/datasets/bad_rows-")
     page.wait_for_function("() => document.querySelector('#ft-upload-info').innerText.includes('22 rows')",
                            timeout=30_000)
+    # the rate that follows the dataset (identity's 4e-4 -> the default) came with the upload's note
+    assert page.locator("#ft-field-learning_rate input").input_value() == "0.0002"
     page.locator("#ft-start").click()
     text = status_has(page, "Not queued")
     assert "Dataset (dataset)" in text and "2 bad rows" in text

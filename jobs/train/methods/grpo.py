@@ -299,7 +299,7 @@ def grpo_prefix_sharing(packed: bool, device_type: str, text_config, keys_apart:
             return False, f"grpo prompts: once per completion ({keys_apart})"
         return True, ("grpo prompts: once per group (packed: a prompt then its completions, whose attention "
                       "reaches back to it: the prompt's forward and backward run once)")
-    reason = shared_prefix.unshared_reason(packed, device_type, text_config)
+    reason = shared_prefix.unshared_reason(device_type, text_config)
     if reason:
         return False, f"grpo prompts: once per completion ({reason})"
     return True, ("grpo prompts: once per group (a prompt and its completions in one row, a 4-D mask "

@@ -83,7 +83,7 @@ class PreferenceMethod(Method):
             reason = shared_prefix.packed_reason(t.device.type, t.dtype, text)
             how = "packed: the prompt, then each answer, whose attention reaches back to it"
         else:
-            reason = shared_prefix.unshared_reason(t.packed, t.device.type, text)
+            reason = shared_prefix.unshared_reason(t.device.type, text)
             how = "the prompt, then both sequences' answers in one row under a 4-D mask"
         if reason:
             t.log(f"{self.spec.method} prompts: once per sequence ({reason})")

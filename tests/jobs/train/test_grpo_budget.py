@@ -11,7 +11,7 @@ from tests.jobs.train.test_grpo_cancel import grpo_trainer
 def test_the_policy_passes_are_planned_with_the_trainable_parameter_count(tmp_path, tiny_model, monkeypatch):
     seen = {}
 
-    def policy_rows(spec, model_config, trainable=None, fused=None):
+    def policy_rows(spec, model_config, trainable=None, fused=None, world=1):
         seen["trainable"] = trainable
         return 1
     monkeypatch.setattr(grpo, "budgeted", lambda device, spec: True)
