@@ -177,48 +177,28 @@ def collate_units_packed_shared(units: list[PairUnit], pad_id: int, packed_rows:
     `cu_seq_lens_k` bounds them (kernels/packed_attention.py); a row's padding tail is a document of its
     own. The label indices point at the hidden states that predict each label, as in
     `collate_units_shared`. `cuts`: the shared prefix length of each unit (`shared_cuts`)."""
-    ids = torch.full((len(packed_rows), row_length), pad_id, dtype=torch.long)
-    positions = torch.zeros_like(ids)
-    bounds, keys, key_bounds = [0], [], [0]
-    rows, targets, seqs = [], [], []
-
-    def document(row: int, start: int, tokens: list[int], first_position: int, behind: list[int]) -> list[int]:
-        flat = row * row_length + start
-        ids[row, start:start + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-        positions[row, start:start + len(tokens)] = torch.arange(first_position, first_position + len(tokens))
-        own = list(range(flat, flat + len(tokens)))
-        bounds.append(flat + len(tokens))
-        keys.extend(behind + own)
-        key_bounds.append(len(keys))
-        return own
-
-    for r, row in enumerate(packed_rows):
-        offset = 0
+    packed, rows, targets, seqs = shared_prefix.PackedDocuments(), [], [], []
+    for row in packed_rows:
+        row_end = len(packed.ids) + row_length
         for k in row:
             unit, n = units[k], cuts[k]
-            prefix = document(r, offset, unit.first.input_ids[:n], 0, []) if n else []
-            offset += n
+            prefix = packed.document(unit.first.input_ids[:n]) if n else []
             for j, seq in enumerate((unit.first, unit.second)):
-                start, rest = r * row_length + offset, seq.input_ids[n:]
+                start, rest = len(packed.ids), seq.input_ids[n:]
                 if rest:   # an answer that is all prefix has no document (its labels are the prefix's)
-                    document(r, offset, rest, n, prefix)
-                    offset += len(rest)
+                    packed.document(rest, n, prefix)
                 for p in range(1, len(seq.labels)):
                     if seq.labels[p] != IGNORE_INDEX:
                         rows.append(prefix[p - 1] if p - 1 < n else start + p - 1 - n)
                         targets.append(seq.labels[p])
                         seqs.append(2 * k + j)
-        if offset < row_length:   # the padding tail: attends to itself only
-            document(r, offset, [pad_id] * (row_length - offset), 0, [])
+        if len(packed.ids) < row_end:   # the padding tail: attends to itself only
+            packed.document([pad_id] * (row_end - len(packed.ids)))
+    tensors, ints = packed.tensors(len(packed_rows))
+    tensors.update(pref_rows=torch.tensor(rows, dtype=torch.long), pref_targets=torch.tensor(targets, dtype=torch.long),
+                   pref_seq=torch.tensor(seqs, dtype=torch.long))
     real = sum(len(u.first.input_ids) + len(u.second.input_ids) - n for u, n in zip(units, cuts))
-    spans = lambda b: max(y - x for x, y in zip(b, b[1:]))   # noqa: E731
-    cu_q, cu_k = torch.tensor(bounds, dtype=torch.int32), torch.tensor(key_bounds, dtype=torch.int32)
-    tensors = {"input_ids": ids, "position_ids": positions, "cu_seq_lens_q": cu_q, "cu_seq_lens_k": cu_k,
-               "kv_index": torch.tensor(keys, dtype=torch.long), "pref_rows": torch.tensor(rows, dtype=torch.long),
-               "pref_targets": torch.tensor(targets, dtype=torch.long),
-               "pref_seq": torch.tensor(seqs, dtype=torch.long)}
-    batch = Batch(tensors, {"max_length_q": spans(bounds), "max_length_k": spans(key_bounds)}, real, len(units))
-    return _with_units(batch, units)
+    return _with_units(Batch(tensors, ints, real, len(units)), units)
 
 
 def shared_cuts(units: list[PairUnit]) -> list[int]:

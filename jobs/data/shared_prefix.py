@@ -41,6 +41,39 @@ def packed_reason(device_type: str, dtype: torch.dtype, text_config) -> str | No
     return keys_apart_reason(device_type, dtype, head_dim)
 
 
+class PackedDocuments:
+    """A packed sequence whose query documents may read keys apart from their own tokens (packed rows
+    holding a prefix once, kernels/packed_attention.py `kv_index`): `document` appends tokens as a
+    query document whose keys are `behind` (flat indices, e.g. its prefix's) then its own; `tensors`
+    gives the model's inputs for `rows` rows of equal length (the caller fills each row to it)."""
+
+    def __init__(self):
+        self.ids: list[int] = []
+        self.positions: list[int] = []
+        self.bounds, self.keys, self.key_bounds = [0], [], [0]
+
+    def document(self, tokens: list[int], first_position: int = 0, behind: list[int] = ()) -> list[int]:
+        """Append `tokens` (positions from `first_position`); returns their flat indices."""
+        start = len(self.ids)
+        own = list(range(start, start + len(tokens)))
+        self.ids += tokens
+        self.positions += range(first_position, first_position + len(tokens))
+        self.bounds.append(len(self.ids))
+        self.keys += [*behind, *own]
+        self.key_bounds.append(len(self.keys))
+        return own
+
+    def tensors(self, rows: int = 1) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
+        """(input_ids, position_ids [rows, T / rows], cu_seq_lens_q/k, kv_index; max_length_q/k)."""
+        longest = lambda b: max(y - x for x, y in zip(b, b[1:]))   # noqa: E731
+        return ({"input_ids": torch.tensor(self.ids, dtype=torch.long).view(rows, -1),
+                 "position_ids": torch.tensor(self.positions, dtype=torch.long).view(rows, -1),
+                 "cu_seq_lens_q": torch.tensor(self.bounds, dtype=torch.int32),
+                 "cu_seq_lens_k": torch.tensor(self.key_bounds, dtype=torch.int32),
+                 "kv_index": torch.tensor(self.keys, dtype=torch.long)},
+                {"max_length_q": longest(self.bounds), "max_length_k": longest(self.key_bounds)})
+
+
 def _sliding(text_config) -> bool:
     types = getattr(text_config, "layer_types", None)
     if types:

@@ -83,12 +83,13 @@ def _static_bytes(spec, shape: _Shape, b: int, fused: bool, trainable: int | Non
                   world: int = 1) -> int:
     """Weights, LoRA and its optimizer state: what a process holds before any activation (its share
     of a model sharded over `world` processes, fit_rank.py)."""
-    return sum(fit_rank.per_rank(_static_parts(spec, shape, b, fused, trainable, vision), spec, shape, b,
-                                 world).values())
+    return sum(_static_parts(spec, shape, b, fused, trainable, vision, world).values())
 
 
-def _static_parts(spec, shape: _Shape, b: int, fused: bool, trainable: int | None, vision) -> dict[str, int]:
-    """`trainable` (counted on the loaded model) holds the tower's LoRA too, when it has any."""
+def _static_parts(spec, shape: _Shape, b: int, fused: bool, trainable: int | None, vision,
+                  world: int = 1) -> dict[str, int]:
+    """`trainable` (counted on the loaded model) holds the tower's LoRA too, when it has any; one
+    process's share of them when the model is sharded over `world` (fit_rank.py)."""
     parts = _weights(spec, shape, b, fused)
     adapters = trainable if trainable is not None else lora_params(spec, shape)
     parts["LoRA + AdamW (fp32)"] = adapters * LORA_BYTES_PER_PARAM
@@ -97,7 +98,7 @@ def _static_parts(spec, shape: _Shape, b: int, fused: bool, trainable: int | Non
         tower_lora = fit_vision.lora_params(spec, vision) if trainable is None else 0
         if tower_lora:
             parts["vision LoRA + AdamW (fp32)"] = tower_lora * LORA_BYTES_PER_PARAM
-    return parts
+    return fit_rank.per_rank(parts, spec, shape, b, world)
 
 
 def _auto_plan(spec, model_config, shape: _Shape, b: int, static: int, free_bytes: int | None,
@@ -166,7 +167,7 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
     b = _dtype_bytes(spec, cuda=cuda)
     whole, (spec, passes) = spec, _policy_pass(spec, model_config, trainable, fused, world)
     tokens = spec.batch_tokens()
-    parts = fit_rank.per_rank(_static_parts(spec, shape, b, fused, trainable, vision), spec, shape, b, world)
+    parts = _static_parts(spec, shape, b, fused, trainable, vision, world)
     if free_bytes is None and model is None:
         free_bytes, total_bytes = _cuda_memory()
     loaded = current_policy(model, spec, vision) if model is not None else None

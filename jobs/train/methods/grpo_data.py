@@ -170,37 +170,21 @@ def rollout_tensors_packed_shared(prompts: list[list[int]], completions: list[li
     bounding them (kernels/packed_attention.py). labels, seq_index, lengths and gather mean what they
     mean in `rollout_tensors`; a completion's first token is predicted by its prompt's last.
     Returns (tensors, ints)."""
-    ids, positions, bounds, keys, key_bounds = [], [], [0], [], [0]
-    gather, seq_index, labels = [], [], []
+    packed, gather, seq_index, labels = shared_prefix.PackedDocuments(), [], [], []
     for prompt, members in _prompt_runs(prompts, completions, group):
-        start, n = len(ids), len(prompt)
-        prompt_keys = list(range(start, start + n))
-        ids += prompt
-        positions += range(n)
-        bounds.append(start + n)
-        keys += prompt_keys
-        key_bounds.append(len(keys))
+        prompt_keys = packed.document(prompt)
         for s in members:
-            completion, begin = completions[s], len(ids)
+            completion, begin = completions[s], len(packed.ids)
             if completion:   # an empty completion has no token to attend from or to predict
-                ids += completion
-                positions += range(n, n + len(completion))
-                bounds.append(begin + len(completion))
-                keys += prompt_keys + list(range(begin, begin + len(completion)))
-                key_bounds.append(len(keys))
-            gather += [start + n - 1 if t == 0 else begin + t - 1 for t in range(len(completion))]
+                packed.document(completion, len(prompt), prompt_keys)
+            gather += [prompt_keys[-1] if t == 0 else begin + t - 1 for t in range(len(completion))]
             seq_index += [s] * len(completion)
             labels += completion
-    spans = lambda b: max(y - x for x, y in zip(b, b[1:]))   # noqa: E731
-    tensors = {"input_ids": torch.tensor([ids], dtype=torch.long),
-               "position_ids": torch.tensor([positions], dtype=torch.long),
-               "cu_seq_lens_q": torch.tensor(bounds, dtype=torch.int32),
-               "cu_seq_lens_k": torch.tensor(key_bounds, dtype=torch.int32),
-               "kv_index": torch.tensor(keys, dtype=torch.long),
-               "labels": torch.tensor(labels, dtype=torch.long), "seq_index": torch.tensor(seq_index, dtype=torch.long),
-               "lengths": torch.tensor([len(c) for c in completions], dtype=torch.long),
-               "gather": torch.tensor(gather, dtype=torch.long)}
-    return tensors, {"max_length_q": spans(bounds), "max_length_k": spans(key_bounds)}
+    tensors, ints = packed.tensors()
+    tensors.update(labels=torch.tensor(labels, dtype=torch.long), seq_index=torch.tensor(seq_index, dtype=torch.long),
+                   lengths=torch.tensor([len(c) for c in completions], dtype=torch.long),
+                   gather=torch.tensor(gather, dtype=torch.long))
+    return tensors, ints
 
 
 def sharing_pays(prompts: list[list[int]], completions: list[list[int]], group: int, hidden: int, ffn: int) -> bool:
