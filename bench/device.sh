@@ -33,6 +33,7 @@
 #                                            then its job served to one client over 8 turns (serve_bench.py --turns)
 #   bash bench/device.sh fsdpfit [SHAPE [WORLDS [BUDGET]]]  the sharded fit check vs rank 0's peak on one GPU (fake
 #                                            process group); BUDGET GiB: also each rank's budgeted plan at those WORLDS
+#   bash bench/device.sh fsdpbudget SHAPE WORLDS BUDGET  only fsdpfit's budgeted rows
 #   bash bench/device.sh ddp                 1 GPU vs 2 GPUs through torchrun (kind nvidia-h200-x2; ddp_bench.py)
 #   bash bench/device.sh smoke               CPU only: every path above on tiny shapes (run here, not on the GPU)
 #
@@ -332,6 +333,12 @@ case "$what" in
       --timeout 160
     [ -z "${4:-}" ] || stage "fsdp fit $S budget $4" 330 $PY bench/fsdp_fit_check.py $F --world ${3:-2 4 8} \
       --budget "$4" --timeout 160 ;;
+  fsdpbudget)   # fsdpbudget SHAPE WORLDS BUDGET: only fsdpfit's budget stage (its other rows measured earlier)
+    versions
+    S=$2; R=$(rows_of "$S")
+    [ -e "$DIR/$S/config.json" ] || prepare "$S" --examples 2000
+    stage "fsdp fit $S budget $4" 330 $PY bench/fsdp_fit_check.py --model "$DIR/$S" --data "$DIR/data.jsonl" \
+      --rows "$R" --steps 4 --out "$OUT/fsdp_fit.jsonl" --world $3 --budget "$4" --timeout 160 ;;
   ddp)
     timeout 20 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv | tee -a "$LOG"
     stage ddp 465 $PY bench/ddp_bench.py --work /tmp/ddp-bench --out "$OUT/ddp.jsonl" --steps 12 --offload-check \
