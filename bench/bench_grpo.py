@@ -107,8 +107,23 @@ def run_fusetune(args) -> dict:
                   each_step_s=[e.get("step_s") for e in steps],
                   completion_length=[e.get("completion_length") for e in steps],
                   rollout_s=[e.get("rollout_s") for e in steps],
-                  sampler="jobs/train/decode.py (static KV cache, CUDA-graph decode step)")
+                  sampler="jobs/train/decode.py (static KV cache, CUDA-graph decode step)",
+                  **log_lines(out / "train.log"))
     return result
+
+
+def log_lines(log: Path) -> dict:
+    """What the job's log says it planned: the fit check's estimate (to set beside the measured peak),
+    the checkpointing plan, the prompts' packing and the sampling passes."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    keys = {"memory estimate:": "estimate", "checkpointing:": "plan", "grpo prompts:": "prompts",
+            "grpo packing:": "packing", "grpo sampling:": "sampling", "policy step in passes": "policy"}
+    found = {}
+    for line in text.splitlines():
+        for marker, key in keys.items():
+            if marker in line and key not in found:
+                found[key] = line.split(marker, 1)[1].strip()[:400]
+    return found
 
 
 def run_unsloth(args) -> dict:
