@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 
 from jobs.messages import say
-from jobs.models import fit_passes, fit_rank, fit_rollout, fit_vision
+from jobs.models import fit_passes, fit_policy, fit_rank, fit_rollout, fit_vision
 from jobs.models.fit_advice import advice, oom_message  # noqa: F401 (re-exported: studio, jobs/train/loop.py)
 from jobs.models.fit_estimate import (  # noqa: F401 (re-exported)
     CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, FitEstimate, _total_gb, allocatable_bytes, least_budget_gb)
@@ -59,18 +59,19 @@ from jobs.models.fit_plan import (  # noqa: F401 (re-exported: tests, the GRPO a
 
 
 def plan_within_budget(spec, model_config, trainable: int | None = None, fused: bool | None = None,
-                       world: int = 1) -> tuple[list[bool], bool, str, int] | None:
+                       world: int = 1, **prompts) -> tuple[list[bool], bool, str, int] | None:
     """(recompute flag per decoder layer, offload, description, bytes of the input embedding table
     to host) when the job has a budget and "auto" checkpointing on the fused engine; else None. The
     first three are kernels.apply_checkpointing's `plan`; the last, kernels/host_embedding.py's.
-    `world`: the processes a sharded job's model is split over (1: unsharded), each planned alone."""
+    `world`: the processes a sharded job's model is split over (1: unsharded), each planned alone.
+    `prompts`: GRPO's prompt_len and prompts_once as the job knows them (fit_policy.py)."""
     fused = spec.fused_kernels if fused is None else fused
     if not _budgeted(spec, fused):
         return None
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
     vision = fit_vision.VisionShape.of(model_config)
     static = _static_bytes(spec, shape, b, fused, trainable, vision, world)
-    spec, passes = _policy_pass(spec, model_config, trainable, fused, world)
+    spec, passes = _policy_pass(spec, model_config, trainable, fused, world, **prompts)
     recomputed, offload, description, hosted = _budget_plan(spec, shape, b, static, fused, vision=vision,
                                                             world=world)
     description += passes
@@ -152,7 +153,8 @@ def _batch_note(spec, packed: bool | None) -> str:
 
 def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | None = None,
                   trainable: int | None = None, free_bytes: int | None = None,
-                  total_bytes: int | None = None, model=None, cuda: bool = True, world: int = 1) -> FitEstimate:
+                  total_bytes: int | None = None, model=None, cuda: bool = True, world: int = 1,
+                  **prompts) -> FitEstimate:
     """Predicted peak GPU memory of `spec` on a model of `model_config` (module doc).
 
     free_bytes / total_bytes: the GPU's free and total memory before loading (sizes "auto"
@@ -161,11 +163,14 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
     rows are packed (the estimate is for full rows either way; recorded in the notes). cuda=False:
     the tensors of a CPU job (fp32 under dtype auto), for a RAM estimate. world: the processes a
     sharded job's model is split over; the estimate is then one process's, planned as it runs (fit_rank.py).
+    prompts: GRPO's prompt_len and prompts_once as the job knows them (fit_policy.py).
     """
     fused = spec.fused_kernels if fused is None else fused
     shape, vision = _Shape.of(model_config), fit_vision.VisionShape.of(model_config)
     b = _dtype_bytes(spec, cuda=cuda)
-    whole, (spec, passes) = spec, _policy_pass(spec, model_config, trainable, fused, world)
+    if not cuda:   # a CPU job's GRPO passes never pack (grpo.py grpo_packing): a prompt per completion
+        prompts = {**prompts, "prompts_once": False}
+    whole, (spec, passes) = spec, _policy_pass(spec, model_config, trainable, fused, world, **prompts)
     tokens = spec.batch_tokens()
     parts = _static_parts(spec, shape, b, fused, trainable, vision, world)
     if free_bytes is None and model is None:
@@ -222,12 +227,13 @@ def _sampling_or_step(spec, model_config, shape: _Shape, b: int, step: dict, tra
 
 
 def grpo_policy_rows(spec, model_config, trainable: int | None = None, fused: bool | None = None,
-                     world: int = 1) -> int:
+                     world: int = 1, prompt_len: int | None = None, prompts_once: bool | None = None) -> int:
     """Completions one GRPO policy pass (forward + backward) takes: all of a micro-batch's, unless
     max_gpu_memory_gb is set (auto checkpointing, fused engine) and no checkpointing plan fits them;
     then the most for which one does (fewer passes are faster), or all when not even one fits (the
     fit check then reports the overrun). The step's loss is normalised over all its completions
-    (jobs/train/loop.py `count`), so the passes' gradients add up to the whole's."""
+    (jobs/train/loop.py `count`), so the passes' gradients add up to the whole's. A pass holds its
+    completions' prompts as fit_policy.py says (`prompt_len`, `prompts_once`: as the job knows them)."""
     from kernels.checkpoint import _host_free_bytes
     rows = spec.batch_size * spec.num_generations
     fused = spec.fused_kernels if fused is None else fused
@@ -236,15 +242,17 @@ def grpo_policy_rows(spec, model_config, trainable: int | None = None, fused: bo
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
     vision = fit_vision.VisionShape.of(model_config)
     static, host = _static_bytes(spec, shape, b, fused, trainable, vision, world), _host_free_bytes()
+    once = fit_policy.resolve_once(spec, model_config, prompts_once)
     for passes in range(1, rows + 1):
         part = -(-rows // passes)
-        view = dataclasses.replace(spec, batch_size=1, num_generations=part)
+        view = fit_policy.policy_view(spec, part, prompt_len, once)
         if _first_fit(view, shape, b, static, fused, host, vision, world) is not None:
             return part
     return rows
 
 
-def _policy_pass(spec, model_config, trainable, fused, world: int = 1) -> tuple:
+def _policy_pass(spec, model_config, trainable, fused, world: int = 1, prompt_len: int | None = None,
+                 prompts_once: bool | None = None) -> tuple:
     """(the spec as one pass sizes memory, a note when a micro-batch trains in passes: GRPO's policy
     step, or a preference micro-batch within a budget, fit_passes.py)."""
     if fit_passes.splits(spec):
@@ -253,12 +261,14 @@ def _policy_pass(spec, model_config, trainable, fused, world: int = 1) -> tuple:
             return spec, ""
         return (dataclasses.replace(spec, batch_size=part),
                 f"; the micro-batch in passes of up to {part} of its {spec.batch_size} units (packed rows or pairs)")
-    rows = spec.batch_size * spec.num_generations if spec.method == "grpo" else 0
-    part = grpo_policy_rows(spec, model_config, trainable, fused, world) if rows else 0
-    if part >= rows:
+    if spec.method != "grpo":
         return spec, ""
-    return (dataclasses.replace(spec, batch_size=1, num_generations=part),
-            f"; the policy step in passes of up to {part} of its {rows} completions")
+    rows = spec.batch_size * spec.num_generations
+    part = grpo_policy_rows(spec, model_config, trainable, fused, world, prompt_len, prompts_once)
+    once = fit_policy.resolve_once(spec, model_config, prompts_once)
+    view = fit_policy.policy_view(spec, part, prompt_len, once)
+    return view, ("; prompts once per group" if once else "") + (
+        f"; the policy step in passes of up to {part} of its {rows} completions" if part < rows else "")
 
 
 def _budgeted(spec, fused: bool) -> bool:

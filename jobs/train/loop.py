@@ -125,7 +125,6 @@ class Trainer:
 
     def _accelerate(self) -> list[str]:
         """Fused kernels and activation checkpointing, with what happened written to the log."""
-        lines: list[str] = []
         if self.spec.fused_kernels:
             from kernels import apply_checkpointing, patch_model
             report = patch_model(self.model, backend="auto", base_precision=self.spec.base_precision)
@@ -134,8 +133,7 @@ class Trainer:
                                          plan=plan)
             lines = report.lines() + ["  checkpointing: " + policy] + self._host_embeddings(plan)
         else:
-            lines.append("fused kernels: off (PyTorch path)")
-            lines.append("  checkpointing: " + self._torch_checkpointing())
+            lines = ["fused kernels: off (PyTorch path)", "  checkpointing: " + self._torch_checkpointing()]
         self.checkpointing_line = lines[-1].strip()
         for line in lines:
             self.log(line)
@@ -143,7 +141,7 @@ class Trainer:
 
     def _budget_plan(self):
         """The fastest checkpointing plan within max_gpu_memory_gb (jobs/models/fit.py, the same one the
-        fit check states), on a GPU; None without a budget (then "auto" sizes by free memory)."""
+        fit check states, with what the method knows of its data), on a GPU; None without a budget."""
         if self.device.type != "cuda":
             return None
         from jobs.models import fit
@@ -152,7 +150,8 @@ class Trainer:
             refusal = fit.budget_refusal(self.spec, self.model.config, trainable=self.trainable, world=world)
             if refusal:   # as --dry-run and Start refuse it (jobs/checks/preflight.py), before any step
                 raise models.ModelError(f"max_gpu_memory_gb: {refusal}")
-            return fit.plan_within_budget(self.spec, self.model.config, trainable=self.trainable, world=world)
+            sizes = self.method.fit_sizes()   # GRPO: its prompts (jobs/models/fit_policy.py)
+            return fit.plan_within_budget(self.spec, self.model.config, trainable=self.trainable, world=world, **sizes)
         except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: free-memory auto
             self.log(f"note: no plan within max_gpu_memory_gb for this model ({exc})")
             return None
@@ -186,7 +185,7 @@ class Trainer:
         try:
             self.fit_estimate = fit.estimate_peak(self.spec, self.model.config, packed=self.packed,   # per process
                                                   trainable=self.trainable, model=self.model,
-                                                  world=sharding.model_world(self))
+                                                  world=sharding.model_world(self), **self.method.fit_sizes())
         except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: no estimate, no failure
             self.log(f"note: no memory estimate for this model ({exc})")
             return

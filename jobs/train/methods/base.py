@@ -61,6 +61,11 @@ class Method:
         fit check reads the same JobSpec.batch_tokens)."""
         return self.spec.batch_tokens()
 
+    def fit_sizes(self) -> dict:
+        """What the memory plan knows of this job beyond its JobSpec, as jobs/models/fit.py keyword
+        arguments (GRPO: its longest prompt, and whether its passes hold each prompt once). None here."""
+        return {}
+
     def loss_units(self, batch) -> int:
         """What this micro-batch's loss is normalised over (answer tokens for SFT, pairs for DPO)."""
         return batch.label_tokens

@@ -27,6 +27,7 @@ import torch
 from jobs.data import shared_prefix
 from jobs.data.prompts import encode_prompts, load_prompt_rows, render
 from jobs.io.layout import JobLayout
+from jobs.models.fit_policy import packs_on_gpu
 from jobs.train.methods import grpo_loss
 from jobs.train import decode, rng_state
 from jobs.train.methods.base import Method, StepCancelled
@@ -56,6 +57,7 @@ class GroupRelativePolicyOptimization(Method):
         self.packed = False
         self.shared: tuple[int, int] | None = None   # (hidden, MLP size) when passes may hold each prompt once
         self.policy_rows: int | None = None
+        self.decided = False   # packed and shared, decided once (_decide_packing)
 
     # ---- data -----------------------------------------------------------------------
     def load_data(self):
@@ -73,20 +75,42 @@ class GroupRelativePolicyOptimization(Method):
         t = self.trainer
         # the plan's units are prompts (never packed); t.packed (the start event's `packing`) says
         # whether the policy pass packs the sampled sequences
+        self._decide_packing()
+        if self.packed:
+            from kernels.packed_attention import use_packed_attention
+            t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
+        self.policy_rows = self._policy_rows()
+        report_op(t, "completion tokens only, no full logits")
+        return PromptPlan(t.examples, self.spec.batch_size, self.spec.seed, t.dist.rank, t.dist.world_size), None
+
+    def _decide_packing(self) -> None:
+        """Whether policy passes pack, and hold each prompt once (logged once): the memory plan, made
+        before plan_batches (jobs/train/loop.py _accelerate), sizes the passes by it (fit_sizes)."""
+        t = self.trainer
+        if self.decided:
+            return
+        self.decided = True
         text = arch.text_config(t.model.config)
         self.packed, line = grpo_packing(self.spec.packing, t.device.type, text)
         t.packed = self.packed
         t.log(line)
-        if self.packed:
-            from kernels.packed_attention import use_packed_attention
-            t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
         apart = shared_prefix.packed_reason(t.device.type, t.dtype, text) if self.packed else None
         share, line = grpo_prefix_sharing(self.packed, t.device.type, text, apart)
         self.shared = shared_prefix.model_size(text) if share else None
         t.log(line)
-        self.policy_rows = self._policy_rows()
-        report_op(t, "completion tokens only, no full logits")
-        return PromptPlan(t.examples, self.spec.batch_size, self.spec.seed, t.dist.rank, t.dist.world_size), None
+
+    def fit_sizes(self) -> dict:
+        """The dataset's longest encoded prompt (never above max_seq_length) and whether the policy
+        passes hold each prompt once: what a pass holds (jobs/models/fit_policy.py)."""
+        self._decide_packing()
+        return {"prompt_len": max(len(row.input_ids) for row in self.trainer.examples),
+                "prompts_once": self.shared is not None and self.packed}
+
+    def batch_tokens(self) -> int:
+        from jobs.models import fit_policy
+        rows = self.spec.batch_size * self.spec.num_generations
+        sizes = self.fit_sizes()
+        return fit_policy.policy_view(self.spec, rows, sizes["prompt_len"], sizes["prompts_once"]).batch_tokens()
 
     def _policy_rows(self) -> int | None:
         """Completions a policy pass trains on within max_gpu_memory_gb (jobs/models/fit.py
@@ -95,7 +119,8 @@ class GroupRelativePolicyOptimization(Method):
         if not budgeted(t.device, spec):
             return None
         from jobs.models import fit
-        rows = fit.grpo_policy_rows(spec, t.model.config, trainable=t.trainable, world=model_world(t))
+        rows = fit.grpo_policy_rows(spec, t.model.config, trainable=t.trainable, world=model_world(t),
+                                    **self.fit_sizes())
         total = spec.batch_size * spec.num_generations
         if rows < total:
             t.log(f"grpo policy step: {total} completions in passes of up to {rows}, to stay within "
@@ -284,8 +309,9 @@ def grpo_packing(mode: str, device_type: str, text_config) -> tuple[bool, str]:
         return False, "grpo packing: off (prompt + completion rows padded to the longest)"
     if device_type != "cuda":
         return False, "grpo packing: auto -> off on CPU (padded rows; set packing: on to pack)"
-    if getattr(text_config, "attn_logit_softcapping", None):
-        return False, "grpo packing: auto -> off: this model soft-caps attention logits (set packing: on to pack)"
+    reason = packs_on_gpu(mode, text_config)   # the rule the memory plan follows too
+    if reason:
+        return False, f"grpo packing: {reason}"
     return True, "grpo packing: auto -> on (each micro-batch's sequences in one row, position ids restarting)"
 
 

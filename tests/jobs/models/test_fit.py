@@ -138,7 +138,8 @@ def test_an_oom_ends_the_job_with_kind_oom_advice_and_an_intact_checkpoint(tmp_p
 
 def test_the_estimate_counts_the_tokens_of_the_methods_batch(tmp_path):
     """A preference pair is one row of up to 2 x max_seq_length (prompt, chosen, rejected), a grpo
-    step batch_size x num_generations prompt + completion rows: estimated as such, not as SFT rows."""
+    step batch_size x num_generations completions and their prompts: on the GPU packed, each prompt
+    once per group (fit_policy.py), and once per completion where the job cannot share them."""
     model = config("llama-3.2-1b")
     pairs, prompts = tmp_path / "pairs.jsonl", tmp_path / "prompts.jsonl"
     pairs.write_text('{"prompt": "q", "chosen": "a", "rejected": "b"}\n')
@@ -148,9 +149,14 @@ def test_the_estimate_counts_the_tokens_of_the_methods_batch(tmp_path):
                             free_bytes=H200_BYTES, total_bytes=H200_BYTES)
     grpo = fit.estimate_peak(spec(2, 256, "on", method="grpo", dataset=str(prompts), num_generations=8,
                                   max_completion_length=128), model, free_bytes=H200_BYTES, total_bytes=H200_BYTES)
-    assert (sft.tokens, dpo.tokens, grpo.tokens) == (4 * 1024, 4 * 2 * 1024, 2 * 8 * (256 + 128))
+    assert (sft.tokens, dpo.tokens, grpo.tokens) == (4 * 1024, 4 * 2 * 1024, 2 * 256 + 2 * 8 * 128)
     assert dpo.total_gb > sft.total_gb
     assert "a pair a row" in dpo.notes[0] and "2 prompts x 8 completions" in grpo.notes[0]
+    assert "prompts once per group" in grpo.notes[0]
+    repeated = fit.estimate_peak(spec(2, 256, "on", method="grpo", dataset=str(prompts), num_generations=8,
+                                      max_completion_length=128), model, free_bytes=H200_BYTES,
+                                 total_bytes=H200_BYTES, prompts_once=False, prompt_len=100)
+    assert repeated.tokens == 2 * 8 * (100 + 128) and "once per group" not in repeated.notes[0]
 
 
 def _grpo(tmp_path, checkpointing="auto", **extra):

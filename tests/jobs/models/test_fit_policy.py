@@ -1,0 +1,45 @@
+"""GRPO's policy pass in the memory plan (jobs/models/fit_policy.py): on the GPU packed passes hold each
+prompt once per group, so a budget keeps more layers and takes fewer passes than with a prompt per
+completion; and a pass never counts more prompts than it can touch."""
+from jobs.models import fit, fit_policy
+from tests.jobs.models.test_fit import config, spec
+
+HOST = 512 * 2 ** 30
+
+
+def test_a_pass_counts_the_groups_it_can_touch():
+    assert fit_policy.prompts_in_pass(8, 8, 64) == 8     # the whole micro-batch
+    assert fit_policy.prompts_in_pass(8, 8, 8) == 1      # passes on the groups' edges
+    assert fit_policy.prompts_in_pass(8, 8, 6) == 2      # completions 6..11 straddle groups 0 and 1
+    assert fit_policy.prompts_in_pass(8, 8, 12) == 2
+    assert fit_policy.prompts_in_pass(2, 3, 5) == 2 and fit_policy.prompts_in_pass(1, 8, 3) == 1
+
+
+def grpo(budget=0.0, **extra):
+    return spec(8, 512, "auto", method="grpo", dataset="builtin:arithmetic", num_generations=8,
+                max_completion_length=256, max_gpu_memory_gb=budget, **extra)
+
+
+def test_prompts_once_per_group_plan_less_recompute_within_a_budget(monkeypatch):
+    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+    model = config("llama-3.2-1b")
+    once = fit.plan_within_budget(grpo(12.0), model, prompts_once=True)
+    repeated = fit.plan_within_budget(grpo(12.0), model, prompts_once=False)
+    assert sum(once[0]) < sum(repeated[0]) and "prompts once per group" in once[2]
+    # a shorter longest prompt than max_seq_length (the job's dataset) sizes the pass by it
+    short = fit.plan_within_budget(grpo(12.0), model, prompts_once=False, prompt_len=64)
+    assert sum(short[0]) < sum(repeated[0])
+    for kwargs in ({"prompts_once": True}, {"prompts_once": False}):
+        estimate = fit.estimate_peak(grpo(12.0), model, free_bytes=140 * 2 ** 30, **kwargs)
+        assert estimate.allocated_gb <= 12.0
+    assert fit.estimate_peak(grpo(12.0), model, free_bytes=140 * 2 ** 30, prompts_once=True).tokens == 8 * 512 + 64 * 256
+
+
+def test_packing_off_or_soft_capped_logits_repeat_the_prompt():
+    model = config("llama-3.2-1b")
+    assert fit_policy.resolve_once(grpo(packing="auto"), model, None) is True
+    assert fit_policy.resolve_once(grpo(packing="off"), model, None) is False
+    model.attn_logit_softcapping = 50.0
+    assert fit_policy.resolve_once(grpo(packing="auto"), model, None) is False
+    assert fit_policy.resolve_once(grpo(packing="on"), model, None) is True
+    assert fit.estimate_peak(grpo(), model, cuda=False, free_bytes=None).tokens == 64 * (512 + 256)
