@@ -205,15 +205,16 @@ def test_a_grpo_micro_batch_no_plan_fits_trains_in_passes_that_fit(tmp_path, mon
     """The 8B shape, 64 completions of 512 + 2,048 tokens within 29.58 GiB: no checkpointing plan fits
     them in one policy pass (the H200 run of 2026-12-03 peaked at 37.9 GiB), so the step trains them in
     the fewest passes for which one does; the plan, the estimate and its note agree, and without a
-    budget there is one pass."""
+    budget there is one pass. (A prompt per completion, as that run's passes held: `repeated`.)"""
     import kernels.checkpoint
     monkeypatch.setattr(kernels.checkpoint, "_host_free_bytes", lambda: 120 * fit.GIB)   # the H200 host
     model, budget = config("llama-3.1-8b"), _grpo(tmp_path, max_gpu_memory_gb=29.58)
-    part = fit.grpo_policy_rows(budget, model)
-    assert 1 < part < 64 and fit.grpo_policy_rows(_grpo(tmp_path), model) == 64
-    flags, offload, description, hosted = fit.plan_within_budget(budget, model)
+    repeated = {"prompts_once": False}
+    part = fit.grpo_policy_rows(budget, model, **repeated)
+    assert 1 < part < 64 and fit.grpo_policy_rows(_grpo(tmp_path), model, **repeated) == 64
+    flags, offload, description, hosted = fit.plan_within_budget(budget, model, **repeated)
     assert f"passes of up to {part} of its 64 completions" in description and "does not fit" not in description
-    estimate = fit.estimate_peak(budget, model, free_bytes=H200_BYTES, total_bytes=H200_BYTES)
+    estimate = fit.estimate_peak(budget, model, free_bytes=H200_BYTES, total_bytes=H200_BYTES, **repeated)
     assert estimate.allocated_gb <= 29.58 and estimate.tokens == part * (512 + 2048)
     assert f"passes of up to {part}" in estimate.notes[0]
     bigger = -(-64 // (-(-64 // part) - 1))     # one pass fewer: more completions a pass
