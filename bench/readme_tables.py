@@ -48,13 +48,15 @@ ROWS = (
     Row("ORPO, Llama-3.1-8B (2026-12-02, 20 steps: not re-measured)",
         Pick("llama-3.1-8b", "orpo", "fusetune", "2026-12-02T16:25"),
         Pick("llama-3.1-8b", "orpo", "unsloth+trl", "2026-12-02T16:23")),
-    Row("ORPO, Llama-3.2-1B (2026-12-04, 40 steps)", Pick("llama-3.2-1b", "orpo", "fusetune", "2026-12-04T17:07"),
-        Pick("llama-3.2-1b", "orpo", "unsloth+trl", "2026-12-04T17:06")),
-    Row("DPO, Llama-3.2-1B (2026-12-04, 40 steps)", Pick("llama-3.2-1b", "dpo", "fusetune", "2026-12-04T10:24"),
-        Pick("llama-3.2-1b", "dpo", "unsloth+trl", "2026-12-04T10:22")),
-    Row("KTO, Llama-3.2-1B, 8 examples a step (2026-12-05, 40 steps)",
-        Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-05T03:24"),
-        Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-05T03:22")),
+    Row("ORPO, Llama-3.2-1B, prompts once (2026-12-05, 40 steps)",
+        Pick("llama-3.2-1b", "orpo", "fusetune", "2026-12-05T10:07"),
+        Pick("llama-3.2-1b", "orpo", "unsloth+trl", "2026-12-05T10:07")),
+    Row("DPO, Llama-3.2-1B, prompts once (2026-12-05, 40 steps)",
+        Pick("llama-3.2-1b", "dpo", "fusetune", "2026-12-05T10:03"),
+        Pick("llama-3.2-1b", "dpo", "unsloth+trl", "2026-12-05T10:02")),
+    Row("KTO, Llama-3.2-1B, 8 examples a step, prompts once (2026-12-05, 40 steps)",
+        Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-05T10:05"),
+        Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-05T10:04")),
 )
 
 

@@ -1,0 +1,62 @@
+"""Where a GRPO job's GPU memory peaks, phase by phase (issue 38: the budgeted 1B job at 256 tokens
+peaked 0.93 GiB above the fit check's policy step on 2026-12-05, and an earlier plan by 0.98 GiB).
+
+Runs `python -m jobs.train CONFIG` in this process with GRPO's sampling (prepare_step) wrapped: for
+each optimizer step it records the allocated bytes before sampling, sampling's peak, what stays
+allocated after it (and after a gc.collect(), in case a reference cycle holds the decoder), and the
+policy step's peak (from the reset after sampling to the next sampling). One JSON line a step:
+
+    python bench/grpo_memory.py .benchdata/grpo/grpo-llama-3.2-1b.yaml --out $OUT/grpo_memory.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+GIB = 1024 ** 3
+
+
+def watch(out: Path) -> None:
+    import torch
+    from jobs.train.methods import grpo
+    sample = grpo.GroupRelativePolicyOptimization.prepare_step
+    state = {"step": 0}
+
+    def prepare_step(self, group):
+        torch.cuda.synchronize()
+        row = {"step": state["step"], "policy_peak_gib": torch.cuda.max_memory_allocated() / GIB,
+               "before_sampling_gib": torch.cuda.memory_allocated() / GIB}
+        torch.cuda.reset_peak_memory_stats()
+        trained = sample(self, group)
+        torch.cuda.synchronize()
+        row.update(sampling_peak_gib=torch.cuda.max_memory_allocated() / GIB,
+                   after_sampling_gib=torch.cuda.memory_allocated() / GIB)
+        gc.collect()
+        row["after_gc_gib"] = torch.cuda.memory_allocated() / GIB
+        torch.cuda.reset_peak_memory_stats()
+        with open(out, "a") as fh:   # policy_peak_gib belongs to the step before this one
+            fh.write(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}) + "\n")
+        state["step"] += 1
+        return trained
+    grpo.GroupRelativePolicyOptimization.prepare_step = prepare_step
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("config", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=4)
+    args = parser.parse_args()
+    watch(args.out)
+    from jobs.train.cli import main as train
+    return train([str(args.config), "--max_steps", str(args.steps)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
