@@ -47,12 +47,59 @@ def watch(out: Path) -> None:
     grpo.GroupRelativePolicyOptimization.prepare_step = prepare_step
 
 
+def peak_holders(trace: list[dict], top: int = 12) -> dict:
+    """From torch.cuda.memory's allocation trace: the most bytes live at once over the trace, and the
+    largest allocations live at that moment with the Python frames that made them."""
+    live, now, best, at = {}, 0, 0, {}
+    for event in trace:
+        action, addr, size = event.get("action"), event.get("addr"), event.get("size", 0)
+        if action == "alloc":
+            live[addr] = event
+            now += size
+            if now > best:
+                best, at = now, dict(live)
+        elif action in ("free_requested", "free_completed") and addr in live:
+            now -= live.pop(addr).get("size", 0)
+    holders = sorted(at.values(), key=lambda e: -e.get("size", 0))[:top]
+
+    def where(event):
+        frames = [f for f in event.get("frames", []) if f.get("filename", "").endswith(".py")
+                  and "/torch/" not in f.get("filename", "")]
+        return [f"{Path(f['filename']).name}:{f.get('line')} {f.get('name')}" for f in frames[:4]]
+    return {"trace_peak_gib": round(best / GIB, 3),
+            "holders": [{"gib": round(e.get("size", 0) / GIB, 4), "at": where(e)} for e in holders]}
+
+
+def trace_step(out: Path, step: int) -> None:
+    """Record every allocation of optimizer step `step` (sampling and policy) and write its holders."""
+    import torch
+    from jobs.train.methods import grpo
+    sample = grpo.GroupRelativePolicyOptimization.prepare_step
+    count = {"n": 0}
+
+    def prepare_step(self, group):
+        if count["n"] == step:
+            torch.cuda.memory._record_memory_history(max_entries=400000)
+        elif count["n"] == step + 1:
+            snapshot = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
+            trace = [e for dev in snapshot.get("device_traces", []) for e in dev]
+            with open(out, "a") as fh:
+                fh.write(json.dumps({"traced_step": step, **peak_holders(trace)}) + "\n")
+        count["n"] += 1
+        return sample(self, group)
+    grpo.GroupRelativePolicyOptimization.prepare_step = prepare_step
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--trace-step", type=int, default=-1, help="also trace this step's allocations")
     args = parser.parse_args()
+    if args.trace_step >= 0:
+        trace_step(args.out, args.trace_step)
     watch(args.out)
     from jobs.train.cli import main as train
     return train([str(args.config), "--max_steps", str(args.steps)])
