@@ -1,7 +1,7 @@
 """GRPO's policy pass in the memory plan (jobs/models/fit_policy.py): on the GPU packed passes hold each
 prompt once per group, so a budget keeps more layers and takes fewer passes than with a prompt per
 completion; and a pass never counts more prompts than it can touch."""
-from jobs.models import fit, fit_policy
+from jobs.models import fit, fit_plan, fit_policy
 from tests.jobs.models.test_fit import config, spec
 
 HOST = 512 * 2 ** 30
@@ -43,3 +43,20 @@ def test_packing_off_or_soft_capped_logits_repeat_the_prompt():
     assert fit_policy.resolve_once(grpo(packing="auto"), model, None) is False
     assert fit_policy.resolve_once(grpo(packing="on"), model, None) is True
     assert fit.estimate_peak(grpo(), model, cuda=False, free_bytes=None).tokens == 64 * (512 + 256)
+
+
+def test_the_policy_step_model_predicts_the_measured_grpo_rows():
+    """The two budgeted GRPO 1B rows of bench/results/grpo.jsonl (2026-12-05, H200, 8 x 8 completions
+    of 256 tokens, prompts of ~105 tokens): a prompt per completion in 2 passes of 32 with 15 layers
+    recomputed measured 4.555 GiB; prompts once in one pass of 64 with 14 recomputed measured 5.891.
+    With the measured term (fit_plan.grpo_unmodelled_bytes) the model predicts both within 3 %."""
+    model = config("llama-3.2-1b")
+    shape, b = fit._Shape.of(model), 2
+    whole = grpo(5.44)
+    static = fit._static_bytes(whole, shape, b, True, None)
+    for part, once, recomputed, measured in ((32, False, 15, 4.555), (64, True, 14, 5.891)):
+        view = fit_policy.policy_view(whole, part, prompt_len=105, once=once)
+        parts = fit._step_activations(view, shape, None, b, True, recomputed, True)
+        predicted = (static + sum(parts.values())) / fit.GIB
+        assert abs(predicted / measured - 1) < 0.03, (part, predicted, measured)
+        assert parts[fit_plan.GRPO_UNMODELLED] == shape.vocab * shape.hidden * 4
