@@ -285,12 +285,14 @@ def adapter_weights(job_dir):
 
 def assert_same_training(two, one, steps):
     """Two job folders trained the same: per-step losses, tokens, and the LoRA weights: each tensor
-    within 1e-3 relative, every element within 5 % of one AdamW step (lr 2e-3). Why not a flat 1e-5:
+    within 1e-3 relative, every element within 25 % of one AdamW step (lr 2e-3). Why not a flat 1e-5:
     the ranks sum gradients in another order, and where a coordinate's gradient is near zero Adam's
     m / sqrt(v) turns that rounding into a visible share of a step (seen: one element of 1,024 off
     by 2e-5 on an AMD EPYC host, the tensor within 9e-6; and on a fresh CI clone of 2026-12-05 a
-    LoRA tensor 2.8e-4 off in norm after 6 steps: a B matrix that starts at zero is small, so a few
-    elements a fraction of a step apart weigh in its norm; the element bound is the tight one)."""
+    LoRA tensor 2.8e-4 off in norm after 6 steps, an element 9.3e-5 (4.6 % of a step), the same on
+    every rerun on that host: a B matrix that starts at zero is small, so a few elements a fraction of
+    a step apart weigh in its norm). A wrong gradient moves most elements by whole steps, and the
+    losses must agree within 1e-5 at every step."""
     run2, run1 = summarize(two), summarize(one)
     assert [s["loss"] for s in run2.steps] == pytest.approx([s["loss"] for s in run1.steps], rel=1e-5)
     assert [s["tokens"] for s in run2.steps] == [s["tokens"] for s in run1.steps]
@@ -298,7 +300,7 @@ def assert_same_training(two, one, steps):
     got, want = adapter_weights(two), adapter_weights(one)
     assert got.keys() == want.keys()
     assert max(((got[k] - want[k]).norm() / want[k].norm()).item() for k in got) < 1e-3
-    assert max((got[k] - want[k]).abs().max().item() for k in got) < 0.05 * 2e-3
+    assert max((got[k] - want[k]).abs().max().item() for k in got) < 0.25 * 2e-3
     assert max(want[k].abs().max().item() for k in want if "lora_B" in k) > 1e-3  # it did train
     assert run2.final["type"] == "done" and len(run2.steps) == steps  # one writer: rank 0
     return run2, run1
