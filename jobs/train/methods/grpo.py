@@ -27,7 +27,7 @@ import torch
 from jobs.data import shared_prefix
 from jobs.data.prompts import encode_prompts, load_prompt_rows, render
 from jobs.io.layout import JobLayout
-from jobs.models.fit_policy import packs_on_gpu
+from jobs.models import fit_policy
 from jobs.train.methods import grpo_loss
 from jobs.train import decode, rng_state
 from jobs.train.methods.base import Method, StepCancelled
@@ -107,7 +107,7 @@ class GroupRelativePolicyOptimization(Method):
                 "prompts_once": self.shared is not None and self.packed}
 
     def batch_tokens(self) -> int:
-        from jobs.models import fit_policy
+        """The policy step's tokens as the memory plan counts them (its prompts: fit_sizes)."""
         rows = self.spec.batch_size * self.spec.num_generations
         sizes = self.fit_sizes()
         return fit_policy.policy_view(self.spec, rows, sizes["prompt_len"], sizes["prompts_once"]).batch_tokens()
@@ -309,7 +309,7 @@ def grpo_packing(mode: str, device_type: str, text_config) -> tuple[bool, str]:
         return False, "grpo packing: off (prompt + completion rows padded to the longest)"
     if device_type != "cuda":
         return False, "grpo packing: auto -> off on CPU (padded rows; set packing: on to pack)"
-    reason = packs_on_gpu(mode, text_config)   # the rule the memory plan follows too
+    reason = fit_policy.packs_on_gpu(mode, text_config)   # the rule the memory plan follows too
     if reason:
         return False, f"grpo packing: {reason}"
     return True, "grpo packing: auto -> on (each micro-batch's sequences in one row, position ids restarting)"
