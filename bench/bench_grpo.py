@@ -114,10 +114,10 @@ def run_fusetune(args) -> dict:
 
 def log_lines(log: Path) -> dict:
     """What the job's log says it planned: the fit check's estimate (to set beside the measured peak),
-    the checkpointing plan, the prompts' packing and the sampling passes."""
+    the checkpointing plan, the prompts' packing, and the sampling and policy passes."""
     text = log.read_text(errors="replace") if log.is_file() else ""
     keys = {"memory estimate:": "estimate", "checkpointing:": "plan", "grpo prompts:": "prompts",
-            "grpo packing:": "packing", "grpo sampling:": "sampling", "policy step in passes": "policy"}
+            "grpo packing:": "packing", "grpo sampling:": "sampling", "grpo policy step:": "policy"}
     found = {}
     for line in text.splitlines():
         for marker, key in keys.items():

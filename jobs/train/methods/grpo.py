@@ -58,12 +58,14 @@ class GroupRelativePolicyOptimization(Method):
         self.shared: tuple[int, int] | None = None   # (hidden, MLP size) when passes may hold each prompt once
         self.policy_rows: int | None = None
         self.decided = False   # packed and shared, decided once (_decide_packing)
+        self.longest_prompt: int | None = None   # tokens, read once by load_data
 
     # ---- data -----------------------------------------------------------------------
     def load_data(self):
         t, spec = self.trainer, self.spec
         rows = load_prompt_rows(spec, t.data_dir, log=t.log)
         rows = encode_prompts(t.tokenizer, rows, spec.max_seq_length)
+        self.longest_prompt = max((len(row.input_ids) for row in rows), default=None)   # for fit_sizes
         t.log(f"grpo: {len(rows)} prompts, {spec.num_generations} completions each of at most "
               f"{spec.max_completion_length} tokens; rewards {spec.rewards or ', '.join(self._weights())}")
         return rows, []
@@ -103,7 +105,7 @@ class GroupRelativePolicyOptimization(Method):
         """The dataset's longest encoded prompt (never above max_seq_length) and whether the policy
         passes hold each prompt once: what a pass holds (jobs/models/fit_policy.py)."""
         self._decide_packing()
-        return {"prompt_len": max(len(row.input_ids) for row in self.trainer.examples),
+        return {"prompt_len": self.longest_prompt,
                 "prompts_once": self.shared is not None and self.packed}
 
     def batch_tokens(self) -> int:
