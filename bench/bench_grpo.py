@@ -105,6 +105,7 @@ def run_fusetune(args) -> dict:
     result.update(step_stats([e["time"] for e in steps], args.warmup, durations),
                   peak_gib=max((e.get("peak_gb") or 0) for e in steps) or None,
                   each_step_s=[e.get("step_s") for e in steps],
+                  each_step_peak_gib=[e.get("peak_gb") for e in steps],
                   completion_length=[e.get("completion_length") for e in steps],
                   rollout_s=[e.get("rollout_s") for e in steps],
                   sampler="jobs/train/decode.py (static KV cache, CUDA-graph decode step)",
@@ -126,6 +127,19 @@ def log_lines(log: Path) -> dict:
     return found
 
 
+def _json_row(line: str) -> dict | None:
+    """A stdout line that is one of the peer script's JSON rows, else None: TRL prints its logs as Python
+    dicts ("{'loss': ...}"), which also start with "{" (2026-12-05: one of those after the last row lost
+    a 390 s peer run)."""
+    if not line.startswith("{"):
+        return None
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
 def run_unsloth(args) -> dict:
     """The peer in its own process. It prints a row after every optimizer step, so when a step is slower
     than the time left (2,048-token completions: minutes a step) the last complete row still comes back,
@@ -141,10 +155,10 @@ def run_unsloth(args) -> dict:
         proc.kill()
         out, err = proc.communicate()
         err = f"stopped after {limit} s (the step limit)\n{err}"
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    if not lines:
+    rows = [row for row in map(_json_row, out.splitlines()) if row is not None]
+    if not rows:
         return {"stack": "unsloth+trl (b)", "returncode": proc.returncode, "error": (err or out)[-1500:]}
-    row = json.loads(lines[-1])
+    row = rows[-1]
     if proc.returncode and not row.get("partial"):
         row["error"] = err[-1500:]
     return row

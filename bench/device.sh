@@ -20,6 +20,7 @@
 #   bash bench/device.sh profile1b [LEN]     GRPO 1B decode in parts and by kernel (profile_decode.py); DPO 1B pair + profile_job
 #   bash bench/device.sh grpo-peer SHAPE LEN STEPS [LIMIT] / grpo-ours SHAPE LEN STEPS PEAK_GIB [LIMIT]
 #                                            one side of a GRPO pair (several per call, peer first)
+#   bash bench/device.sh grpomem SHAPE LEN BUDGET  GRPO memory by phase, the policy peak's allocations, then 40 steps
 #   bash bench/device.sh decode-profile SHAPE LEN   GRPO sampling in parts and by kernel (profile_decode.py)
 #   bash bench/device.sh pref8b              FSDP-QLoRA on CUDA, then packed DPO 8B within the padded peer's peak (issues 37, 38)
 #   bash bench/device.sh gguf-part; identity  the default identity job on the GPU, the built-in model carried in two calls (issue 42)
@@ -222,6 +223,15 @@ case "$what" in
     versions; grpo_ready "$2"
     stage "grpo unsloth+trl $2 $3" "${5:-200}" env PYTHONPATH="$SITE:${PYTHONPATH:-}" $PY bench/bench_grpo.py run \
       --stack unsloth $(grpo_args "$2" "$3" "$4") --out "$OUT/grpo.jsonl" ;;
+  grpomem)   # grpomem SHAPE LEN BUDGET_GIB [STEPS, 0: none]: GRPO's memory phase by phase with the allocations alive at the policy
+    # step's peak (bench/grpo_memory.py --trace-step 2), then the 40-step job within the same budget (issue 38)
+    versions; grpo_ready "$2"
+    stage "grpo config" 30 $PY bench/bench_grpo.py config $(grpo_args "$2" "$3" 6) --max-gpu-memory-gb "$4"
+    stage "grpo memory trace" 150 $PY bench/grpo_memory.py "$GDIR/grpo-$2.yaml" --out "$OUT/grpo_memory.jsonl" \
+      --steps 4 --trace-step 2
+    cp "$GDIR/job-grpo-$2/train.log" "$OUT/grpo_memory_train.log" 2>/dev/null
+    [ "${5:-40}" = 0 ] || stage "grpo ours $2 $3" 150 $PY bench/bench_grpo.py run $(grpo_args "$2" "$3" "${5:-40}") --max-gpu-memory-gb "$4" \
+      --out "$OUT/grpo.jsonl" ;;
   grpo-ours)   # grpo-ours SHAPE LEN STEPS PEAK_GIB [LIMIT]: our GRPO job within the peer's peak of this session
     # (first the shared-prompt attention's GPU check: the packed pass holds each prompt once since 2026-12-05)
     versions; grpo_ready "$2"

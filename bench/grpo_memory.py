@@ -61,13 +61,34 @@ def peak_holders(trace: list[dict], top: int = 12) -> dict:
         elif action in ("free_requested", "free_completed") and addr in live:
             now -= live.pop(addr).get("size", 0)
     holders = sorted(at.values(), key=lambda e: -e.get("size", 0))[:top]
-
-    def where(event):
-        frames = [f for f in event.get("frames", []) if f.get("filename", "").endswith(".py")
-                  and "/torch/" not in f.get("filename", "")]
-        return [f"{Path(f['filename']).name}:{f.get('line')} {f.get('name')}" for f in frames[:4]]
     return {"trace_peak_gib": round(best / GIB, 3),
-            "holders": [{"gib": round(e.get("size", 0) / GIB, 4), "at": where(e)} for e in holders]}
+            "holders": [{"gib": round(e.get("size", 0) / GIB, 4), "at": _where(e, 4)} for e in holders]}
+
+
+def survivors(trace: list[dict], top: int = 12) -> dict:
+    """The allocations made in the trace and still alive at its end (what one step leaves behind:
+    2026-12-05, the allocated bytes before sampling grew ~31 MiB a step), grouped by where they were
+    made, largest first."""
+    live = {}
+    for event in trace:
+        action, addr = event.get("action"), event.get("addr")
+        if action == "alloc":
+            live[addr] = event
+        elif action in ("free_requested", "free_completed"):
+            live.pop(addr, None)
+    groups: dict[tuple, list] = {}
+    for event in live.values():
+        groups.setdefault(tuple(_where(event)), []).append(event.get("size", 0))
+    ranked = sorted(groups.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return {"left_gib": round(sum(e.get("size", 0) for e in live.values()) / GIB, 4),
+            "left": [{"gib": round(sum(sizes) / GIB, 4), "count": len(sizes), "at": list(at)}
+                     for at, sizes in ranked]}
+
+
+def _where(event: dict, depth: int = 6) -> list[str]:
+    frames = [f for f in event.get("frames", []) if f.get("filename", "").endswith(".py")
+              and "/torch/" not in f.get("filename", "")]
+    return [f"{Path(f['filename']).name}:{f.get('line')} {f.get('name')}" for f in frames[:depth]]
 
 
 def trace_step(out: Path, step: int) -> None:
@@ -85,7 +106,7 @@ def trace_step(out: Path, step: int) -> None:
             torch.cuda.memory._record_memory_history(enabled=None)
             trace = [e for dev in snapshot.get("device_traces", []) for e in dev]
             with open(out, "a") as fh:
-                fh.write(json.dumps({"traced_step": step, **peak_holders(trace)}) + "\n")
+                fh.write(json.dumps({"traced_step": step, **peak_holders(trace), **survivors(trace)}) + "\n")
         count["n"] += 1
         return sample(self, group)
     grpo.GroupRelativePolicyOptimization.prepare_step = prepare_step
