@@ -33,6 +33,24 @@ import torch
 from kernels.host_embedding import hosted
 
 
+_WARMUP_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def warmup_stream(device=None) -> torch.cuda.Stream:
+    """The one side stream per device on which every capture of this process warms up.
+
+    A fresh `torch.cuda.Stream()` for each capture leaks: PyTorch keeps a cuBLAS workspace per
+    (handle, stream) for the life of the process (32 MiB on Hopper), and it hands out the next of
+    32 pooled streams on each call. GRPO captures a decode step per rollout, so a job's allocated
+    memory grew 32 MiB a step up to 1 GiB (bench/grpo_memory.py's trace on the H200, 2026-12-05:
+    the survivor of a traced step was the first forward of the warm-up on the new stream)."""
+    index = torch.cuda.current_device() if device is None else torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    if index not in _WARMUP_STREAMS:
+        _WARMUP_STREAMS[index] = torch.cuda.Stream(index)
+    return _WARMUP_STREAMS[index]
+
+
 class StepGraph:
     """graph = StepGraph(step, inputs); outputs = graph(inputs) (the same static tensors every time)."""
 
@@ -57,7 +75,7 @@ class StepGraph:
     def _warm_up(self, steps: int) -> list:
         """Eager steps on a side stream (the guide's recipe: kernels compile, cuBLAS and the
         allocator settle, the optimizer creates its state) before the capture."""
-        side = torch.cuda.Stream()
+        side = warmup_stream()
         side.wait_stream(torch.cuda.current_stream())
         outputs = []
         with torch.cuda.stream(side):

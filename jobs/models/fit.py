@@ -182,8 +182,8 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
         _without_table(parts, hosted)
     notes = [_batch_note(whole, packed) + passes, *fit_rank.notes(whole, world)]
     step = _step_activations(spec, shape, vision, b, fused, recomputed, offload, world)
-    parts.update(_sampling_or_step(whole, model_config, shape, b, step, trainable, notes, world)
-                 if spec.method == "grpo" else step)
+    parts.update(_sampling_or_step(whole, model_config, shape, b, step, trainable, notes, world,
+                                   prompts.get("prompt_len")) if spec.method == "grpo" else step)
     if hosted:
         notes.append(f"the input embedding table ({hosted / GIB:.2f} GiB) stays in pinned CPU memory: no "
                      "plan fitted the budget with it on the GPU (kernels/host_embedding.py)")
@@ -204,19 +204,28 @@ def rollout_rows(spec, model_config, trainable: int | None = None, prompt_len: i
     prompt width (default max_seq_length); `allocated`: what the job holds now, when more than the
     weights and adapter state (jobs/models/fit_rollout.py)."""
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
-    rows = spec.batch_size * spec.num_generations
-    per_row = fit_rollout.row_bytes(shape, prompt_len or spec.max_seq_length, spec.max_completion_length, b)
+    total, G = spec.batch_size * spec.num_generations, spec.num_generations
+
+    def per_row(group: int) -> int:
+        return fit_rollout.row_bytes(shape, prompt_len or spec.max_seq_length, spec.max_completion_length, b, group)
     if spec.max_gpu_memory_gb <= 0:
-        return rows, per_row
-    held = max(allocated, _static_bytes(spec, shape, b, spec.fused_kernels, trainable, world=world))
-    return fit_rollout.rows_within(rows, allocatable_bytes(spec.max_gpu_memory_gb) - held, per_row), per_row
+        return total, per_row(fit_rollout.shared_group(total, G))
+    free = allocatable_bytes(spec.max_gpu_memory_gb) - max(
+        allocated, _static_bytes(spec, shape, b, spec.fused_kernels, trainable, world=world))
+    rows = fit_rollout.rows_within(total, free, per_row(G))
+    if rows >= G:   # passes of whole groups keep each prompt's prefill shared
+        rows = rows if rows == total else rows // G * G
+        return rows, per_row(fit_rollout.shared_group(rows, G))
+    return fit_rollout.rows_within(total, free, per_row(1)), per_row(1)
 
 
 def _sampling_or_step(spec, model_config, shape: _Shape, b: int, step: dict, trainable, notes: list,
-                      world: int = 1) -> dict:
-    """GRPO peaks at the larger of its two phases (fit_rollout.py): that phase's parts, and a note."""
-    rows, _ = rollout_rows(spec, model_config, trainable, world=world)
-    sampling = fit_rollout.parts(shape, rows, spec.max_seq_length, spec.max_completion_length, b)
+                      world: int = 1, prompt_len: int | None = None) -> dict:
+    """GRPO peaks at the larger of its two phases (fit_rollout.py): that phase's parts, and a note.
+    `prompt_len`: the dataset's longest prompt when the job knows it (default max_seq_length)."""
+    rows, _ = rollout_rows(spec, model_config, trainable, prompt_len, world=world)
+    sampling = fit_rollout.parts(shape, rows, prompt_len or spec.max_seq_length, spec.max_completion_length, b,
+                                 fit_rollout.shared_group(rows, spec.num_generations))
     total = spec.batch_size * spec.num_generations
     passes = f"{rows} of its {total} completions a pass" if rows < total else f"all {total} completions in one pass"
     sampled, stepped = sum(sampling.values()) / GIB, sum(step.values()) / GIB

@@ -55,22 +55,7 @@ def _step_activations(spec, shape: _Shape, vision, b: int, fused: bool, recomput
     if vision is not None:
         parts.update(fit_vision.step_parts(spec, vision, b, fused, in_tower, offload, sum(parts.values()),
                                            shape.hidden))
-    if spec.method == "grpo":
-        parts[GRPO_UNMODELLED] = grpo_unmodelled_bytes(shape)
     return parts
-
-
-GRPO_UNMODELLED = "grpo policy step beyond the model (measured)"
-
-
-def grpo_unmodelled_bytes(shape: _Shape) -> int:
-    """What GRPO's policy step held on the H200 beyond every part above, cause still open: the 1B
-    shape at 256 tokens peaked 0.976 GiB (2 passes of 32 completions) and 0.936 GiB (one pass of 64,
-    prompts once) over this model's policy step at its real tokens (bench/results/grpo.jsonl,
-    2026-12-05; bench/grpo_memory.py --trace-step names the holders on the next GPU run). Its size
-    matches one fp32 vocabulary x hidden matrix (0.979 GiB there) better than the sampler's KV
-    cache (0.84 GiB), so it is counted as that until the trace says what it is."""
-    return shape.vocab * shape.hidden * 4
 
 
 def _budget_plan(spec, shape: _Shape, b: int, static: int, fused: bool,

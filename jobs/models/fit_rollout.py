@@ -10,7 +10,8 @@ weights and the adapter's state:
   weights (the 8B row of bench/results/grpo.jsonl, 2026-12-03, peaked at 37.9 GiB in its policy step;
   its prompts were ~100 tokens, so sampling all 64 at once held about 33 GiB);
 - the prefill's transient over R x P tokens: one layer's gate, up and their product (3 I) and the
-  residual stream, norm, attention output and MLP output (4 h);
+  residual stream, norm, attention output and MLP output (4 h); a pass of whole groups prefills each
+  prompt once for its group (decode.py), R / G prompts;
 - the sampler's [R, vocab] tensors in fp32: logits, probabilities, the sorted copy and top-p's
   int64 order (16 B a vocabulary entry).
 Within a budget the rows of a step are sampled in passes of at most `rows_within` completions, so
@@ -27,17 +28,24 @@ def kv_bytes(shape, prompt_len: int, completion_len: int, b: int) -> int:
     return shape.layers * 2 * shape.kv * (prompt_len + completion_len) * b
 
 
-def row_bytes(shape, prompt_len: int, completion_len: int, b: int) -> int:
-    """GPU bytes one completion holds during a sampling pass (module doc); `shape` is fit._Shape."""
-    prefill = prompt_len * (3 * shape.inter + 4 * shape.hidden) * b
+def row_bytes(shape, prompt_len: int, completion_len: int, b: int, group: int = 1) -> int:
+    """GPU bytes one completion holds during a sampling pass (module doc); `shape` is fit._Shape.
+    `group`: completions that share one prefilled prompt (decode.py prefills a run of equal prompts
+    once and copies its K/V), so each carries 1/group of the prefill's transient."""
+    prefill = prompt_len * (3 * shape.inter + 4 * shape.hidden) * b // max(1, group)
     return kv_bytes(shape, prompt_len, completion_len, b) + prefill + shape.vocab * SAMPLER_BYTES_PER_VOCAB
 
 
-def parts(shape, rows: int, prompt_len: int, completion_len: int, b: int) -> dict[str, int]:
+def parts(shape, rows: int, prompt_len: int, completion_len: int, b: int, group: int = 1) -> dict[str, int]:
     """A pass's bytes by part, for the estimate's breakdown."""
     kv_cache = rows * kv_bytes(shape, prompt_len, completion_len, b)
     return {"sampling KV cache": kv_cache,
-            "sampling prefill + logits": rows * row_bytes(shape, prompt_len, completion_len, b) - kv_cache}
+            "sampling prefill + logits": rows * row_bytes(shape, prompt_len, completion_len, b, group) - kv_cache}
+
+
+def shared_group(rows: int, generations: int) -> int:
+    """How many completions share a prefill in a pass of `rows` (rollout.py: passes of whole groups)."""
+    return generations if generations > 1 and rows % generations == 0 else 1
 
 
 def rows_within(total_rows: int, free_bytes: int, per_row: int) -> int:

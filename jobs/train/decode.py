@@ -35,6 +35,7 @@ import inspect
 import torch
 
 from kernels import arch
+from kernels.step_graph import warmup_stream
 
 CHECK_EVERY = 8          # decode steps between host checks of "has every row hit EOS?"
 WARMUP_STEPS = 2         # eager steps on a side stream before capture (allocator, lazy inits, autotune)
@@ -207,7 +208,7 @@ def _runs_of_equal_rows(ids: torch.Tensor, mask: torch.Tensor, g: int) -> bool:
 def capture(decoder: StaticDecoder):
     """A CUDA graph of one decode step (after warm-up on a side stream), state restored after."""
     saved = decoder.snapshot()
-    stream = torch.cuda.Stream()
+    stream = warmup_stream(decoder.out.device)   # one per device: a new stream per capture leaks (its doc)
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(WARMUP_STEPS):

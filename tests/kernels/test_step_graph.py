@@ -27,3 +27,15 @@ def test_cpu_inputs_and_no_warm_up_are_refused():
         StepGraph(lambda inputs: inputs["x"], {"x": torch.zeros(2)}, warmup_steps=0)
     with pytest.raises(ValueError, match="must be on a CUDA GPU"):
         StepGraph(lambda inputs: inputs["x"], {"x": torch.zeros(2), "n": 3})
+
+
+def test_every_capture_warms_up_on_one_stream_per_device(monkeypatch):
+    """A new stream per capture left a 32 MiB cuBLAS workspace behind each time (GRPO captures a
+    decode step per rollout: +1 GiB over 32 steps on the H200); warmup_stream makes one per device."""
+    from kernels import step_graph
+    made = []
+    monkeypatch.setattr(torch.cuda, "Stream", lambda index: made.append(index) or f"stream {index}")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(step_graph, "_WARMUP_STREAMS", {})
+    streams = [step_graph.warmup_stream(device) for device in (None, "cuda:0", "cuda", "cuda:1", "cuda:1")]
+    assert made == [0, 1] and streams == ["stream 0"] * 3 + ["stream 1"] * 2

@@ -27,7 +27,7 @@ import torch
 from jobs.data import shared_prefix
 from jobs.data.prompts import encode_prompts, load_prompt_rows, render
 from jobs.io.layout import JobLayout
-from jobs.models import fit_policy
+from jobs.models import fit, fit_policy, fit_rollout
 from jobs.train.methods import grpo_loss
 from jobs.train import decode, rng_state
 from jobs.train.methods.base import Method, StepCancelled
@@ -38,6 +38,8 @@ from jobs.train.rewards.score import RewardSet
 from jobs.train.sharding import model_world
 from jobs.train.rollout import sample_completions
 from kernels import arch
+from kernels.loss_patch import find_causal_lm
+from kernels.packed_attention import use_packed_attention
 
 SAMPLES_PER_STEP = 4   # completions written to completions.jsonl each step
 MODEL_KEYS = ("input_ids", "attention_mask", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "kv_index",
@@ -79,7 +81,6 @@ class GroupRelativePolicyOptimization(Method):
         # whether the policy pass packs the sampled sequences
         self._decide_packing()
         if self.packed:
-            from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))   # the sampler's 4-D masks still reach sdpa
         self.policy_rows = self._policy_rows()
         report_op(t, "completion tokens only, no full logits")
@@ -120,7 +121,6 @@ class GroupRelativePolicyOptimization(Method):
         t, spec = self.trainer, self.spec
         if not budgeted(t.device, spec):
             return None
-        from jobs.models import fit
         rows = fit.grpo_policy_rows(spec, t.model.config, trainable=t.trainable, world=model_world(t),
                                     **self.fit_sizes())
         total = spec.batch_size * spec.num_generations
@@ -206,7 +206,6 @@ class GroupRelativePolicyOptimization(Method):
         t, spec = self.trainer, self.spec
         if not budgeted(t.device, spec):
             return None
-        from jobs.models import fit, fit_rollout
         rows, per_row = fit.rollout_rows(spec, t.model.config, trainable=t.trainable,
                                          prompt_len=max(len(p) for p in prompts),
                                          allocated=torch.cuda.memory_allocated(t.device), world=model_world(t))
@@ -267,7 +266,6 @@ class GroupRelativePolicyOptimization(Method):
 
     # ---- the step ---------------------------------------------------------------------
     def loss(self, model, batch: dict, count: torch.Tensor):
-        from kernels.loss_patch import find_causal_lm
         spec, peft = self.spec, self.trainer.model
         logprobs = logprobs_op(spec.fused_kernels)   # the PyTorch reference when fused_kernels is off
         lm = find_causal_lm(peft)

@@ -170,7 +170,7 @@ def _grpo(tmp_path, checkpointing="auto", **extra):
 def test_grpo_sampling_holds_each_completions_kv_cache_and_a_budget_splits_it_into_passes(tmp_path):
     """Sampling (jobs/models/fit_rollout.py): a completion of the 8B shape holds 32 layers x K and V
     of 1,024 values x (512 + 2,048) slots in bf16 plus its prefill and logits; without a budget one
-    pass takes all 64, within 29.58 GiB (the 512-token peer's peak) the most that fit beside the
+    pass takes all 64, within 29.58 GiB (the 512-token peer's peak) the most groups that fit beside the
     weights and the adapter's state, and one more would not."""
     model = config("llama-3.1-8b")
     rows, per_row = fit.rollout_rows(_grpo(tmp_path), model)
@@ -181,7 +181,8 @@ def test_grpo_sampling_holds_each_completions_kv_cache_and_a_budget_splits_it_in
     shape = fit._Shape.of(model)
     static = fit._static_bytes(budget, shape, 2, True, None)
     room = fit.allocatable_bytes(29.58) - static
-    assert 1 < rows < 64 and rows * per_row <= room < (rows + 1) * per_row
+    # passes of whole groups (each prompt prefilled once for its 8 completions), one more would not fit
+    assert 1 < rows < 64 and rows % 8 == 0 and rows * per_row <= room < (rows + 8) * per_row
     assert (static + rows * per_row) / fit.GIB <= 29.58   # the budget bounds the allocated peak
     rows_now, _ = fit.rollout_rows(budget, model, allocated=static + 4 * fit.GIB)   # more held now: fewer rows
     assert rows_now < rows
