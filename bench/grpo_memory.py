@@ -86,9 +86,14 @@ def survivors(trace: list[dict], top: int = 12) -> dict:
 
 
 def _where(event: dict, depth: int = 6) -> list[str]:
+    """The innermost Python frames outside torch's own package. (The trace of 2026-12-05 filtered on a
+    "/torch/" substring and showed no transformers or PEFT frame at all: a path test is exact.)"""
+    import torch
+    inside_torch = str(Path(torch.__file__).parent) + "/"
     frames = [f for f in event.get("frames", []) if f.get("filename", "").endswith(".py")
-              and "/torch/" not in f.get("filename", "")]
-    return [f"{Path(f['filename']).name}:{f.get('line')} {f.get('name')}" for f in frames[:depth]]
+              and not f.get("filename", "").startswith(inside_torch)]
+    return [f"{Path(f['filename']).parent.name}/{Path(f['filename']).name}:{f.get('line')} {f.get('name')}"
+            for f in frames[:depth]]
 
 
 def trace_step(out: Path, step: int) -> None:
