@@ -20,7 +20,7 @@
 #   bash bench/device.sh profile1b [LEN]     GRPO 1B decode in parts and by kernel (profile_decode.py); DPO 1B pair + profile_job
 #   bash bench/device.sh grpo-peer SHAPE LEN STEPS [LIMIT] / grpo-ours SHAPE LEN STEPS PEAK_GIB [LIMIT]
 #                                            one side of a GRPO pair (several per call, peer first)
-#   bash bench/device.sh grpomem SHAPE LEN BUDGET  GRPO memory by phase, the policy peak's allocations, then 40 steps
+#   bash bench/device.sh grpomem SHAPE LEN BUDGET [STEPS]  GRPO memory by phase and a traced step, then STEPS (40; 0: none)
 #   bash bench/device.sh decode-profile SHAPE LEN   GRPO sampling in parts and by kernel (profile_decode.py)
 #   bash bench/device.sh pref8b              FSDP-QLoRA on CUDA, then packed DPO 8B within the padded peer's peak (issues 37, 38)
 #   bash bench/device.sh gguf-part; identity  the default identity job on the GPU, the built-in model carried in two calls (issue 42)

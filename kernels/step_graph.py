@@ -44,8 +44,9 @@ def warmup_stream(device=None) -> torch.cuda.Stream:
     32 pooled streams on each call. GRPO captures a decode step per rollout, so a job's allocated
     memory grew 32 MiB a step up to 1 GiB (bench/grpo_memory.py's trace on the H200, 2026-12-05:
     the survivor of a traced step was the first forward of the warm-up on the new stream)."""
-    index = torch.cuda.current_device() if device is None else torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
+    index = None if device is None else torch.device(device).index
+    if index is None:   # no device, or "cuda" without an index: the current one
+        index = torch.cuda.current_device()
     if index not in _WARMUP_STREAMS:
         _WARMUP_STREAMS[index] = torch.cuda.Stream(index)
     return _WARMUP_STREAMS[index]

@@ -208,14 +208,13 @@ def rollout_rows(spec, model_config, trainable: int | None = None, prompt_len: i
 
     def per_row(group: int) -> int:
         return fit_rollout.row_bytes(shape, prompt_len or spec.max_seq_length, spec.max_completion_length, b, group)
-    if spec.max_gpu_memory_gb <= 0:
-        return total, per_row(fit_rollout.shared_group(total, G))
+    if spec.max_gpu_memory_gb <= 0:   # total is whole groups: each prompt's prefill is shared
+        return total, per_row(G)
     free = allocatable_bytes(spec.max_gpu_memory_gb) - max(
         allocated, _static_bytes(spec, shape, b, spec.fused_kernels, trainable, world=world))
     rows = fit_rollout.rows_within(total, free, per_row(G))
     if rows >= G:   # passes of whole groups keep each prompt's prefill shared
-        rows = rows if rows == total else rows // G * G
-        return rows, per_row(fit_rollout.shared_group(rows, G))
+        return rows // G * G, per_row(G)
     return fit_rollout.rows_within(total, free, per_row(1)), per_row(1)
 
 
