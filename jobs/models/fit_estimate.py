@@ -53,8 +53,13 @@ class FitEstimate:
         parts = self.breakdown()
         shown = [k for k in parts][:4] + (["vision tower"] if "vision tower" in list(parts)[4:] else [])
         top = ", ".join(f"{k} {parts[k]:.2f}" for k in shown)
-        return (f"about {self.total_gb:.1f} GiB peak on the GPU ({top} GiB; {self.tokens:,} tokens a "
-                f"micro-batch; checkpointing {self.checkpointing})")
+        # the allocated peak first: it is what max_gpu_memory_gb bounds and what a budgeted job is measured
+        # by; the card's total (context and slack on top) once read "about 5.9 GiB" for a job planned at
+        # 4.96 within 5.44 (measured 4.955, bench/results/grpo.jsonl, 2026-12-05), as if over its budget
+        budget = f" (max_gpu_memory_gb {self.budget_gb:g})" if self.budget_gb else ""
+        return (f"about {self.allocated_gb:.2f} GiB allocated at peak{budget}: {top} GiB; {self.tokens:,} tokens "
+                f"a micro-batch; checkpointing {self.checkpointing}; about {self.total_gb:.1f} GiB of the GPU "
+                f"with the CUDA context and allocator slack")
 
     def as_dict(self) -> dict:
         return {"total_gb": round(self.total_gb, 2), "allocated_gb": round(self.allocated_gb, 2),

@@ -161,7 +161,7 @@ def add_lora(model, spec: JobSpec):
 
 def load_for_chat(model: str, adapter_dir: str | None, data_dir: Path | None = None):
     """(model, tokenizer) for generation; a PeftModel when an adapter is given, so the base
-    answer is the same model under `with model.disable_adapter():`."""
+    answer is the same model under `base_model_only(model)` (jobs/models/adapter_switch.py)."""
     source = resolve_model(model, data_dir)
     tokenizer = load_tokenizer(adapter_dir if adapter_dir and _has_tokenizer(adapter_dir) else source)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -18,6 +18,7 @@ from functools import partial
 
 import torch
 
+from jobs.models.adapter_switch import base_model_only
 from jobs.serve.batch import ContinuousBatch, StaticBatch, WholeBatch
 from jobs.serve.rows import Row, Sampling
 from jobs.serve.slots import SLOT_ROOM, SlotBatch
@@ -30,7 +31,7 @@ from kernels.arch import text_config
 def adapter_on(model, adapter: str | None):
     """The named adapter switched on, or (None) the base with every adapter off."""
     if adapter is None:
-        with model.disable_adapter():
+        with base_model_only(model):
             yield
         return
     if model.active_adapter != adapter:   # set_adapter walks every module: not once per token

@@ -6,14 +6,14 @@ The forward goes through the model the loop holds (the DDP wrapper when there ar
 processes, so its gradient hooks run) without labels and with `logits_to_keep=1` (one position of
 logits, not all); a forward hook on the decoder (`model.model` of the *ForCausalLM, as TRL's
 `fused_lm_head` path reads it) takes its last hidden states. The reference policy is the same
-model with the adapter switched off (PEFT's `disable_adapter()`), under no_grad: no second model.
+model with the adapter switched off (jobs/models/adapter_switch.py: PEFT's per-layer switch, without
+the model-wide status report `disable_adapter()` builds each time), under no_grad: no second model.
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
+from jobs.models.adapter_switch import base_model_only
 from jobs.train.methods.logprobs import logprobs_op
 from kernels.arch import text_config
 from kernels.loss_patch import find_causal_lm
@@ -63,11 +63,7 @@ def reference_sums(model, batch: dict, fused: bool) -> tuple[torch.Tensor, torch
     was_training = peft.training
     peft.eval()
     try:
-        with torch.no_grad(), _adapter_off(peft):
+        with torch.no_grad(), base_model_only(peft):
             return sequence_sums(peft, batch, fused)
     finally:
         peft.train(was_training)
-
-
-def _adapter_off(peft):
-    return peft.disable_adapter() if hasattr(peft, "disable_adapter") else contextlib.nullcontext()

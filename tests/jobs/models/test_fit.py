@@ -86,7 +86,11 @@ def test_estimate_reports_its_parts():
     parts = estimate.breakdown()
     assert list(parts)[0] == "base weights" and parts["base weights"] == pytest.approx(14.96, abs=0.02)
     assert estimate.as_dict()["checkpointing"] == "on"
-    assert "GiB peak" in estimate.summary()
+    line = estimate.summary()   # train.log's "memory estimate:": the allocated peak a budget bounds, then the card's
+    assert line.startswith(f"about {estimate.allocated_gb:.2f} GiB allocated at peak: base weights 14.96")
+    assert f"about {estimate.total_gb:.1f} GiB of the GPU with the CUDA context" in line
+    estimate.budget_gb = 19.8
+    assert "allocated at peak (max_gpu_memory_gb 19.8):" in estimate.summary()
     assert estimate.fits(estimate.total_gb + 0.1) and not estimate.fits(estimate.total_gb - 0.1)
 
 
