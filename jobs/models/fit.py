@@ -146,8 +146,11 @@ def _batch_note(spec, packed: bool | None) -> str:
     if spec.method == "grpo":
         return (f"{rows} {spec.batch_size} prompts x {spec.num_generations} completions of up to "
                 f"{spec.max_seq_length} + {spec.max_completion_length} tokens")
-    if spec.method != "sft":
-        return f"{rows} {spec.batch_size} x {2 * spec.max_seq_length} tokens ({spec.method}: a pair a row)"
+    if spec.method != "sft":   # a KTO unit is an example and its mismatched KL completion, not a pair
+        kto = spec.method == "kto"
+        how = (("examples with their KL completions" if kto else "pairs") + " packed side by side" if packed
+               else ("an example and its KL completion" if kto else "a pair") + " a row")
+        return f"{rows} {spec.batch_size} x {2 * spec.max_seq_length} tokens ({spec.method}: {how})"
     return f"{rows} {spec.batch_size} x {spec.max_seq_length} tokens"
 
 

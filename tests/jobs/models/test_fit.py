@@ -156,6 +156,9 @@ def test_the_estimate_counts_the_tokens_of_the_methods_batch(tmp_path):
     assert (sft.tokens, dpo.tokens, grpo.tokens) == (4 * 1024, 4 * 2 * 1024, 2 * 256 + 2 * 8 * 128)
     assert dpo.total_gb > sft.total_gb
     assert "a pair a row" in dpo.notes[0] and "2 prompts x 8 completions" in grpo.notes[0]
+    kto = fit.estimate_peak(spec(4, 1024, "on", method="kto", dataset=str(pairs)), model, packed=True,
+                            free_bytes=H200_BYTES, total_bytes=H200_BYTES)
+    assert "(kto: examples with their KL completions packed side by side)" in kto.notes[0]
     assert "prompts once per group" in grpo.notes[0]
     repeated = fit.estimate_peak(spec(2, 256, "on", method="grpo", dataset=str(prompts), num_generations=8,
                                       max_completion_length=128), model, free_bytes=H200_BYTES,
