@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import weakref
 
+import torch
+
 _LAYERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -64,3 +66,19 @@ def base_model_only(peft):
     finally:
         for module in switched:
             module.enable_adapters(True)
+
+
+@contextlib.contextmanager
+def reference_pass(peft):
+    """The base model as a frozen reference policy (DPO, KTO, GRPO with beta > 0): every adapter off,
+    no grad, and eval mode, restored after. Eval mode matters beyond dropout: transformers' decoder
+    layers checkpoint only in training mode, so a reference pass in training mode went through
+    kernels/checkpoint.py, which copied each recomputed layer's input to pinned host memory for a
+    backward that never runs (GRPO's reference pass did until 2026-12-05)."""
+    was_training = peft.training
+    peft.eval()
+    try:
+        with torch.no_grad(), base_model_only(peft):
+            yield
+    finally:
+        peft.train(was_training)

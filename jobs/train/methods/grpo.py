@@ -28,7 +28,7 @@ from jobs.data import shared_prefix
 from jobs.data.prompts import encode_prompts, load_prompt_rows, render
 from jobs.io.layout import JobLayout
 from jobs.models import fit, fit_policy, fit_rollout
-from jobs.models.adapter_switch import base_model_only
+from jobs.models.adapter_switch import reference_pass
 from jobs.train.methods import grpo_loss
 from jobs.train import decode, rng_state
 from jobs.train.methods.base import Method, StepCancelled
@@ -273,7 +273,7 @@ class GroupRelativePolicyOptimization(Method):
         inputs = {k: batch[k] for k in MODEL_KEYS if k in batch}
         ref = None
         if spec.beta > 0:
-            with torch.no_grad(), base_model_only(peft):
+            with reference_pass(peft):   # eval mode too: no checkpointing of a forward without backward
                 hidden = _completion_hidden(peft, lm, inputs, batch["gather"])
                 ref = logprobs(hidden, labels=batch["labels"], **_head(lm, spec))
         hidden = _completion_hidden(model, lm, inputs, batch["gather"])

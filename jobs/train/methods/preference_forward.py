@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from jobs.models.adapter_switch import base_model_only
+from jobs.models.adapter_switch import reference_pass
 from jobs.train.methods.logprobs import logprobs_op
 from kernels.arch import text_config
 from kernels.loss_patch import find_causal_lm
@@ -60,10 +60,5 @@ def sequence_sums(model, batch: dict, fused: bool) -> tuple[torch.Tensor, torch.
 def reference_sums(model, batch: dict, fused: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The same sums under the reference policy: the adapter off, no grad, eval-mode dropout."""
     peft = unwrap(model)
-    was_training = peft.training
-    peft.eval()
-    try:
-        with torch.no_grad(), base_model_only(peft):
-            return sequence_sums(peft, batch, fused)
-    finally:
-        peft.train(was_training)
+    with reference_pass(peft):
+        return sequence_sums(peft, batch, fused)

@@ -5,7 +5,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from jobs.models.adapter_switch import base_model_only
+from jobs.models.adapter_switch import base_model_only, reference_pass
 
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -74,3 +74,19 @@ def test_the_adapter_comes_back_when_the_pass_fails():
         with base_model_only(peft):
             raise RuntimeError("a pass that runs out of memory")
     assert not any(m.disable_adapters for m in peft.modules() if hasattr(m, "lora_A"))
+
+
+def test_a_reference_pass_checkpoints_nothing_and_restores_training_mode():
+    """Decoder layers checkpoint only in training mode; a reference pass has no backward, so it must
+    not hand its layers to the checkpoint function (ours copies each input to host memory)."""
+    peft, ids, calls = _lora_model().train(), torch.randint(0, 97, (1, 9)), []
+    for layer in peft.base_model.model.model.layers:
+        layer.gradient_checkpointing = True
+        layer._gradient_checkpointing_func = lambda run, *args, **kw: calls.append(1) or run(*args, **kw)
+    peft(input_ids=ids)
+    assert calls, "the training forward checkpoints"
+    calls.clear()
+    with reference_pass(peft):
+        assert not torch.is_grad_enabled() and peft.base_model.model.model.layers[0].self_attn.q_proj.disable_adapters
+        peft(input_ids=ids)
+    assert not calls and peft.training and not peft.base_model.model.model.layers[0].self_attn.q_proj.disable_adapters
