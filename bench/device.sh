@@ -24,7 +24,7 @@
 #   bash bench/device.sh decode-profile SHAPE LEN   GRPO sampling in parts and by kernel (profile_decode.py)
 #   bash bench/device.sh pref8b              FSDP-QLoRA on CUDA, then packed DPO 8B within the padded peer's peak (issues 37, 38)
 #   bash bench/device.sh gguf-part; identity  the default identity job on the GPU, the built-in model carried in two calls (issue 42)
-#   bash bench/device.sh pair40 SHAPE METHOD [fsdpq]  the peer, then ours within its peak, 40 steps (issue 38's
+#   bash bench/device.sh pair40 SHAPE METHOD [fsdpq]  the peer, then ours within its peak, 40 steps, then a profile (issue 38's
 #                                            protocol); METHOD dpo|orpo|kto (KTO 1B: `pair40 llama-3.2-1b kto`)
 #   bash bench/device.sh pair SHAPE METHOD   one preference pair: Unsloth + TRL's trainer, then ours within its peak
 #   bash bench/device.sh prefbudget [SHAPE]  packed DPO within the DPO peer's peak and 5.78 GiB (8 and 32 pairs a step), and 4 GiB
@@ -295,7 +295,11 @@ case "$what" in
     fi
     echo "   peer peak $peak GiB" | tee -a "$LOG"
     [ "$peak" != 0 ] && job "${3}_budget_$peak" 120 --method "$3" --stack fusetune $P --checkpointing auto \
-      --max-gpu-memory-gb "$peak" ;;
+      --max-gpu-memory-gb "$peak"
+    # where our step's time goes with the budget left (idle gaps: host-bound steps, bench/NOTES.md session 51)
+    Y=$(ls -t "$DIR/$S"-fusetune-auto-bf16-budget*-"$3".yaml 2>/dev/null | head -1)
+    [ -n "$Y" ] && stage "profile $3" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 \
+      --out "$OUT/profile_job_${3}_$S.json" ;;
   pair)   # pair SHAPE METHOD: prepares the shape's pairs once (shared with GRPO), then pref_pair
     versions
     { [ -e "$DIR/$2/config.json" ] && [ -e "$DIR/kto.jsonl" ]; } || stage "prepare pairs $2" 200 $PY \
