@@ -147,9 +147,9 @@ def _batch_note(spec, packed: bool | None) -> str:
         return (f"{rows} {spec.batch_size} prompts x {spec.num_generations} completions of up to "
                 f"{spec.max_seq_length} + {spec.max_completion_length} tokens")
     if spec.method != "sft":   # a KTO unit is an example and its mismatched KL completion, not a pair
-        kto = spec.method == "kto"
-        how = (("examples with their KL completions" if kto else "pairs") + " packed side by side" if packed
-               else ("an example and its KL completion" if kto else "a pair") + " a row")
+        one, many = (("an example and its KL completion", "examples with their KL completions")
+                     if spec.method == "kto" else ("a pair", "pairs"))
+        how = f"{many} packed side by side" if packed else f"{one} a row"
         return f"{rows} {spec.batch_size} x {2 * spec.max_seq_length} tokens ({spec.method}: {how})"
     return f"{rows} {spec.batch_size} x {spec.max_seq_length} tokens"
 
