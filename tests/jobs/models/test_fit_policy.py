@@ -60,21 +60,19 @@ def test_the_policy_step_model_predicts_the_measured_grpo_rows():
     streams were used (kernels/step_graph.py warmup_stream now keeps one). Without it the model
     predicts each row within 3 %, and the two rows measured after the fix (4.955 and 7.12 GiB, no
     workspace term) within 0.2 % and 2.3 %."""
-    model = config("llama-3.2-1b")
-    shape, b = fit._Shape.of(model), 2
-    whole = grpo(5.44)
-    static = fit._static_bytes(whole, shape, b, True, None)
-    for part, once, recomputed, measured in ((32, False, 15, 4.555), (64, True, 14, 5.891), (64, True, 15, 5.042)):
-        view = fit_policy.policy_view(whole, part, prompt_len=105, once=once)
+    shape, b = fit._Shape.of(config("llama-3.2-1b")), 2
+
+    def predicted_gib(job, part, once, recomputed):   # the policy step's plan, prompts of ~105 tokens
+        view = fit_policy.policy_view(job, part, prompt_len=105, once=once)
         parts = fit._step_activations(view, shape, None, b, True, recomputed, True)
-        predicted = (static + sum(parts.values())) / fit.GIB
+        return (fit._static_bytes(job, shape, b, True, None) + sum(parts.values())) / fit.GIB
+
+    for part, once, recomputed, measured in ((32, False, 15, 4.555), (64, True, 14, 5.891), (64, True, 15, 5.042)):
+        predicted = predicted_gib(grpo(5.44), part, once, recomputed)
         assert abs(predicted / (measured - STREAM_WORKSPACES_GIB) - 1) < 0.03, (part, predicted, measured)
     # after the fix (H100, 2026-12-05 session 51): one pass of 64, 14 recomputed, at 256 and 512 tokens
     for completion, budget, measured in ((256, 5.44, 4.955), (512, 7.505, 7.12)):
-        job = dataclasses.replace(grpo(budget), max_completion_length=completion)
-        view = fit_policy.policy_view(job, 64, prompt_len=105, once=True)
-        parts = fit._step_activations(view, shape, None, b, True, 14, True)
-        predicted = (fit._static_bytes(job, shape, b, True, None) + sum(parts.values())) / fit.GIB
+        predicted = predicted_gib(dataclasses.replace(grpo(budget), max_completion_length=completion), 64, True, 14)
         assert abs(predicted / measured - 1) < 0.03 and predicted <= budget, (completion, predicted, measured)
 
 
