@@ -11,6 +11,7 @@ policy step's peak (from the reset after sampling to the next sampling). One JSO
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import sys
@@ -85,13 +86,17 @@ def survivors(trace: list[dict], top: int = 12) -> dict:
                      for at, sizes in ranked]}
 
 
+@functools.cache
+def _torch_folder() -> str:
+    import torch   # imported where it is first needed, as in the rest of this script
+    return str(Path(torch.__file__).parent) + "/"
+
+
 def _where(event: dict, depth: int = 6) -> list[str]:
     """The innermost Python frames outside torch's own package. (The trace of 2026-12-05 filtered on a
     "/torch/" substring and showed no transformers or PEFT frame at all: a path test is exact.)"""
-    import torch
-    inside_torch = str(Path(torch.__file__).parent) + "/"
     frames = [f for f in event.get("frames", []) if f.get("filename", "").endswith(".py")
-              and not f.get("filename", "").startswith(inside_torch)]
+              and not f.get("filename", "").startswith(_torch_folder())]
     return [f"{Path(f['filename']).parent.name}/{Path(f['filename']).name}:{f.get('line')} {f.get('name')}"
             for f in frames[:depth]]
 
