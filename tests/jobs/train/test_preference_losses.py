@@ -115,6 +115,9 @@ def test_dpo_at_the_first_step_is_ln2_and_its_gradient_matches_full_logits(tmp_p
 @pytest.mark.parametrize("method", ["dpo", "orpo", "simpo", "kto"])
 def test_each_loss_matches_its_pytorch_reference_off_the_start(tmp_path, tiny_model, method):
     trainer = prepared(tmp_path, tiny_model, method, fused_kernels=True, beta=0.5)
+    # every layer trains, checkpoints included: the step's guard reads the PeftModel's own flag, and
+    # from_pretrained left the base under it in eval mode (ORPO/SimPO have no reference pass to reset it)
+    assert all(m.training for m in trainer.model.modules())
     nudge_b(trainer.model)
     check_parity(trainer, method)
 
