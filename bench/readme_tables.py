@@ -51,12 +51,12 @@ ROWS = (
     Row("ORPO, Llama-3.2-1B, prompts once (2026-12-05, 40 steps)",
         Pick("llama-3.2-1b", "orpo", "fusetune", "2026-12-05T10:07"),
         Pick("llama-3.2-1b", "orpo", "unsloth+trl", "2026-12-05T10:07")),
-    Row("DPO, Llama-3.2-1B, prompts once (2026-12-05, 40 steps)",
-        Pick("llama-3.2-1b", "dpo", "fusetune", "2026-12-05T10:03"),
-        Pick("llama-3.2-1b", "dpo", "unsloth+trl", "2026-12-05T10:02")),
-    Row("KTO, Llama-3.2-1B, 8 examples a step, prompts once (2026-12-05, 40 steps)",
-        Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-05T10:05"),
-        Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-05T10:04")),
+    Row("DPO, Llama-3.2-1B, prompts once (H100, 2026-12-05 19:42, 40 steps)",
+        Pick("llama-3.2-1b", "dpo", "fusetune", "2026-12-05T19:43"),
+        Pick("llama-3.2-1b", "dpo", "unsloth+trl", "2026-12-05T19:42")),
+    Row("KTO, Llama-3.2-1B, 8 examples a step, prompts once (H100, 2026-12-05 19:35, 40 steps)",
+        Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-05T19:36"),
+        Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-05T19:35")),
 )
 
 
