@@ -298,7 +298,7 @@ case "$what" in
       --max-gpu-memory-gb "$peak"
     # where our step's time goes with the budget left (idle gaps: host-bound steps, bench/NOTES.md session 51)
     Y=$(ls -t "$DIR/$S"-fusetune-auto-bf16-budget*-"$3".yaml 2>/dev/null | head -1)
-    [ -n "$Y" ] && stage "profile $3" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 \
+    [ -n "$Y" ] && stage "profile $3" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 --host \
       --out "$OUT/profile_job_${3}_$S.json" ;;
   pair)   # pair SHAPE METHOD: prepares the shape's pairs once (shared with GRPO), then pref_pair
     versions

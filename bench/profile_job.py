@@ -1,9 +1,12 @@
 """Where a real job's step goes: the Trainer of `python -m jobs.train` built in process from a job
 YAML, `--warmup` steps run, then `--steps` steps under torch.profiler. Writes a JSON summary: wall
 time, GPU busy time (union of kernel intervals) and idle share, the largest idle gaps, CUDA time
-by kernel (top 30) and the CPU-side ops that took longest.
+by kernel (top 30) and the CPU-side ops that took longest. With `--host`, the same number of steps
+again unprofiled (the true wall time a step) and under cProfile: the Python functions of the main
+thread by own time (forward, loss and optimizer; autograd runs backward's Python on its own device
+thread, which cProfile does not see) - where a host-bound step's time goes.
 
-    python bench/profile_job.py CONFIG.yaml --out /tmp/profile_job.json
+    python bench/profile_job.py CONFIG.yaml --out /tmp/profile_job.json [--host]
 """
 from __future__ import annotations
 
@@ -36,7 +39,33 @@ def _busy_and_gaps(prof) -> tuple[float, list[float], float, float]:
     return busy / 1000, sorted(gaps, reverse=True)[:10], first, end or 0
 
 
-def profile(config: Path, warmup: int, steps: int) -> dict:
+def _timed_steps(trainer, stream, steps: int, sync) -> float:
+    """Wall ms a step over `steps` steps, synced at both ends."""
+    sync()
+    began = time.perf_counter()
+    for pending in [trainer.train_step(stream) for _ in range(steps)]:
+        pending.read()
+    sync()
+    return (time.perf_counter() - began) * 1000 / steps
+
+
+def host_profile(trainer, stream, steps: int, sync) -> dict:
+    """The step's unprofiled wall time, then its main-thread Python under cProfile (top 25 by own time)."""
+    import cProfile
+    import pstats
+    plain_ms = _timed_steps(trainer, stream, steps, sync)
+    prof = cProfile.Profile()
+    prof.enable()
+    profiled_ms = _timed_steps(trainer, stream, steps, sync)
+    prof.disable()
+    rows = sorted(pstats.Stats(prof).stats.items(), key=lambda kv: -kv[1][2])[:25]
+    return {"wall_ms_per_step_unprofiled": round(plain_ms, 2), "wall_ms_per_step_cprofile": round(profiled_ms, 2),
+            "python_top_by_own_ms_per_step": [
+                (f"{Path(file).name}:{line}:{name}", round(own * 1000 / steps, 3), round(cum * 1000 / steps, 3),
+                 calls // steps) for (file, line, name), (_, calls, own, cum, _) in rows]}
+
+
+def profile(config: Path, warmup: int, steps: int, host: bool = False) -> dict:
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -63,6 +92,7 @@ def profile(config: Path, warmup: int, steps: int) -> dict:
         losses = [p.read()[0] for p in pending]
         sync()
         wall_ms = (time.perf_counter() - began) * 1000
+    host_side = host_profile(trainer, stream, steps, sync) if host else {}
     stream.close()
     busy_ms, gaps, first, last = _busy_and_gaps(prof)
     table = prof.key_averages()
@@ -76,7 +106,7 @@ def profile(config: Path, warmup: int, steps: int) -> dict:
             "cuda_ms_per_step_by_kernel": [(e.key[:90], round(e.device_time_total / 1000 / steps, 3), e.count // steps)
                                            for e in kernels[:30]],
             "cpu_self_ms_per_step_top": [(e.key[:60], round(e.self_cpu_time_total / 1000 / steps, 3))
-                                         for e in cpu[:15]]}
+                                         for e in cpu[:15]], **host_side}
 
 
 def main() -> None:
@@ -85,13 +115,16 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--host", action="store_true", help="also the unprofiled step and its Python under cProfile")
     args = parser.parse_args()
-    summary = profile(args.config, args.warmup, args.steps)
+    summary = profile(args.config, args.warmup, args.steps, args.host)
     args.out.write_text(json.dumps(summary, indent=1))
     print(json.dumps({k: summary[k] for k in ("wall_ms_per_step", "gpu_busy_ms_per_step", "gpu_idle_share",
                                               "largest_idle_gaps_ms")}))
     for name, ms, count in summary["cuda_ms_per_step_by_kernel"][:12]:
         print(f"{ms:9.3f} ms  x{count:<5} {name}")
+    for name, own, cum, calls in summary.get("python_top_by_own_ms_per_step", [])[:12]:
+        print(f"{own:9.3f} ms own {cum:9.3f} cum  x{calls:<5} {name}")
 
 
 if __name__ == "__main__":
