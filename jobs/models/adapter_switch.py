@@ -20,6 +20,8 @@ import weakref
 
 import torch
 
+from jobs.models.train_mode import set_training
+
 _LAYERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -76,9 +78,9 @@ def reference_pass(peft):
     kernels/checkpoint.py, which copied each recomputed layer's input to pinned host memory for a
     backward that never runs (GRPO's reference pass did until 2026-12-05)."""
     was_training = peft.training
-    peft.eval()
+    set_training(peft, False)   # train_mode.py: one flat pass, 0.14 instead of 2.7 ms on the 1B shape
     try:
         with torch.no_grad(), base_model_only(peft):
             yield
     finally:
-        peft.train(was_training)
+        set_training(peft, was_training)

@@ -88,5 +88,7 @@ def test_a_reference_pass_checkpoints_nothing_and_restores_training_mode():
     calls.clear()
     with reference_pass(peft):
         assert not torch.is_grad_enabled() and peft.base_model.model.model.layers[0].self_attn.q_proj.disable_adapters
+        assert not any(m.training for m in peft.modules())
         peft(input_ids=ids)
-    assert not calls and peft.training and not peft.base_model.model.model.layers[0].self_attn.q_proj.disable_adapters
+    assert not calls and not peft.base_model.model.model.layers[0].self_attn.q_proj.disable_adapters
+    assert all(m.training for m in peft.modules())
