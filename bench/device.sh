@@ -25,7 +25,7 @@
 #   bash bench/device.sh pref8b              FSDP-QLoRA on CUDA, then packed DPO 8B within the padded peer's peak (issues 37, 38)
 #   bash bench/device.sh gguf-part; identity  the default identity job on the GPU, the built-in model carried in two calls (issue 42)
 #   bash bench/device.sh pair40 SHAPE METHOD [fsdpq]  the peer, then ours within its peak, 40 steps, then a profile (issue 38's
-#                                            protocol); METHOD dpo|orpo|kto (KTO 1B: `pair40 llama-3.2-1b kto`)
+#                                            protocol); METHOD dpo|orpo|kto (KTO 1B: `pair40 llama-3.2-1b kto`); PROFILE=0: no profile
 #   bash bench/device.sh pair SHAPE METHOD   one preference pair: Unsloth + TRL's trainer, then ours within its peak
 #   bash bench/device.sh prefbudget [SHAPE]  packed DPO within the DPO peer's peak and 5.78 GiB (8 and 32 pairs a step), and 4 GiB
 #   bash bench/device.sh vision              image-text SFT (Qwen2.5-VL-7B shape) beside transformers + PEFT and Unsloth + TRL (issue 21)
@@ -298,7 +298,7 @@ case "$what" in
       --max-gpu-memory-gb "$peak"
     # where our step's time goes with the budget left (idle gaps: host-bound steps, bench/NOTES.md session 51)
     Y=$(ls -t "$DIR/$S"-fusetune-auto-bf16-budget*-"$3".yaml 2>/dev/null | head -1)
-    [ -n "$Y" ] && stage "profile $3" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 --host \
+    [ -n "$Y" ] && [ "${PROFILE:-1}" != 0 ] && stage "profile $3" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 --host \
       --out "$OUT/profile_job_${3}_$S.json" ;;
   pair)   # pair SHAPE METHOD: prepares the shape's pairs once (shared with GRPO), then pref_pair
     versions
