@@ -37,12 +37,13 @@ def _plain_train(module) -> bool:
 
 
 def _flat_modules(model) -> list | None:
-    """Every module of `model` when a flat pass equals train(mode), else None; listed once per model."""
+    """Every module below `model` when a flat pass equals train(mode), else None; listed once per model.
+    The model itself is left out of its list: a value that held its key would keep it alive for good."""
     count = len(model._modules)
     known = _FLAT.get(model)
     if known is None or known[0] != count:
-        modules = list(model.modules())
-        known = (count, modules if all(_plain_train(m) for m in modules) else None)
+        below = list(model.modules())[1:]
+        known = (count, below if all(_plain_train(m) for m in [model, *below]) else None)
         _FLAT[model] = known
     return known[1]
 
@@ -53,5 +54,6 @@ def set_training(model, mode: bool) -> None:
     if modules is None:
         model.train(mode)
         return
+    model.__dict__["training"] = mode
     for module in modules:
         module.__dict__["training"] = mode

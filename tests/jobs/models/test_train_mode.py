@@ -1,4 +1,7 @@
 """jobs/models/train_mode.py: a model's training flag set in one flat pass, exactly as train(mode) sets it."""
+import gc
+import weakref
+
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -21,7 +24,11 @@ def test_the_flat_pass_sets_every_module_as_train_does():
     assert all(m.training for m in peft.modules())
     peft.add_module("extra", torch.nn.Dropout(0.1))   # a module added at the top: the list is taken again
     set_training(peft, False)
-    assert not peft.extra.training
+    assert not peft.extra.training and not peft.training
+    gone = weakref.ref(peft)
+    del peft
+    gc.collect()
+    assert gone() is None   # the module list it keeps does not keep the model alive
 
 
 def test_a_module_with_its_own_train_goes_through_train():
