@@ -2,7 +2,8 @@
 YAML, `--warmup` steps run, then `--steps` steps under torch.profiler. Writes a JSON summary: wall
 time, GPU busy time (union of kernel intervals) and idle share, the largest idle gaps, CUDA time
 by kernel (top 30) and the CPU-side ops that took longest. With `--host`, the same number of steps
-again unprofiled (the true wall time a step) and under cProfile: the Python functions of the main
+again unprofiled (the true wall time a step, with Python's garbage collections in it by
+generation) and under cProfile: the Python functions of the main
 thread by own time (forward, loss and optimizer; autograd runs backward's Python on its own device
 thread, which cProfile does not see) - where a host-bound step's time goes.
 
@@ -49,17 +50,51 @@ def _timed_steps(trainer, stream, steps: int, sync) -> float:
     return (time.perf_counter() - began) * 1000 / steps
 
 
+class GcPauses:
+    """Python's cyclic collections while active, by generation (count, ms): a host-bound step waits on
+    them too (TorchTitan turns automatic collection off during training for that reason,
+    torchtitan/tools/utils.py GarbageCollection); measured before anything here changes it."""
+
+    def __init__(self):
+        self.by_generation: dict[int, list[float]] = {}
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            entry = self.by_generation.setdefault(info["generation"], [0, 0.0])
+            entry[0] += 1
+            entry[1] += (time.perf_counter() - self._began) * 1000
+
+    def __enter__(self):
+        import gc
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc):
+        import gc
+        gc.callbacks.remove(self._callback)
+
+    def per_step(self, steps: int) -> dict:
+        return {f"gen{g}": {"collections": n / steps, "ms": round(ms / steps, 3)}
+                for g, (n, ms) in sorted(self.by_generation.items())}
+
+
 def host_profile(trainer, stream, steps: int, sync) -> dict:
-    """The step's unprofiled wall time, then its main-thread Python under cProfile (top 25 by own time)."""
+    """The step's unprofiled wall time with Python's collections in it, then its main-thread Python under
+    cProfile (top 25 by own time)."""
     import cProfile
     import pstats
-    plain_ms = _timed_steps(trainer, stream, steps, sync)
+    with GcPauses() as pauses:
+        plain_ms = _timed_steps(trainer, stream, steps, sync)
     prof = cProfile.Profile()
     prof.enable()
     profiled_ms = _timed_steps(trainer, stream, steps, sync)
     prof.disable()
     rows = sorted(pstats.Stats(prof).stats.items(), key=lambda kv: -kv[1][2])[:25]
-    return {"wall_ms_per_step_unprofiled": round(plain_ms, 2), "wall_ms_per_step_cprofile": round(profiled_ms, 2),
+    return {"wall_ms_per_step_unprofiled": round(plain_ms, 2), "gc_per_step": pauses.per_step(steps),
+            "wall_ms_per_step_cprofile": round(profiled_ms, 2),
             "python_top_by_own_ms_per_step": [
                 (f"{Path(file).name}:{line}:{name}", round(own * 1000 / steps, 3), round(cum * 1000 / steps, 3),
                  calls // steps) for (file, line, name), (_, calls, own, cum, _) in rows]}
