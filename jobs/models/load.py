@@ -154,9 +154,12 @@ def add_lora(model, spec: JobSpec):
     config = LoraConfig(r=spec.lora_r, lora_alpha=spec.lora_alpha, lora_dropout=spec.lora_dropout,
                         target_modules=targets, bias="none", task_type="CAUSAL_LM")
     try:
-        return get_peft_model(model, config)
+        peft = get_peft_model(model, config)
     except ValueError as exc:
         raise ModelError(f"target_modules {targets!r} do not fit this model: {exc}") from None
+    # ready to train: from_pretrained left the base in eval mode (no layer checkpoints then) under a
+    # PeftModel whose own flag reads training, the flag the training step's guard reads (jobs/train/loop.py)
+    return peft.train()
 
 
 def load_for_chat(model: str, adapter_dir: str | None, data_dir: Path | None = None):

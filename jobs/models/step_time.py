@@ -37,7 +37,6 @@ def seconds_per_token(spec: JobSpec, source: str, tokens: int = MEASURE_TOKENS) 
     device = torch.device("cpu")
     base = models.load_base_model(source, models.pick_dtype(spec, device), device, spec.load_in_4bit)
     model = models.add_lora(base, spec)
-    model.train()
     ids = torch.randint(0, int(model.config.vocab_size), (1, tokens), generator=torch.Generator().manual_seed(0))
     timings = []
     try:

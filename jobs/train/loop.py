@@ -94,7 +94,6 @@ class Trainer:
                                          sharded=self.sharded)
         base.config.use_cache = False
         self.model = models.add_lora(base, spec)
-        self.model.train()   # from_pretrained left the base in eval mode (no checkpointing), under a flag the step reads
         # counted once, here: the budget plan (_accelerate) and GRPO's policy passes (plan_batches)
         # size memory from it; the kernel patches swap frozen modules only, never a trainable one
         self.trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
