@@ -12,6 +12,7 @@ thread, which cProfile does not see) - where a host-bound step's time goes.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import tempfile
@@ -40,14 +41,16 @@ def _busy_and_gaps(prof) -> tuple[float, list[float], float, float]:
     return busy / 1000, sorted(gaps, reverse=True)[:10], first, end or 0
 
 
-def _timed_steps(trainer, stream, steps: int, sync) -> float:
-    """Wall ms a step over `steps` steps, synced at both ends."""
+def _timed_steps(trainer, stream, steps: int, sync) -> tuple[float, list]:
+    """(wall ms a step over `steps` steps, synced at both ends, each step read; the steps, read again
+    later from their host copies)."""
     sync()
     began = time.perf_counter()
-    for pending in [trainer.train_step(stream) for _ in range(steps)]:
-        pending.read()
+    pending = [trainer.train_step(stream) for _ in range(steps)]
+    for step in pending:
+        step.read()
     sync()
-    return (time.perf_counter() - began) * 1000 / steps
+    return (time.perf_counter() - began) * 1000 / steps, pending
 
 
 class GcPauses:
@@ -68,12 +71,10 @@ class GcPauses:
             entry[1] += (time.perf_counter() - self._began) * 1000
 
     def __enter__(self):
-        import gc
         gc.callbacks.append(self._callback)
         return self
 
     def __exit__(self, *exc):
-        import gc
         gc.callbacks.remove(self._callback)
 
     def per_step(self, steps: int) -> dict:
@@ -87,10 +88,10 @@ def host_profile(trainer, stream, steps: int, sync) -> dict:
     import cProfile
     import pstats
     with GcPauses() as pauses:
-        plain_ms = _timed_steps(trainer, stream, steps, sync)
+        plain_ms, _ = _timed_steps(trainer, stream, steps, sync)
     prof = cProfile.Profile()
     prof.enable()
-    profiled_ms = _timed_steps(trainer, stream, steps, sync)
+    profiled_ms, _ = _timed_steps(trainer, stream, steps, sync)
     prof.disable()
     rows = sorted(pstats.Stats(prof).stats.items(), key=lambda kv: -kv[1][2])[:25]
     return {"wall_ms_per_step_unprofiled": round(plain_ms, 2), "gc_per_step": pauses.per_step(steps),
@@ -119,24 +120,19 @@ def profile(config: Path, warmup: int, steps: int, host: bool = False) -> dict:
     stream = Prefetcher(trainer.plan, 0, pin=cuda)
     for _ in range(warmup):
         trainer.train_step(stream).read()
-    sync()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch_profile(activities=activities) as prof:
-        began = time.perf_counter()
-        pending = [trainer.train_step(stream) for _ in range(steps)]
-        losses = [p.read()[0] for p in pending]
-        sync()
-        wall_ms = (time.perf_counter() - began) * 1000
+        step_ms, pending = _timed_steps(trainer, stream, steps, sync)
     host_side = host_profile(trainer, stream, steps, sync) if host else {}
     stream.close()
     busy_ms, gaps, first, last = _busy_and_gaps(prof)
     table = prof.key_averages()
     kernels = sorted((e for e in table if e.device_time_total > 0), key=lambda e: -e.device_time_total)
     cpu = sorted(table, key=lambda e: -e.self_cpu_time_total)
-    return {"config": str(config), "steps": steps, "wall_ms_per_step": round(wall_ms / steps, 2),
+    return {"config": str(config), "steps": steps, "wall_ms_per_step": round(step_ms, 2),
             "gpu_busy_ms_per_step": round(busy_ms / steps, 2),
             "gpu_idle_share": round(1 - busy_ms / max((last - first) / 1000, 1e-9), 4),
-            "largest_idle_gaps_ms": [round(g, 3) for g in gaps], "losses": losses,
+            "largest_idle_gaps_ms": [round(g, 3) for g in gaps], "losses": [p.read()[0] for p in pending],
             "packing": trainer.packed, "real_tokens_per_step": pending[-1].tokens,
             "cuda_ms_per_step_by_kernel": [(e.key[:90], round(e.device_time_total / 1000 / steps, 3), e.count // steps)
                                            for e in kernels[:30]],
