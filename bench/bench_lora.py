@@ -92,8 +92,10 @@ def setup_stack(model, stack: str, checkpointing: str, batch_tokens: int | None 
 
 
 class GcPauses:
-    """Python's cyclic-GC pauses while timing (gc.callbacks): when the host only queues a few ms
-    ahead of the GPU, a collection in the middle of a step shows up as GPU idle time."""
+    """Python's cyclic-GC pauses while active (gc.callbacks): when the host only queues a few ms ahead
+    of the GPU, a collection in the middle of a step shows up as GPU idle time (TorchTitan turns
+    automatic collection off during training for that reason, torchtitan/tools/utils.py
+    GarbageCollection). Measured here before anything changes it."""
 
     def __enter__(self):
         self.pauses, self._start = [], None
@@ -117,6 +119,16 @@ class GcPauses:
         return {"count": len(self.pauses), "total_ms": round(self.total_ms(), 2),
                 "max_ms": round(max((ms for _, ms in self.pauses), default=0.0), 2),
                 "gen2": sum(1 for gen, _ in self.pauses if gen == 2)}
+
+    def per_step(self, steps: int) -> dict:
+        """{"gen0": {"collections", "ms"}, ...}: collections and their time a step, by generation."""
+        by_generation: dict[int, list] = {}
+        for gen, ms in self.pauses:
+            entry = by_generation.setdefault(gen, [0, 0.0])
+            entry[0] += 1
+            entry[1] += ms
+        return {f"gen{g}": {"collections": n / steps, "ms": round(ms / steps, 3)}
+                for g, (n, ms) in sorted(by_generation.items())}
 
 
 def add_shape_args(parser, shape: str | None = "llama-3.1-8b") -> None:

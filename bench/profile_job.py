@@ -12,7 +12,6 @@ thread, which cProfile does not see) - where a host-bound step's time goes.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 import tempfile
@@ -21,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.bench_lora import GcPauses  # noqa: E402
 
 
 def _busy_and_gaps(prof) -> tuple[float, list[float], float, float]:
@@ -51,35 +52,6 @@ def _timed_steps(trainer, stream, steps: int, sync) -> tuple[float, list]:
         step.read()
     sync()
     return (time.perf_counter() - began) * 1000 / steps, pending
-
-
-class GcPauses:
-    """Python's cyclic collections while active, by generation (count, ms): a host-bound step waits on
-    them too (TorchTitan turns automatic collection off during training for that reason,
-    torchtitan/tools/utils.py GarbageCollection); measured before anything here changes it."""
-
-    def __init__(self):
-        self.by_generation: dict[int, list[float]] = {}
-        self._began = 0.0
-
-    def _callback(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._began = time.perf_counter()
-        else:
-            entry = self.by_generation.setdefault(info["generation"], [0, 0.0])
-            entry[0] += 1
-            entry[1] += (time.perf_counter() - self._began) * 1000
-
-    def __enter__(self):
-        gc.callbacks.append(self._callback)
-        return self
-
-    def __exit__(self, *exc):
-        gc.callbacks.remove(self._callback)
-
-    def per_step(self, steps: int) -> dict:
-        return {f"gen{g}": {"collections": n / steps, "ms": round(ms / steps, 3)}
-                for g, (n, ms) in sorted(self.by_generation.items())}
 
 
 def host_profile(trainer, stream, steps: int, sync) -> dict:
