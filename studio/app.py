@@ -7,6 +7,7 @@ text follows it, and every handler that writes text takes it as an input."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,19 @@ PAGE_CSS = """
 """
 
 
+@dataclass
+class _Tabs:
+    """The built tabs and their tab items (an item's select event refreshes its tab)."""
+    tabs: Any
+    train: Any
+    jobs: Any
+    compare: Any
+    export: Any
+    chat: Any
+    evaluate_select: Any
+    items: dict[str, Any]
+
+
 def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = None) -> gr.Blocks:
     """The studio for `data_dir`, submitting jobs through `runner` (a jobs.queue.runner.Runner)."""
     ctx = context or StudioContext(data_dir=Path(data_dir), runner=runner)
@@ -75,69 +89,89 @@ def build_studio(data_dir: Path, runner: Any, context: StudioContext | None = No
             bind(gr.Markdown(elem_id="ft-header"), value=lambda lang: header_text(fused, lang))
             ctx.lang = bind(gr.Dropdown(choices=language_choices(), value=DEFAULT_LANG, elem_id="ft-lang",
                                         scale=0, min_width=160, container=True), label="header.language")
-        with gr.Tabs(elem_id="ft-tabs") as tabs:
-            with bind(gr.Tab(id="train", elem_id="ft-tab-train"), label="tab.train"):
-                train = build_train_tab(ctx)
-            with bind(gr.Tab(id="jobs", elem_id="ft-tab-jobs"), label="tab.jobs") as jobs_item:
-                jobs = build_jobs_tab(ctx)
-            with bind(gr.Tab(id="compare", elem_id="ft-tab-compare"), label="tab.compare") as compare_item:
-                compare = build_compare_tab(ctx)
-            with bind(gr.Tab(id="export", elem_id="ft-tab-export"), label="tab.export") as export_item:
-                export = build_export_tab(ctx)
-            with bind(gr.Tab(id="chat", elem_id="ft-tab-chat"), label="tab.chat") as chat_item:
-                chat = build_chat_tab(ctx)
-            with bind(gr.Tab(id="evaluate", elem_id="ft-tab-evaluate"), label="tab.evaluate") as evaluate_item:
-                evaluate_select = build_evaluate_tab(ctx)
-        lang = ctx.lang
-
-        def after_start(job_id: str, language: str, request: gr.Request) -> list[Any]:
-            if not job_id:
-                return [gr.skip()] * (1 + len(jobs.refresh_outputs))
-            return [gr.Tabs(selected="jobs"),
-                    *refresh(ctx, job_id, None, None, language, pick=True, page=request.session_hash or "")]
-
-        train.started_job.change(after_start, [train.started_job, lang], [tabs, *jobs.refresh_outputs],
-                                 show_progress="hidden")
-        jobs_item.select(lambda job_id, language: refresh(ctx, job_id, None, None, language),
-                         [jobs.select, lang], jobs.refresh_outputs, show_progress="hidden")
-        compare_item.select(lambda picked, only, language: compare.refresh(ctx, picked, only, language),
-                            [compare.select, compare.only_diff, lang], compare.outputs, show_progress="hidden")
-        export_item.select(lambda picked, language: export.refresh(ctx, picked, language),
-                           [export.picked, lang], export.select, show_progress="hidden")
-        evaluate_item.select(lambda picked, language: evaluate_choices_update(ctx, picked, language),
-                             [evaluate_select, lang], evaluate_select, show_progress="hidden")
-        chat_item.select(lambda language, current, auto: chat.refresh(ctx, language, current, auto),
-                         [lang, chat.adapter, chat.auto], [chat.adapter, chat.model, chat.auto], show_progress="hidden")
-        # a job that ends while the Chat tab is open joins its adapter list (the Jobs poll sees it end)
-        def follow_jobs(language: str, current: str | None, auto: str | None, known: Any) -> list[Any]:
-            return chat.follow_jobs(ctx, language, current, auto, known)
-
-        jobs.table_sig.change(follow_jobs, [lang, chat.adapter, chat.auto, chat.known],
-                              [chat.adapter, chat.model, chat.auto, chat.known], show_progress="hidden")
-
-        def on_language(language: str | None) -> list[Any]:
-            language = normalize(language)
-            return [gr.update(value=language), *ctx.page.updates(language)]
-
-        def on_load(language: str) -> list[Any]:
-            return [*refresh(ctx, None, None, None, language), export.refresh(ctx, None, language),
-                    *chat.refresh(ctx, language), *train.refresh_choices(ctx, language)]
-
-        page_outputs = [lang, *ctx.page.components()]
-        tab_names = tab_labels_js()
-        # language first, so everything the load then writes is already in it
-        quiet = {"show_progress": "hidden"}  # a spinner over every field would block the form
-        loaded = demo.load(on_language, lang, page_outputs, js=DETECT_LANG_JS, **quiet)
-        loaded.then(None, lang, None, js=tab_names)
-        def fit_check(language: str, *values: Any) -> str:
-            return train.fit_check(ctx, language, *values)
-        loaded.then(fit_check, [lang, *train.inputs], train.fit, **quiet)
-        filled = loaded.then(on_load, lang, [*jobs.refresh_outputs, export.select, chat.adapter, chat.model,
-                                             chat.auto, train.model, train.dataset, train.gpu_boxes, train.budget],
-                           **quiet)
-        filled.then(None, None, None, js=PAGE_READY_JS)
-        switched = lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS, **quiet)
-        switched.then(None, lang, None, js=tab_names)
-        switched.then(fit_check, [lang, *train.inputs], train.fit, **quiet)
-        switched.then(lambda language: train.gpu_update(ctx, language), lang, train.gpu_boxes, **quiet)
+        built = _build_tabs(ctx)
+        _wire_tab_switches(ctx, built)
+        _wire_page_load(ctx, demo, built)
     return demo
+
+
+def _build_tabs(ctx: StudioContext) -> _Tabs:
+    bind, items = ctx.page.bind, {}
+    with gr.Tabs(elem_id="ft-tabs") as tabs:
+        with bind(gr.Tab(id="train", elem_id="ft-tab-train"), label="tab.train"):
+            train = build_train_tab(ctx)
+        with bind(gr.Tab(id="jobs", elem_id="ft-tab-jobs"), label="tab.jobs") as items["jobs"]:
+            jobs = build_jobs_tab(ctx)
+        with bind(gr.Tab(id="compare", elem_id="ft-tab-compare"), label="tab.compare") as items["compare"]:
+            compare = build_compare_tab(ctx)
+        with bind(gr.Tab(id="export", elem_id="ft-tab-export"), label="tab.export") as items["export"]:
+            export = build_export_tab(ctx)
+        with bind(gr.Tab(id="chat", elem_id="ft-tab-chat"), label="tab.chat") as items["chat"]:
+            chat = build_chat_tab(ctx)
+        with bind(gr.Tab(id="evaluate", elem_id="ft-tab-evaluate"), label="tab.evaluate") as items["evaluate"]:
+            evaluate_select = build_evaluate_tab(ctx)
+    return _Tabs(tabs, train, jobs, compare, export, chat, evaluate_select, items)
+
+
+def _wire_tab_switches(ctx: StudioContext, built: _Tabs) -> None:
+    """A started job opens the Jobs tab; each tab refreshes when it is opened; Chat follows jobs that end."""
+    lang, jobs, compare, export, chat, items = ctx.lang, built.jobs, built.compare, built.export, built.chat, built.items
+
+    def after_start(job_id: str, language: str, request: gr.Request) -> list[Any]:
+        if not job_id:
+            return [gr.skip()] * (1 + len(jobs.refresh_outputs))
+        return [gr.Tabs(selected="jobs"),
+                *refresh(ctx, job_id, None, None, language, pick=True, page=request.session_hash or "")]
+
+    built.train.started_job.change(after_start, [built.train.started_job, lang], [built.tabs, *jobs.refresh_outputs],
+                                   show_progress="hidden")
+    items["jobs"].select(lambda job_id, language: refresh(ctx, job_id, None, None, language),
+                         [jobs.select, lang], jobs.refresh_outputs, show_progress="hidden")
+    items["compare"].select(lambda picked, only, language: compare.refresh(ctx, picked, only, language),
+                            [compare.select, compare.only_diff, lang], compare.outputs, show_progress="hidden")
+    items["export"].select(lambda picked, language: export.refresh(ctx, picked, language),
+                           [export.picked, lang], export.select, show_progress="hidden")
+    items["evaluate"].select(lambda picked, language: evaluate_choices_update(ctx, picked, language),
+                             [built.evaluate_select, lang], built.evaluate_select, show_progress="hidden")
+    items["chat"].select(lambda language, current, auto: chat.refresh(ctx, language, current, auto),
+                         [lang, chat.adapter, chat.auto], [chat.adapter, chat.model, chat.auto], show_progress="hidden")
+
+    # a job that ends while the Chat tab is open joins its adapter list (the Jobs poll sees it end)
+    def follow_jobs(language: str, current: str | None, auto: str | None, known: Any) -> list[Any]:
+        return chat.follow_jobs(ctx, language, current, auto, known)
+
+    jobs.table_sig.change(follow_jobs, [lang, chat.adapter, chat.auto, chat.known],
+                          [chat.adapter, chat.model, chat.auto, chat.known], show_progress="hidden")
+
+
+def _wire_page_load(ctx: StudioContext, demo: gr.Blocks, built: _Tabs) -> None:
+    """Page load and a language switch: the language first, then the tab names, the fit check and the
+    choices the load refills; the page says when it is ready."""
+    lang, train, jobs, export, chat = ctx.lang, built.train, built.jobs, built.export, built.chat
+
+    def on_language(language: str | None) -> list[Any]:
+        language = normalize(language)
+        return [gr.update(value=language), *ctx.page.updates(language)]
+
+    def on_load(language: str) -> list[Any]:
+        return [*refresh(ctx, None, None, None, language), export.refresh(ctx, None, language),
+                *chat.refresh(ctx, language), *train.refresh_choices(ctx, language)]
+
+    def fit_check(language: str, *values: Any) -> str:
+        return train.fit_check(ctx, language, *values)
+
+    page_outputs = [lang, *ctx.page.components()]
+    tab_names = tab_labels_js()
+    # language first, so everything the load then writes is already in it
+    quiet = {"show_progress": "hidden"}  # a spinner over every field would block the form
+    loaded = demo.load(on_language, lang, page_outputs, js=DETECT_LANG_JS, **quiet)
+    loaded.then(None, lang, None, js=tab_names)
+    loaded.then(fit_check, [lang, *train.inputs], train.fit, **quiet)
+    filled = loaded.then(on_load, lang, [*jobs.refresh_outputs, export.select, chat.adapter, chat.model,
+                                         chat.auto, train.model, train.dataset, train.gpu_boxes, train.budget],
+                         **quiet)
+    filled.then(None, None, None, js=PAGE_READY_JS)
+    switched = lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS, **quiet)
+    switched.then(None, lang, None, js=tab_names)
+    switched.then(fit_check, [lang, *train.inputs], train.fit, **quiet)
+    switched.then(lambda language: train.gpu_update(ctx, language), lang, train.gpu_boxes, **quiet)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gradio as gr
 
@@ -280,9 +280,17 @@ def _wire_stats(ctx: StudioContext, tab: TrainTab, button: gr.Button, stats: gr.
 
 def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.UploadButton,
           upload_info: gr.HTML, preview_btn: gr.Button, preview: gr.HTML) -> None:
-    names, inputs, lang = tab.names, tab.inputs, ctx.lang
-
     judged = gr.State(None)   # [language, *values] the last Start answered for
+    on_change = _wire_redraws(ctx, tab, made, judged)
+    _wire_dataset(ctx, tab, made, upload_info, preview, on_change, judged)
+    _wire_upload(ctx, tab, made, upload, upload_info, preview_btn, preview)
+    _wire_start(ctx, tab, judged)
+
+
+def _wire_redraws(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], judged: gr.State) -> Callable:
+    """The command box and the fit check follow every field; returns the command redraw for the
+    dataset's chained events."""
+    names, inputs, lang = tab.names, tab.inputs, ctx.lang
 
     def on_change(language: str, last: list | None, *values: Any) -> tuple[Any, ...]:
         command = command_text(ctx.runner, ctx.data_dir, names, list(values), language)
@@ -308,6 +316,14 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
     for name in FIT_FIELDS:
         made[name].change(on_fit, [lang, *inputs], tab.fit, show_progress="hidden", trigger_mode="always_last",
                           concurrency_id="form-fit", concurrency_limit=1)
+    return on_change
+
+
+def _wire_dataset(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload_info: gr.HTML,
+                  preview: gr.HTML, on_change: Callable, judged: gr.State) -> None:
+    """What follows the dataset and the method's pick of one: the identity fields, the learning rate,
+    the command box."""
+    inputs, lang = tab.inputs, ctx.lang
 
     def on_dataset(value: str, learning_rate: Any) -> tuple[Any, Any, Any]:
         identity = (value or "").strip() == BUILTIN_DATASET
@@ -330,6 +346,12 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
         # builtin:arithmetic, the box builtin:identity for good)
         picked.then(on_change, [lang, judged, *inputs], [tab.command, tab.status, tab.confirm, tab.start],
                     show_progress="hidden", concurrency_id="form-command", concurrency_limit=1)
+
+
+def _wire_upload(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.UploadButton,
+                 upload_info: gr.HTML, preview_btn: gr.Button, preview: gr.HTML) -> None:
+    """An uploaded dataset lands in the field with its note and preview; the preview button."""
+    names, inputs, lang = tab.names, tab.inputs, ctx.lang
 
     def on_upload(file: str | None, language: str, learning_rate: Any) -> tuple[Any, str, Any]:
         if not file:
@@ -355,6 +377,10 @@ def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.Up
     preview_btn.click(on_preview, [lang, *inputs], preview)
     # another dataset picked by the user: the last upload's note and preview are about a file no longer chosen
     made["dataset"].input(lambda: ("", ""), None, [upload_info, preview], show_progress="hidden")
+
+
+def _wire_start(ctx: StudioContext, tab: TrainTab, judged: gr.State) -> None:
+    names, inputs, lang = tab.names, tab.inputs, ctx.lang
 
     def on_start(language: str, confirmed: str, *values: Any) -> tuple[Any, ...]:
         result = start_job(ctx.runner, ctx.start_check, names, list(values), language, confirmed)
