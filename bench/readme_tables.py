@@ -41,22 +41,23 @@ class Row:
 
 
 ROWS = (
-    Row("DPO, Llama-3.1-8B (2026-12-04, 40 steps)", Pick("llama-3.1-8b", "dpo", "fusetune", "2026-12-04T16:50"),
-        Pick("llama-3.1-8b", "dpo", "unsloth+trl", "2026-12-04T16:47")),
+    Row("DPO, Llama-3.1-8B, prompts once (H100, 2026-12-06 02:02, 40 steps)",
+        Pick("llama-3.1-8b", "dpo", "fusetune", "2026-12-06T02:05"),
+        Pick("llama-3.1-8b", "dpo", "unsloth+trl", "2026-12-06T02:02")),
     Row("DPO, Llama-3.1-8B within 19.39 GiB (2026-12-04, 40 steps)",
         Pick("llama-3.1-8b", "dpo", "fusetune", "2026-12-04T16:51"), None),
     Row("ORPO, Llama-3.1-8B (2026-12-02, 20 steps: not re-measured)",
         Pick("llama-3.1-8b", "orpo", "fusetune", "2026-12-02T16:25"),
         Pick("llama-3.1-8b", "orpo", "unsloth+trl", "2026-12-02T16:23")),
-    Row("ORPO, Llama-3.2-1B, prompts once (2026-12-05, 40 steps)",
-        Pick("llama-3.2-1b", "orpo", "fusetune", "2026-12-05T10:07"),
-        Pick("llama-3.2-1b", "orpo", "unsloth+trl", "2026-12-05T10:07")),
+    Row("ORPO, Llama-3.2-1B, prompts once (H100, 2026-12-06 01:55, 40 steps)",
+        Pick("llama-3.2-1b", "orpo", "fusetune", "2026-12-06T01:57"),
+        Pick("llama-3.2-1b", "orpo", "unsloth+trl", "2026-12-06T01:55")),
     Row("DPO, Llama-3.2-1B, prompts once (H100, 2026-12-05 19:42, 40 steps)",
         Pick("llama-3.2-1b", "dpo", "fusetune", "2026-12-05T19:43"),
         Pick("llama-3.2-1b", "dpo", "unsloth+trl", "2026-12-05T19:42")),
-    Row("KTO, Llama-3.2-1B, 8 examples a step, prompts once (H100, 2026-12-05 19:35, 40 steps)",
-        Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-05T19:36"),
-        Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-05T19:35")),
+    Row("KTO, Llama-3.2-1B, 8 examples a step, prompts once (H100, 2026-12-06 01:58, 40 steps)",
+        Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-06T01:59"),
+        Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-06T01:58")),
 )
 
 
