@@ -281,15 +281,15 @@ def _wire_stats(ctx: StudioContext, tab: TrainTab, button: gr.Button, stats: gr.
 def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.UploadButton,
           upload_info: gr.HTML, preview_btn: gr.Button, preview: gr.HTML) -> None:
     judged = gr.State(None)   # [language, *values] the last Start answered for
-    on_change = _wire_redraws(ctx, tab, made, judged)
-    _wire_dataset(ctx, tab, made, upload_info, preview, on_change, judged)
+    redraw_after = _wire_redraws(ctx, tab, made, judged)
+    _wire_dataset(made, upload_info, preview, redraw_after)
     _wire_upload(ctx, tab, made, upload, upload_info, preview_btn, preview)
     _wire_start(ctx, tab, judged)
 
 
 def _wire_redraws(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], judged: gr.State) -> Callable:
-    """The command box and the fit check follow every field; returns the command redraw for the
-    dataset's chained events."""
+    """The command box and the fit check follow every field; returns `redraw_after(event)`, which
+    chains the same command redraw (same inputs, outputs and queue) after another event."""
     names, inputs, lang = tab.names, tab.inputs, ctx.lang
 
     def on_change(language: str, last: list | None, *values: Any) -> tuple[Any, ...]:
@@ -305,10 +305,11 @@ def _wire_redraws(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], judge
     # one queue for every field's redraw, in the order the fields changed: each event carries the form
     # as it was when it fired, and separate listeners ran side by side, so a slow early one (the
     # method's, whose dataset swap fires more) could finish last and draw a stale config
+    redraw = {"fn": on_change, "inputs": [lang, judged, *inputs],
+              "outputs": [tab.command, tab.status, tab.confirm, tab.start], "show_progress": "hidden",
+              "concurrency_id": "form-command", "concurrency_limit": 1}
     for component in [lang, *inputs]:
-        component.change(on_change, [lang, judged, *inputs], [tab.command, tab.status, tab.confirm, tab.start],
-                         show_progress="hidden", trigger_mode="always_last", concurrency_id="form-command",
-                         concurrency_limit=1)
+        component.change(**redraw, trigger_mode="always_last")
 
     def on_fit(language: str, *values: Any) -> str:
         return tab.fit_check(ctx, language, *values)
@@ -316,15 +317,13 @@ def _wire_redraws(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], judge
     for name in FIT_FIELDS:
         made[name].change(on_fit, [lang, *inputs], tab.fit, show_progress="hidden", trigger_mode="always_last",
                           concurrency_id="form-fit", concurrency_limit=1)
-    return on_change
+    return lambda event: event.then(**redraw)
 
 
-def _wire_dataset(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload_info: gr.HTML,
-                  preview: gr.HTML, on_change: Callable, judged: gr.State) -> None:
+def _wire_dataset(made: dict[str, Any], upload_info: gr.HTML, preview: gr.HTML,
+                  redraw_after: Callable) -> None:
     """What follows the dataset and the method's pick of one: the identity fields, the learning rate,
     the command box."""
-    inputs, lang = tab.inputs, ctx.lang
-
     def on_dataset(value: str, learning_rate: Any) -> tuple[Any, Any, Any]:
         identity = (value or "").strip() == BUILTIN_DATASET
         return (gr.update(visible=identity), gr.update(visible=identity),
@@ -344,8 +343,7 @@ def _wire_dataset(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], uploa
         # the dataset and beta the method set, drawn once they are on the page: the swapped dataset's
         # own change event did not always redraw (seen on a loaded 2-core machine: the field said
         # builtin:arithmetic, the box builtin:identity for good)
-        picked.then(on_change, [lang, judged, *inputs], [tab.command, tab.status, tab.confirm, tab.start],
-                    show_progress="hidden", concurrency_id="form-command", concurrency_limit=1)
+        redraw_after(picked)
 
 
 def _wire_upload(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.UploadButton,
