@@ -92,7 +92,8 @@ def run_job(model: Path, data: Path, out: Path, steps: int, device: str, max_len
     proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path), "--data-dir", str(out.parent / "data")],
                           cwd=ROOT, capture_output=True, text=True)
     from jobs.io.events import summarize   # the project's one reader: a later start supersedes
-    steps_seen = summarize(out).steps
+    summary = summarize(out)
+    steps_seen = summary.steps
     later = steps_seen[1:] or steps_seen
     tokens = sum(e["tokens"] for e in later)
     seconds = sum(e["tokens"] / max(e["tokens_per_s"], 1e-9) for e in later)
@@ -100,7 +101,15 @@ def run_job(model: Path, data: Path, out: Path, steps: int, device: str, max_len
             "real_tokens_per_s": round(tokens / seconds, 1) if seconds else None,
             "peak_gib": max((e.get("peak_gb") or 0 for e in steps_seen), default=None),
             "final_loss": steps_seen[-1]["loss"] if steps_seen else None, "plan": plan_lines(out),
+            **predicted(summary.start),
             "error": proc.stderr.strip().splitlines()[-1] if proc.returncode and proc.stderr.strip() else None}
+
+
+def predicted(start: dict | None) -> dict:
+    """The fit check's allocated peak for this job (its start event), to set beside the measured peak
+    (issue 38: every budgeted row predicted within +-10 %)."""
+    estimate = (start or {}).get("memory_estimate") or {}
+    return {"predicted_gib": estimate.get("allocated_gb"), "predicted_parts_gib": estimate.get("breakdown_gb")}
 
 
 def plan_lines(out: Path) -> list[str]:
