@@ -38,7 +38,7 @@ from collections import Counter
 import torch
 
 from kernels.ops._launch import triton_runs_on
-from kernels.ops._lora_common import LoraProjection
+from kernels.ops._lora_common import LoraProjection, as_dtype
 from kernels.ops.fp8_linear import Fp8Linear
 from kernels.ops.lora_mlp import lora_mlp
 from kernels.ops.lora_o import lora_o
@@ -177,7 +177,7 @@ def _patch_linear(module) -> None:
         if live is None:
             return original(x, *args, **kwargs)
         p = projection(module, live[0])
-        return lora_o(x.to(dtype), p.weight, p.lora_A, p.lora_B, p.scaling, p.bias).to(x.dtype)
+        return as_dtype(lora_o(as_dtype(x, dtype), p.weight, p.lora_A, p.lora_B, p.scaling, p.bias), x.dtype)
 
     module.forward = fused_forward
     module._fusetune_lora = "lora_o"
@@ -193,8 +193,8 @@ def _patch_qkv(attn) -> None:
         live = live_adapters(mods, adapters, hidden_states, dtype)
         if live is None:
             return tuple(m(hidden_states) for m in mods)
-        qkv = lora_qkv(hidden_states.to(dtype), *(projection(m, a) for m, a in zip(mods, live)))
-        return tuple(t.to(hidden_states.dtype) for t in qkv)
+        qkv = lora_qkv(as_dtype(hidden_states, dtype), *(projection(m, a) for m, a in zip(mods, live)))
+        return tuple(as_dtype(t, hidden_states.dtype) for t in qkv)
 
     attn._fusetune_qkv = fusetune_qkv
     # a bound method, not the module: a Module attribute would be registered as a submodule and
@@ -220,7 +220,7 @@ def _patch_mlp(mlp, activation: str) -> None:
         if live is None:
             return original(x, *args, **kwargs)
         projections = (projection(m, a) for m, a in zip(mods, live))
-        return lora_mlp(x.to(dtype), *projections, activation=activation).to(x.dtype)
+        return as_dtype(lora_mlp(as_dtype(x, dtype), *projections, activation=activation), x.dtype)
 
     mlp.forward = fused_forward
     mlp._fusetune_lora = "lora_mlp"

@@ -12,7 +12,8 @@ cheap order (Unsloth's fast_lora.py, https://github.com/unslothai/unsloth; Hu et
 
 never forming B A (out x in). Saved for backward: X and X A^T ([M, k r]); the dense weights are
 re-read (or re-dequantized into the shared NF4 buffer) in backward. All GEMMs run in X's dtype;
-fp32 adapter weights (PEFT's default autocast_adapter_dtype) are cast to it per call (r x in: tiny).
+fp32 adapter weights (PEFT's default autocast_adapter_dtype) are cast to it once per forward
+(r x in: tiny), and backward reuses those casts (A as the saved [A_1; ..; A_k], each B saved).
 
 The base GEMM seam (`base_outputs`, `base_grad_input`): a weight may also be an FP8 `Fp8Weight`
 (kernels/ops/fp8_linear.py). Then X is quantized once per row for all FP8 projections of the
@@ -121,8 +122,14 @@ def rank_offsets(lora_As) -> list[int]:
     return offsets + [total]
 
 
+def as_dtype(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """`t.to(dtype)` without the call where it would return `t` itself (None stays None): the fused
+    LoRA paths make hundreds of such calls a step (bench/NOTES.md, KTO host time)."""
+    return t if t is None or t.dtype == dtype else t.to(dtype)
+
+
 def cat_adapters(lora_As, dtype):
-    present = [a.to(dtype) for a in lora_As if a is not None]
+    present = [as_dtype(a, dtype) for a in lora_As if a is not None]
     return torch.cat(present) if len(present) > 1 else (present[0] if present else None)
 
 
@@ -162,14 +169,16 @@ class SharedInputLora(torch.autograd.Function):
         a_cat = cat_adapters(lora_As, x.dtype)
         xa = torch.mm(x2, a_cat.t()) if a_cat is not None else None
         offsets = rank_offsets(lora_As)
+        # each B in x's dtype once: forward's add and backward's dYB both read it (saved below)
+        lora_Bs = [as_dtype(p[2], x.dtype) for p in projections]
         outputs = []
         bases, quantized = base_outputs(x2, [p[0] for p in projections], [p[3] for p in projections])
-        for i, (y, (_, lora_A, lora_B, _)) in enumerate(zip(bases, projections)):
+        for i, (y, (_, lora_A, _, _)) in enumerate(zip(bases, projections)):
             if lora_A is not None:
                 # tile-wise Triton add (kernels/ops/lora_add.py), not a K = r cuBLAS GEMM
-                lora_add_(y, xa[:, offsets[i]:offsets[i + 1]], lora_B.to(x.dtype), scalings[i])
+                lora_add_(y, xa[:, offsets[i]:offsets[i + 1]], lora_Bs[i], scalings[i])
             outputs.append(y.view(*x.shape[:-1], y.shape[-1]))
-        ctx.save_for_backward(*input_to_save(x2, quantized), xa, a_cat)
+        ctx.save_for_backward(*input_to_save(x2, quantized), xa, a_cat, *lora_Bs)
         ctx.projections, ctx.scalings, ctx.offsets, ctx.dtype = projections, scalings, offsets, x.dtype
         ctx.consumed = False
         return tuple(outputs)
@@ -180,18 +189,18 @@ class SharedInputLora(torch.autograd.Function):
             raise RuntimeError("fused LoRA backward ran twice on one graph (retain_graph=True is not "
                                "supported by the fused path); use backend='torch' for that")
         ctx.consumed = True
-        x_saved, x_scale, xa, a_cat = ctx.saved_tensors
+        x_saved, x_scale, xa, a_cat, *lora_Bs = ctx.saved_tensors
         dtype, offsets = ctx.dtype, ctx.offsets
         dyb = xa.new_empty(xa.shape[0], offsets[-1]) if a_cat is not None else None
         result = [None] * (4 * len(ctx.projections))
-        dys = [g.reshape(-1, g.shape[-1]).to(dtype) for g in grads]
+        dys = [as_dtype(g.reshape(-1, g.shape[-1]), dtype) for g in grads]
         dx = base_grad_input(dys, [p[0] for p in ctx.projections], dtype) if ctx.needs_input_grad[0] else None
         for i, (dy, (_, lora_A, lora_B, _)) in enumerate(zip(dys, ctx.projections)):
             if lora_A is None:
                 continue
             cols = slice(offsets[i], offsets[i + 1])
             # beta=0: the scaling rides in the GEMM epilogue, the uninitialised target is not read
-            dyb[:, cols].addmm_(dy, lora_B.to(dtype), beta=0, alpha=ctx.scalings[i])
+            dyb[:, cols].addmm_(dy, lora_Bs[i], beta=0, alpha=ctx.scalings[i])
             db = dy.new_empty(dy.shape[1], offsets[i + 1] - offsets[i])
             result[4 * i + 2] = db.addmm_(dy.t(), xa[:, cols], beta=0, alpha=ctx.scalings[i]).to(lora_B.dtype)
         if dyb is not None:

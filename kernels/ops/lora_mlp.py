@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from kernels.ops._lora_common import (LoraProjection, base_grad_input, base_outputs, cat_adapters,
+from kernels.ops._lora_common import (LoraProjection, as_dtype, base_grad_input, base_outputs, cat_adapters,
                                       flat_args, input_to_save, lora_a_grad, lora_reference, rank_offsets)
 from kernels.ops.geglu import gelu_and_grad
 from kernels.ops.lora_add import lora_add_
@@ -172,16 +172,18 @@ def _act_mul_backward_(dh, e, g, geglu: bool):
     _act_mul_backward_kernel[(triton.cdiv(n, BLOCK),)](dh, e, g, n, GEGLU=geglu, BLOCK=BLOCK)
 
 
-def _lora_out(y, inp_a, lora_B, scaling, dtype):
+def _lora_out(y, inp_a, lora_B, scaling):
+    """y += s inp_a B^T with B already in y's dtype (None: no adapter)."""
     if lora_B is not None:
-        lora_add_(y, inp_a, lora_B.to(dtype), scaling)
+        lora_add_(y, inp_a, lora_B, scaling)
     return y
 
 
-def _lora_grads(d, lora_B, scaling, inp_a, dtype, dyb_out):
-    """Writes s d B [M, r] into dyb_out; returns dB = s d^T inp_a [out, r] in lora_B's dtype.
-    beta=0: the scaling rides in the GEMM epilogue and the uninitialised target is not read."""
-    dyb_out.addmm_(d, lora_B.to(dtype), beta=0, alpha=scaling)
+def _lora_grads(d, lora_B, b_cast, scaling, inp_a, dyb_out):
+    """Writes s d B [M, r] into dyb_out (b_cast: B in d's dtype, as forward cast it); returns
+    dB = s d^T inp_a [out, r] in lora_B's dtype. beta=0: the scaling rides in the GEMM epilogue and
+    the uninitialised target is not read."""
+    dyb_out.addmm_(d, b_cast, beta=0, alpha=scaling)
     db = d.new_empty(d.shape[1], lora_B.shape[1]).addmm_(d.t(), inp_a, beta=0, alpha=scaling)
     return db.to(lora_B.dtype)
 
@@ -198,16 +200,18 @@ class LoraMLP(torch.autograd.Function):
         a_gu = cat_adapters([ag, au], dtype)
         xa = torch.mm(x2, a_gu.t()) if a_gu is not None else None
         (e, g), x_quantized = base_outputs(x2, [wg, wu], [biasg, biasu])   # FP8 weights: x2 quantized once
+        # the adapters in x's dtype once: backward reuses these casts (saved below)
+        bg_c, bu_c, ad_c, bd_c = (as_dtype(t, dtype) for t in (bg_, bu_, ad, bd_))
         if _lora_act_fusable(ag, au, bg_, bu_):
-            h = _lora_act_(e, g, xa, bg_.to(dtype), bu_.to(dtype), offsets, scalings[0], scalings[1], geglu)
+            h = _lora_act_(e, g, xa, bg_c, bu_c, offsets, scalings[0], scalings[1], geglu)
         else:
-            _lora_out(e, None if ag is None else xa[:, offsets[0]:offsets[1]], bg_, scalings[0], dtype)
-            _lora_out(g, None if au is None else xa[:, offsets[1]:offsets[2]], bu_, scalings[1], dtype)
+            _lora_out(e, None if ag is None else xa[:, offsets[0]:offsets[1]], bg_c, scalings[0])
+            _lora_out(g, None if au is None else xa[:, offsets[1]:offsets[2]], bu_c, scalings[1])
             h = _act_mul(e, g, geglu)
         (y,), _ = base_outputs(h, [wd], [biasd])
-        ha = torch.mm(h, ad.to(dtype).t()) if ad is not None else None
-        _lora_out(y, ha, bd_, scalings[2], dtype)
-        ctx.save_for_backward(*input_to_save(x2, x_quantized), e, g, xa, a_gu, ha)
+        ha = torch.mm(h, ad_c.t()) if ad is not None else None
+        _lora_out(y, ha, bd_c, scalings[2])
+        ctx.save_for_backward(*input_to_save(x2, x_quantized), e, g, xa, a_gu, ha, bg_c, bu_c, ad_c, bd_c)
         ctx.flat, ctx.scalings, ctx.geglu, ctx.offsets = flat, scalings, geglu, offsets
         ctx.consumed, ctx.x_shape = False, x.shape
         return y.view(*x.shape[:-1], y.shape[-1])
@@ -218,39 +222,40 @@ class LoraMLP(torch.autograd.Function):
             raise RuntimeError("fused LoRA MLP backward ran twice on one graph (its buffers are reused "
                                "in place); retain_graph=True needs backend='torch'")
         ctx.consumed = True
-        x_saved, x_scale, e, g, xa, a_gu, ha = ctx.saved_tensors
+        x_saved, x_scale, e, g, xa, a_gu, ha, bg_c, bu_c, ad_c, bd_c = ctx.saved_tensors
         wg, wu, (wd, ad, bd_, _) = ctx.flat[0], ctx.flat[4], ctx.flat[8:12]
         dtype, sd, result = e.dtype, ctx.scalings[2], [None] * 12
-        dy = dy.reshape(-1, dy.shape[-1]).to(dtype)
+        dy = as_dtype(dy.reshape(-1, dy.shape[-1]), dtype)
         dh = base_grad_input([dy], [wd], dtype)
         if ad is not None:
             dyb_d = dy.new_empty(dy.shape[0], ad.shape[0])
-            result[10] = _lora_grads(dy, bd_, sd, ha, dtype, dyb_d)
+            result[10] = _lora_grads(dy, bd_, bd_c, sd, ha, dyb_d)
         # dh <- h, e <- d(gate), g <- d(up); the down adapter's dh term rides in the kernel at rank 2^k
         if (FUSE_DOWN_LORA_BACKWARD and ad is not None and _rank_fusable(ad.shape[0])
                 and e.stride() == dh.stride()):
-            _lora_act_backward_(dh, e, g, dyb_d, ad.to(dtype), ctx.geglu)
+            _lora_act_backward_(dh, e, g, dyb_d, ad_c, ctx.geglu)
         else:
             if ad is not None:
-                dh.addmm_(dyb_d, ad.to(dtype))
+                dh.addmm_(dyb_d, ad_c)
             _act_mul_backward_(dh, e, g, ctx.geglu)
         if ad is not None:
             result[9] = torch.mm(dyb_d.t(), dh).to(ad.dtype)
         # e, g now hold d(gate), d(up): with FP8 weights one GEMM over [de dg] [Wg; Wu]
         dx = base_grad_input([e, g], [wg, wu], dtype) if ctx.needs_input_grad[0] else None
         if a_gu is not None:   # X comes back (from FP8 codes, see input_to_save) only here, for dA
-            _gate_up_lora_grads(ctx, (x_saved, x_scale), e, g, xa, a_gu, dx, result)
+            _gate_up_lora_grads(ctx, (x_saved, x_scale), e, g, xa, a_gu, (bg_c, bu_c), dx, result)
         return (None if dx is None else dx.view(ctx.x_shape), None, None, *result)
 
 
-def _gate_up_lora_grads(ctx, saved_x, de, dg, xa, a_gu, dx, result):
+def _gate_up_lora_grads(ctx, saved_x, de, dg, xa, a_gu, b_casts, dx, result):
     (_, ag, bg_, _), (_, au, bu_, _) = ctx.flat[0:4], ctx.flat[4:8]
     (sg, su, _), offsets, dtype = ctx.scalings, ctx.offsets, de.dtype
+    bg_c, bu_c = b_casts
     dyb = de.new_empty(de.shape[0], offsets[2])   # [s de Bg, s dg Bu]: one GEMM for dX, one for dA
     if ag is not None:
-        result[2] = _lora_grads(de, bg_, sg, xa[:, offsets[0]:offsets[1]], dtype, dyb[:, offsets[0]:offsets[1]])
+        result[2] = _lora_grads(de, bg_, bg_c, sg, xa[:, offsets[0]:offsets[1]], dyb[:, offsets[0]:offsets[1]])
     if au is not None:
-        result[6] = _lora_grads(dg, bu_, su, xa[:, offsets[1]:offsets[2]], dtype, dyb[:, offsets[1]:offsets[2]])
+        result[6] = _lora_grads(dg, bu_, bu_c, su, xa[:, offsets[1]:offsets[2]], dyb[:, offsets[1]:offsets[2]])
     if dx is not None:
         dx.addmm_(dyb, a_gu)
     da = lora_a_grad(dyb, *saved_x, dtype)

@@ -169,8 +169,10 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     longest_k = int(max_seqlen if max_seqlen_k is None else max_seqlen_k)
     window = _window(sliding_window, longest_k)
     if kernel_unavailable_reason(q, softcap, dropout) is None:
-        cu = cu_seqlens.to(torch.int32)
-        cu_k = cu if cu_seqlens_k is None else cu_seqlens_k.to(torch.int32)
+        # no Tensor.to call where the lengths are int32 already (twice per attention call: host time)
+        cu = cu_seqlens if cu_seqlens.dtype == torch.int32 else cu_seqlens.to(torch.int32)
+        cu_k = cu if cu_seqlens_k is None else (
+            cu_seqlens_k if cu_seqlens_k.dtype == torch.int32 else cu_seqlens_k.to(torch.int32))
         return _kernel(q, k, v, (cu, cu_k), (int(max_seqlen), longest_k), scale, window, causal)
     return varlen_attention_reference(q, k, v, cu_seqlens, scale, window, softcap, dropout, causal, cu_seqlens_k)
 
