@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from jobs.models import fit_rank, fit_vision
 from jobs.models.fit_estimate import GIB, allocatable_bytes
-from jobs.models.fit_shape import _Shape
+from jobs.models.fit_shape import NF4_BYTES_PER_WEIGHT, _Shape
 
 FLCE_CHUNK_BYTES = 256 * 1024 ** 2     # kernels/ops/fused_linear_cross_entropy.py's logits chunk
 LORA_BYTES_PER_PARAM = 16              # fp32 parameter, gradient, AdamW exp_avg and exp_avg_sq
@@ -48,13 +48,16 @@ def _step_activations(spec, shape: _Shape, vision, b: int, fused: bool, recomput
                       world: int = 1) -> dict:
     """The decoder's activation parts and, for an image-text model, its vision tower's (fit_vision.py):
     `recomputed` counts the plannable layers in forward order, a LoRA'd tower's blocks first. `world`:
-    the processes sharing the model (a sharded 4-bit base's layers are not fused: fit_rank.py)."""
+    the processes sharing the model (a sharded 4-bit base's layers are not fused, and the first layer's
+    gather may outweigh the activations: fit_rank.py)."""
     in_tower, in_decoder = fit_vision.split_recomputed(spec, vision, recomputed)
     parts = _activations(shape, spec.batch_tokens(), b, fused, in_decoder, offload,
                          layers_fused=fit_rank.layers_fused(spec, fused, world))
     if vision is not None:
         parts.update(fit_vision.step_parts(spec, vision, b, fused, in_tower, offload, sum(parts.values()),
                                            shape.hidden))
+    tower = fit_vision.weight_bytes(spec, vision, b, NF4_BYTES_PER_WEIGHT) if vision is not None else 0
+    parts.update(fit_rank.first_gather(parts, shape, b, world, spec.batch_tokens(), tower))
     return parts
 
 

@@ -11,7 +11,17 @@ to the backward. A 4-bit base (FSDP-QLoRA) splits its NF4 codes; each layer's qu
 (absmax, about 1/32 of the codes) stays whole on every process, and its layers run bitsandbytes' matmul
 with PEFT's LoRA on the gathered codes, not the fused NF4 kernels (kernels/lora_patch.py says why), so
 they keep a PyTorch layer's activations (`layers_fused`). The input embedding table cannot move to host
-memory: FSDP gathers it with the root (`may_host_table`)."""
+memory: FSDP gathers it with the root (`may_host_table`).
+
+One more moment competes with the step's activations (`first_gather`): the first decoder layer's gather.
+FSDP2's `wait_for_unshard` frees the previous group's all-gather output only when it returns (its
+`prev_all_gather_state` local holds it through the copy-out), and in the forward the group before the
+first layer is the root. So while layer 0's gather is copied out each process holds the root's
+all-gather output (root-sized: embeddings, head, a vision tower) beside the root's gathered weights,
+layer 0's all-gather output and its gathered weights (the "two decoder layers") and the embeddings'
+output, before any activation. With every layer recomputed and offloaded that is the peak of the 8B
+shape (untied: 1.96 GiB of root): 12.58 GiB measured at 2 ranks, 11.90 predicted without it
+(bench/results/fsdp_fit.jsonl, 2026-12-06); the tied 1B's root (0.49 GiB) stays under its activations."""
 from __future__ import annotations
 
 from jobs.models.fit_shape import NF4_BYTES_PER_WEIGHT, _Shape
@@ -20,6 +30,9 @@ LORA_PART = "LoRA + AdamW (fp32)"
 BASE_PARTS = ("base weights", "base weights (NF4)", "embeddings")   # jobs/models/fit_shape.py _weights
 NF4_CODE_BYTES = 0.5   # two 4-bit codes a byte; the rest of NF4_BYTES_PER_WEIGHT is the quant state
 VISION_PART, VISION_LORA_PART = "vision tower", "vision LoRA + AdamW (fp32)"   # jobs/models/fit.py
+FIRST_GATHER_PART = "gathered: the root's all-gather buffer (first layer's gather)"
+# the step's activation parts (fit_plan._activations, fit_vision.step_parts): what the first gather competes with
+STEP_PARTS = ("activations kept", "step transient", "loss grad (hidden)", "vision activations", "vision step transient")
 
 
 def per_rank(parts: dict[str, int], spec, shape: _Shape, b: int, world: int) -> dict[str, int]:
@@ -43,6 +56,18 @@ def per_rank(parts: dict[str, int], spec, shape: _Shape, b: int, world: int) -> 
         tower = parts.pop(VISION_PART)
         parts["vision tower (gathered with the root)"] = tower + -(-tower // world)
     return parts
+
+
+def first_gather(parts: dict[str, int], shape: _Shape, b: int, world: int, tokens: int,
+                 tower: int = 0) -> dict[str, int]:
+    """The part the first decoder layer's gather adds to a sharded step (module doc): what the root's
+    all-gather output (embeddings and head, `tower`: a vision tower's weights), the embeddings' output
+    and the tower's activations take beyond the step's activation parts in `parts`, when they do."""
+    if world < 2:
+        return {}
+    step = sum(v for k, v in parts.items() if k in STEP_PARTS)
+    moment = shape.embedding_weights() * b + tower + tokens * shape.hidden * b + parts.get("vision activations", 0)
+    return {FIRST_GATHER_PART: moment - step} if moment > step else {}
 
 
 def layers_fused(spec, fused: bool, world: int) -> bool:

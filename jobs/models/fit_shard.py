@@ -34,6 +34,9 @@ def sharded(estimate: FitEstimate, spec, model_config, world: int, cuda: bool = 
     if estimate.layer_plan is not None and not fit_rank.layers_fused(spec, spec.fused_kernels, world):
         recomputed, offload = estimate.layer_plan
         parts.update(_activations(shape, estimate.tokens, b, True, recomputed, offload, layers_fused=False))
+    if estimate.layer_plan is not None:   # the first layer's gather beside the root's all-gather output
+        parts.update(fit_rank.first_gather(parts, shape, b, world, estimate.tokens,
+                                           estimate.parts.get(fit_rank.VISION_PART, 0)))
     return dataclasses.replace(estimate, parts=parts, notes=[*estimate.notes, *fit_rank.notes(spec, world)])
 
 

@@ -21,7 +21,10 @@ def test_the_fit_check_plans_per_gpu_memory_and_counts_the_gpus_a_model_needs():
     four = fit_shard.sharded(whole, spec, config, 4)
     assert whole.parts["base weights"] / 2**30 == pytest.approx(14.96, abs=0.05)
     assert four.parts["base weights (1/4 each)"] == pytest.approx(whole.parts["base weights"] / 4, abs=1)
-    assert whole.total_gb - four.total_gb > 8
+    # the root's all-gather output at the first layer's gather (1.96 GiB) outweighs 2,048 tokens' activations
+    first = four.parts["gathered: the root's all-gather buffer (first layer's gather)"]
+    assert first / 2**30 == pytest.approx(1.17, abs=0.01)
+    assert whole.total_gb - four.total_gb > 7.5
     assert fit_shard.gpus_needed(spec, config, 80, whole) == 1
     needed = fit_shard.gpus_needed(spec, config, 12, whole)
     assert needed and needed > 1 and fit_shard.sharded(whole, spec, config, needed).total_gb <= 12
@@ -69,7 +72,9 @@ def test_a_sharded_4bit_base_splits_its_codes_and_a_vision_tower_is_gathered_who
 def test_the_sharded_fit_check_is_within_10_percent_of_each_rank_peak_measured_on_the_h200():
     """bench/results/fsdp_fit.jsonl: rank 0 of N (fake process group, one H200) on the 1B shape, SFT, 4 packed
     rows of 4,096, offload. The QLoRA row peaked 1.53x above the prediction until the fit check counted
-    the PyTorch-path layers a sharded 4-bit base runs (fit_shard.py)."""
+    the PyTorch-path layers a sharded 4-bit base runs (fit_shard.py). The 8B shape's rows (2 rows a rank,
+    one H100, no budget) peak at the first layer's gather beside the root's all-gather output: within 3 %
+    with it counted (fit_rank.first_gather), 5.4 and 8.2 % under without."""
     import json
 
     from jobs.models import fit, fit_shard
@@ -79,15 +84,20 @@ def test_the_sharded_fit_check_is_within_10_percent_of_each_rank_peak_measured_o
     rows = [json.loads(line) for line in (ROOT / "bench" / "results" / "fsdp_fit.jsonl").read_text().splitlines()]
     measured = [r for r in rows if r.get("measured_gib") and r.get("world", 1) > 1 and r["model"] == "llama-3.2-1b"]
     assert {(r["world"], r["qlora"]) for r in measured} >= {(2, False), (4, False), (8, False), (2, True)}
-    for row in measured:
+    eight = [r for r in rows if r.get("measured_gib") and r.get("world", 1) > 1 and r["model"] == "llama-3.1-8b"
+             and not r.get("budget_gib")]
+    assert {(r["world"], r["qlora"]) for r in eight} >= {(2, False), (4, False), (2, True)}
+    for row in measured + eight:
         spec = JobSpec.from_dict({"model": "m", "dataset": "d.jsonl", "batch_size": row["rows"], "packing": "on",
                                   "max_seq_length": row["max_len"], "gradient_checkpointing": row["checkpointing"],
                                   "fused_kernels": True, "lora_r": 16, "lora_alpha": 16, "sharding": "fsdp",
                                   "load_in_4bit": row["qlora"]}, to_run=False)
-        whole = fit.estimate_peak(spec, config("llama-3.2-1b"), packed=True, free_bytes=H200_BYTES,
+        whole = fit.estimate_peak(spec, config(row["model"]), packed=True, free_bytes=H200_BYTES,
                                   total_bytes=H200_BYTES)
-        predicted = fit_shard.sharded(whole, spec, config("llama-3.2-1b"), row["world"]).allocated_gb
-        assert abs(predicted - row["measured_gib"]) <= 0.10 * row["measured_gib"], (row["world"], row["qlora"], predicted)
+        predicted = fit_shard.sharded(whole, spec, config(row["model"]), row["world"]).allocated_gb
+        within = 0.03 if row["model"] == "llama-3.1-8b" else 0.10
+        assert abs(predicted - row["measured_gib"]) <= within * row["measured_gib"], (row["model"], row["world"],
+                                                                                       row["qlora"], predicted)
 
 
 def test_a_budget_of_a_sharded_job_is_planned_per_process():
