@@ -30,15 +30,19 @@ def _projections(op, rank):
             projection(HIDDEN, INTER, torch.bfloat16, rank)]
 
 
+def _forward(op, x, projections) -> tuple:
+    """The op's outputs as a tuple (lora_qkv gives three, lora_o and lora_mlp one)."""
+    if op == "qkv":
+        return lora_qkv(x, *projections)
+    if op == "o":
+        p = projections[0]
+        return (lora_o(x, p.weight, p.lora_A, p.lora_B, p.scaling, p.bias),)
+    return (lora_mlp(x, *projections),)
+
+
 def _run(op, x, projections):
     x = x.clone().requires_grad_()
-    if op == "qkv":
-        outs = lora_qkv(x, *projections)
-    elif op == "o":
-        p = projections[0]
-        outs = (lora_o(x, p.weight, p.lora_A, p.lora_B, p.scaling, p.bias),)
-    else:
-        outs = (lora_mlp(x, *projections),)
+    outs = _forward(op, x, projections)
     params = [t for p in projections for t in (p.lora_A, p.lora_B)]
     upstream = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i)).to(o.dtype)
                 for i, o in enumerate(outs)]
@@ -87,13 +91,7 @@ def test_each_adapter_is_cast_once_in_forward_and_never_in_backward(op):
     x = torch.randn(2, 9, HIDDEN).to(torch.bfloat16).requires_grad_()
     forward = _Casts()
     with forward:
-        if op == "qkv":
-            outs = lora_qkv(x, *projections)
-        elif op == "o":
-            p = projections[0]
-            outs = (lora_o(x, p.weight, p.lora_A, p.lora_B, p.scaling, p.bias),)
-        else:
-            outs = (lora_mlp(x, *projections),)
+        outs = _forward(op, x, projections)
     assert forward.narrowing == 2 * len(projections)           # each A and each B once
     backward = _Casts()
     with backward:
