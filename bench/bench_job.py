@@ -185,7 +185,9 @@ def run_job(stack: str, args) -> dict:
               "step_s": e.get("step_s")}
              for e in events if e["type"] == "step"]
     result = {"stack": "fusetune (a)" if stack == "fusetune" else "pytorch (b)", "returncode": proc.returncode,
-              "wall_s": round(time.time() - began, 1), "config": config}
+              "wall_s": round(time.time() - began, 1), "config": config,
+              # kernels/ops/varlen_attention.py "Dispatch": the A/B of how attention reaches its kernel
+              "varlen_via": os.environ.get("FUSETUNE_VARLEN_VIA") or "direct"}
     if proc.returncode or not steps:
         result["error"] = (proc.stderr or proc.stdout)[-1500:]
         return result

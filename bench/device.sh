@@ -296,6 +296,9 @@ case "$what" in
     echo "   peer peak $peak GiB" | tee -a "$LOG"
     [ "$peak" != 0 ] && job "${3}_budget_$peak" 120 --method "$3" --stack fusetune $P --checkpointing auto \
       --max-gpu-memory-gb "$peak"
+    # VIA_AB=1: ours again through torch's varlen_attn custom op (kernels/ops/varlen_attention.py "Dispatch")
+    [ "$peak" != 0 ] && [ "${VIA_AB:-0}" = 1 ] && FUSETUNE_VARLEN_VIA=varlen_attn job "${3}_budget_${peak}_via_varlen_attn" \
+      120 --method "$3" --stack fusetune $P --checkpointing auto --max-gpu-memory-gb "$peak"
     # where our step's time goes with the budget left (idle gaps: host-bound steps, bench/NOTES.md session 51)
     Y=$(ls -t "$DIR/$S"-fusetune-auto-bf16-budget*-"$3".yaml 2>/dev/null | head -1)
     [ -n "$Y" ] && [ "${PROFILE:-1}" != 0 ] && stage "profile $3" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 --host \

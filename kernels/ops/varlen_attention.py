@@ -26,11 +26,20 @@ has more keys than queries, causality is aligned to the bottom right, FlashAtten
 (>= 2.1, and the kernel torch's varlen_attn runs): with n queries over m keys, query j sees keys up to
 j + m - n. So the queries of an answer whose keys are its prompt's followed by its own see the whole
 prompt and their own past: the split attention of a shared prompt (kernels/packed_attention.py).
+
+Dispatch: on torch's varlen path the kernel is called through the aten ops `varlen_attn` wraps
+(`aten._flash_attention_forward`/`_backward`, the same calls with the same arguments) from an
+`autograd.Function` of ours: `varlen_attn` is a `torch.library.custom_op`, whose Python dispatch
+cost ~160 us of host time a call under cProfile (9.3 ms a KTO 1B step, 58 calls), on steps that
+wait on the host (bench/NOTES.md). If this torch's private ops refuse those arguments, the first
+call says why (`direct_off_reason`) and every call goes through `varlen_attn`;
+`FUSETUNE_VARLEN_VIA=varlen_attn` forces that path (the A/B in bench/check_varlen.py).
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import os
 
 import torch
 
@@ -46,6 +55,64 @@ def _torch_varlen():
         return None, None
     params = inspect.signature(varlen_attn).parameters
     return varlen_attn, ("window_size" if "window_size" in params else "is_causal")
+
+
+@functools.lru_cache(maxsize=1)
+def _varlen_takes_enable_gqa() -> bool:
+    """torch 2.13's varlen_attn refuses fewer kv heads than query heads unless told `enable_gqa`."""
+    return "enable_gqa" in inspect.signature(_torch_varlen()[0]).parameters
+
+
+# the direct aten path (module doc): on unless the environment asks for varlen_attn or a call refused it
+_direct = {"on": os.environ.get("FUSETUNE_VARLEN_VIA", "") != "varlen_attn", "proven": False, "off_reason": None}
+
+
+def direct_off_reason() -> str | None:
+    """Why calls go through torch's varlen_attn instead of the aten ops directly (None: they don't)."""
+    if not _direct["on"]:
+        return _direct["off_reason"] or "FUSETUNE_VARLEN_VIA=varlen_attn"
+    return None
+
+
+class _FlashVarlen(torch.autograd.Function):
+    """FlashAttention-2 varlen forward and backward: what torch's `_varlen_attn` custom op and its
+    registered backward run (torch/nn/attention/varlen.py), without the custom op's dispatch. With no
+    dropout the kernel's rng outputs are never read; they go back to the backward as the forward gave them."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, left: int, right: int):
+        causal = left == -1 and right == 0
+        out, lse, seed, offset, _ = torch.ops.aten._flash_attention_forward(
+            q, k, v, cu_q, cu_k, max_q, max_k, 0.0, causal, False,
+            scale=scale, window_size_left=left, window_size_right=right)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, seed, offset)
+        ctx.args = (max_q, max_k, causal, scale, left, right)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse, cu_q, cu_k, seed, offset = ctx.saved_tensors
+        max_q, max_k, causal, scale, left, right = ctx.args
+        dq, dk, dv = torch.ops.aten._flash_attention_backward(
+            grad, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, 0.0, causal, seed, offset,
+            scale=scale, window_size_left=left, window_size_right=right)
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+
+def _direct_or_none(q, k, v, cu: tuple, longest: tuple, scale: float, left: int, right: int):
+    """The direct call, or None once it has refused this torch's arguments (said by direct_off_reason).
+    A refusal after calls have worked is a real error, raised as it is."""
+    try:
+        out = _FlashVarlen.apply(q, k, v, *cu, *longest, scale, left, right)
+    except torch.OutOfMemoryError:
+        raise
+    except (TypeError, RuntimeError) as exc:
+        if _direct["proven"]:
+            raise
+        _direct.update(on=False, off_reason=f"aten._flash_attention_forward refused: {str(exc).splitlines()[0][:200]}")
+        return None
+    _direct["proven"] = True
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,7 +171,11 @@ def _launch(q, k, v, cu: tuple, longest: tuple, scale: float, sliding_window: in
     right = 0 if causal else -1     # FlashAttention's window: (-1, -1) is no window at all
     if varlen_attn is not None:
         if style == "window_size":
-            return varlen_attn(q, k, v, *cu, *longest, scale=scale, window_size=(left, right))
+            out = _direct_or_none(q, k, v, cu, longest, scale, left, right) if _direct["on"] else None
+            if out is not None:
+                return out
+            gqa = {"enable_gqa": True} if q.shape[1] != k.shape[1] and _varlen_takes_enable_gqa() else {}
+            return varlen_attn(q, k, v, *cu, *longest, scale=scale, window_size=(left, right), **gqa)
         if sliding_window is None:  # torch 2.9: no window or scale arguments
             if abs(scale - q.shape[-1] ** -0.5) < 1e-12:
                 return varlen_attn(q, k, v, *cu, *longest, is_causal=causal)
