@@ -15,6 +15,12 @@ sequence, whose attention keys are the prefix's then its own, kernels/packed_att
 batch carries, host-made so the step never syncs, the flat indices of the label tokens (after the
 causal shift), their targets and the sequence each belongs to, so only label rows reach the LM head
 (kernels/ops/fused_linear_logprobs.py).
+
+KTO's training batches also carry the two halves apart (`KTOBatch`): the completions, and the KL
+completions. No gradient reaches a KL completion (its log-prob only enters the detached KL estimate),
+so the step runs them in a forward without grad and trains on the completions alone, as TRL's
+KTOTrainer computes its KL log-probs under no_grad: their tokens no longer go through backward, nor
+keep activations for it (jobs/train/methods/preference.py KTO).
 """
 from __future__ import annotations
 
@@ -144,6 +150,47 @@ def _with_units(batch: Batch, units: list[PairUnit]) -> Batch:
     return batch
 
 
+def collate_half(units: list[PairUnit], j: int, pad_id: int, packed: bool) -> Batch:
+    """Sequence `j` of every unit alone (0: KTO's completions, 1: their KL completions), still numbered
+    2k + j as in `collate_units`, so the two halves' sums add up to the whole batch's. Packed: one row
+    of exactly their tokens (no padding tail: nothing here needs fixed shapes); else padded rows."""
+    sequences = [(unit.first, unit.second)[j] for unit in units]
+    real = sum(len(seq.input_ids) for seq in sequences)
+    if packed:
+        batch = collate_packed([sequences], real, pad_id)
+        seq_index = torch.repeat_interleave(2 * torch.arange(len(sequences)) + j,
+                                            torch.tensor([len(seq.input_ids) for seq in sequences]))[None]
+    else:
+        tensors = collate(sequences, pad_id)
+        seq_index = (2 * torch.arange(len(sequences)) + j)[:, None].expand_as(tensors["labels"])
+        batch = Batch(tensors, {}, real, len(units))
+    batch.label_tokens = len(units)
+    batch.tensors.update(_label_positions(batch.tensors["labels"], seq_index))
+    return _with_units(batch, units)
+
+
+@dataclass
+class KTOBatch(Batch):
+    """A KTO micro-batch with its halves apart (module doc): `halves` = (completions, KL completions).
+    The whole batch stays for the reference pass and evaluation; on the device `to` gives the model
+    kwargs of the whole with the halves' under "kto_halves"."""
+
+    halves: tuple = ()
+
+    def pinned(self) -> "KTOBatch":
+        whole = Batch.pinned(self)
+        return KTOBatch(whole.tensors, whole.ints, self.real_tokens, self.label_tokens,
+                        tuple(half.pinned() for half in self.halves))
+
+    def to(self, device: torch.device) -> dict:
+        return {**Batch.to(self, device), "kto_halves": tuple(half.to(device) for half in self.halves)}
+
+
+def with_halves(batch: Batch, units: list[PairUnit], pad_id: int, packed: bool) -> KTOBatch:
+    halves = tuple(collate_half(units, j, pad_id, packed) for j in (0, 1))
+    return KTOBatch(batch.tensors, batch.ints, batch.real_tokens, batch.label_tokens, halves)
+
+
 def collate_units_shared(units: list[PairUnit], pad_id: int, cuts: list[int]) -> Batch:
     """`collate_units`' padded batch with one row per unit: the prefix its two sequences share (the
     prompt, and any first answer tokens both have) once, then the rest of each, under a 4-D mask
@@ -236,9 +283,11 @@ class PairPlan(BatchPlan):
     normalised per pair, so the loop divides by the global batch's units). `pass_units`: at most
     this many units (packed rows, or pairs) a forward; a larger micro-batch becomes `Passes`."""
 
-    def __init__(self, *args, pass_units: int | None = None, shared: tuple[int, int] | None = None, **kwargs):
+    def __init__(self, *args, pass_units: int | None = None, shared: tuple[int, int] | None = None,
+                 kto_halves: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.pass_units = pass_units
+        self.kto_halves = kto_halves   # KTO training batches also carry their halves apart (KTOBatch)
         # (hidden, MLP size): padded units hold their prompt once where that pays; packed ones always
         # (collate_units_packed_shared), and rows are packed by what a unit then holds
         self.shared = shared
@@ -256,6 +305,10 @@ class PairPlan(BatchPlan):
         return self._collate_one(group)
 
     def _collate_one(self, group: list[int]) -> Batch:
+        batch, units = self._collate_whole(group)
+        return with_halves(batch, units, self.pad_id, self.packed) if self.kto_halves else batch
+
+    def _collate_whole(self, group: list[int]) -> tuple[Batch, list[PairUnit]]:
         if self.packed:
             members = [self.rows[r] for r in group]
             flat = [i for row in members for i in row]
@@ -266,13 +319,13 @@ class PairPlan(BatchPlan):
             units = [self.examples[i] for i in flat]
             if self.cuts is not None:
                 cuts = [self.cuts[i] for i in flat]
-                return collate_units_packed_shared(units, self.pad_id, where, self.row_length, cuts)
-            return collate_units(units, self.pad_id, where, self.row_length)
+                return collate_units_packed_shared(units, self.pad_id, where, self.row_length, cuts), units
+            return collate_units(units, self.pad_id, where, self.row_length), units
         units = [self.examples[i] for i in group]
         cuts = shared_cuts(units) if self.shared else []
         if self.shared and shared_pays(units, cuts, self.shared):
-            return collate_units_shared(units, self.pad_id, cuts)
-        return collate_units(units, self.pad_id)
+            return collate_units_shared(units, self.pad_id, cuts), units
+        return collate_units(units, self.pad_id), units
 
     def build(self, mine: list[int], stand_in: int) -> Batch:
         if mine:

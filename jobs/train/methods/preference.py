@@ -23,7 +23,8 @@ from jobs.train.sharding import model_world
 from jobs.train.methods import preference_losses as losses
 from jobs.train.methods.base import Method
 from jobs.train.methods.logprobs import report_op
-from jobs.train.methods.preference_forward import reference_sums, sequence_sums
+from jobs.train.methods.preference_forward import reference_sums, sequence_sums, unwrap
+from kernels.checkpoint import checkpointing_paused
 from kernels.arch import text_config
 
 # the reference pass before the policy forward (PreferenceMethod.unit_terms); False: after it, as until
@@ -68,7 +69,7 @@ class PreferenceMethod(Method):
                      pass_units=self.pass_units, shared=self.shared)
         size = spec.batch_size * t.dist.world_size
         plan = PairPlan(t.examples, size, row, t.packed, spec.seed, accumulation=spec.gradient_accumulation_steps,
-                        **ranks)
+                        kto_halves=spec.method == "kto", **ranks)
         eval_plan = (PairPlan(t.eval_examples, size, row, t.packed, spec.seed, shuffle=False, **ranks)
                      if t.eval_examples else None)
         report_op(t, "chosen + rejected in one forward, label rows only")
@@ -143,13 +144,17 @@ class PreferenceMethod(Method):
         (H200, 2026-12-04, bench/NOTES.md); before it, it peaks beside the weights alone."""
         first = self.uses_reference and REFERENCE_FIRST
         ref = self._reference(model, batch, training) if first else None
-        sums, counts = sequence_sums(model, batch, self.spec.fused_kernels)
+        sums, counts = self.policy_sums(model, batch)
         sums, counts = sums.view(-1, 2), counts.view(-1, 2).clamp(min=1)
         if self.uses_reference and not first:
             ref = self._reference(model, batch, training)
         loss, chosen, rejected = self.objective(sums, counts, ref, batch)
         valid = batch["pref_valid"]
         return loss * valid, self.metric_sums(chosen, rejected, valid, batch)
+
+    def policy_sums(self, model, batch: dict) -> tuple:
+        """(log-prob sums [2P], answer tokens [2P]) of every sequence under the policy: one forward."""
+        return sequence_sums(model, batch, self.spec.fused_kernels)
 
     def objective(self, sums, counts, ref, batch):
         raise NotImplementedError
@@ -215,6 +220,21 @@ class KTO(PreferenceMethod):
     undesirable ones, reward_accuracy the share whose reward has the label's sign."""
     name = "kto"
     metric_names = PAIR_METRICS + ("kto_kl", "desirable_share")
+
+    def policy_sums(self, model, batch: dict) -> tuple:
+        """A training batch's halves apart (jobs/data/pairs.py KTOBatch): the KL completions in a forward
+        without grad (in training mode, as they ran before, with no layer checkpointed: nothing is
+        recomputed from it), then the completions with grad. Each half fills its own sequences' slots,
+        so the sums add up to the one forward's; the KL completions' tokens skip backward and keep no
+        activations (on the 1B KTO row about half of a step's answer tokens)."""
+        halves = batch.get("kto_halves")
+        if not halves or not torch.is_grad_enabled():
+            return super().policy_sums(model, batch)
+        completions, kl_completions = halves
+        with torch.no_grad(), checkpointing_paused(unwrap(model)):
+            kl_sums, kl_counts = sequence_sums(unwrap(model), kl_completions, self.spec.fused_kernels)
+        sums, counts = sequence_sums(model, completions, self.spec.fused_kernels)
+        return sums + kl_sums, counts + kl_counts
 
     def objective(self, sums, counts, ref, batch):
         kl = losses.kto_kl(sums[:, 1], ref[:, 1], batch["pref_valid"])

@@ -19,7 +19,7 @@ from kernels.arch import text_config
 from kernels.loss_patch import find_causal_lm
 from kernels.ops.fused_linear_logprobs import sequence_logps
 
-PREF_KEYS = ("pref_rows", "pref_targets", "pref_seq", "pref_units", "pref_label", "pref_valid")
+PREF_KEYS = ("pref_rows", "pref_targets", "pref_seq", "pref_units", "pref_label", "pref_valid", "kto_halves")
 
 
 def unwrap(model):

@@ -70,12 +70,14 @@ def test_a_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tmp_pat
 
 @pytest.mark.parametrize("packing", ["off", "on"])
 @pytest.mark.parametrize("method", ["dpo", "kto"])
-def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_path, tiny_model, method, packing):
+def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_path, tiny_model, method, packing,
+                                                                        monkeypatch):
     """Off the GPU a padded micro-batch holds each unit's prompt once (jobs/data/shared_prefix.py): one
     row per unit, both answers after the prompt under a 4-D mask; packed, a row holds each unit's prompt
     then its answers, whose attention keys are gathered behind it (jobs/data/pairs.py
     collate_units_packed_shared). Loss and LoRA gradients equal the two-rows-a-unit batch's (fp32), the
-    reference pass included; KTO's mismatched second sequence too."""
+    reference pass included; KTO's mismatched second sequence too, whose training batch trains on its
+    completions alone after a forward without grad over the KL completions (pairs.py KTOBatch)."""
     rows = PAIRS if method == "dpo" else [{"prompt": r["prompt"], "completion": r[k], "label": k == "chosen"}
                                           for r in PAIRS for k in ("chosen", "rejected")]
     data = tmp_path / "rows.jsonl"
@@ -102,13 +104,27 @@ def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_pat
 
     model = trainer.model
     model.train()
+    forwards = []   # (tokens, grad enabled) of each policy forward
+    sums = preference.sequence_sums
+
+    def spy(model, batch, fused):
+        forwards.append((batch["input_ids"].numel(), torch.is_grad_enabled()))
+        return sums(model, batch, fused)
+    monkeypatch.setattr(preference, "sequence_sums", spy)
 
     def run(batch):
         model.zero_grad(set_to_none=True)
+        forwards.clear()
         loss, _ = trainer.method.loss(model, batch.to("cpu"), count)
         loss.backward()
         return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     want, got = run(plain), run(shared)
+    if method == "kto":
+        completions, kl = shared.halves
+        assert [h.real_tokens for h in shared.halves] == [sum(len(getattr(u, k).input_ids) for u in units)
+                                                          for k in ("first", "second")]
+        assert forwards == [(kl.tensors["input_ids"].numel(), False),
+                            (completions.tensors["input_ids"].numel(), True)]
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-7)
     assert want[1] and want[1].keys() == got[1].keys()
     for name, grad in want[1].items():
