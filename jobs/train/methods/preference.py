@@ -30,6 +30,9 @@ from kernels.arch import text_config
 # the reference pass before the policy forward (PreferenceMethod.unit_terms); False: after it, as until
 # 2026-12-04 (bench/bench_fp8.py SWITCHES "policyfirst" measures that order on the product path)
 REFERENCE_FIRST = True
+# KTO's training batches carry their halves apart and the KL completions skip backward (KTO.policy_sums);
+# False: one forward over both with grad, as until 2026-12-06 (bench/bench_fp8.py SWITCHES "ktowhole")
+KTO_HALVES = True
 PAIR_METRICS = ("chosen_reward", "rejected_reward", "reward_margin", "reward_accuracy")
 
 
@@ -69,7 +72,7 @@ class PreferenceMethod(Method):
                      pass_units=self.pass_units, shared=self.shared)
         size = spec.batch_size * t.dist.world_size
         plan = PairPlan(t.examples, size, row, t.packed, spec.seed, accumulation=spec.gradient_accumulation_steps,
-                        kto_halves=spec.method == "kto", **ranks)
+                        kto_halves=spec.method == "kto" and KTO_HALVES, **ranks)
         eval_plan = (PairPlan(t.eval_examples, size, row, t.packed, spec.seed, shuffle=False, **ranks)
                      if t.eval_examples else None)
         report_op(t, "chosen + rejected in one forward, label rows only")
