@@ -242,6 +242,10 @@ def main(argv: list[str] | None = None) -> None:
         quiet_page.calm_queue(demo.queue(default_concurrency_limit=4)).launch(
             server_name=args.host, server_port=args.port, auth=auth, show_error=True, css=PAGE_CSS,
             allowed_paths=[str(paths.jobs_dir(data_dir))], prevent_thread_lock=True,
+            # Gradio 6's run history keeps every event's inputs and outputs (chat texts, logs) in the
+            # browser's localStorage, re-reading and re-writing all of it as JSON on each update: seconds
+            # of a busy tab per click on this page, and a copy of the user's data the studio never shows
+            run_history=False,
             **guard_kwargs([*guards(auth, os.environ["GRADIO_TEMP_DIR"], args.max_upload_mb),
                             quiet_page.middleware()]))
     except OSError as exc:  # taken between the check above and now
