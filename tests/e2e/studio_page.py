@@ -3,7 +3,6 @@ job's state. Shared by the browser tests (tests/e2e/test_*.py)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from pathlib import Path
 
@@ -24,31 +23,12 @@ def running_app(root: Path, *extra: str, seed=None):
         seed.home(root / "data")
     started = page_check.running_app(root / "data", log_path, timeout_s=180, extra=list(extra))
     try:
-        with _no_run_history():
-            url = started.__enter__()
+        url = started.__enter__()
     except page_check.AppDidNotStart as error:
         pytest.fail(str(error))
     with contextlib.ExitStack() as stack:
         stack.push(started)
         yield url, log_path
-
-
-@contextlib.contextmanager
-def _no_run_history():
-    """The studio started with Gradio's run history off (GRADIO_RUN_HISTORY, read by `launch`), as
-    GRADIO_ANALYTICS_ENABLED is off. Gradio 6.31 records every non-poll event's inputs and outputs
-    in the page's localStorage, re-reading and re-writing the whole history (up to 100 runs) as JSON
-    on each update: the chromium renderer was busy on it for seconds a click, and the unit of browser
-    tests of e2e-1 ran 410 -> 302 s alone with it off. No browser test is about that history."""
-    saved = os.environ.get("GRADIO_RUN_HISTORY")
-    os.environ["GRADIO_RUN_HISTORY"] = "false"
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ["GRADIO_RUN_HISTORY"]
-        else:
-            os.environ["GRADIO_RUN_HISTORY"] = saved
 
 
 def open_studio(context, url, ready_text: str = "Start"):
