@@ -14,6 +14,7 @@ from studio.train_start import confirm_key, fit_for_form, start_job
 from tests.studio.fakes import RecordingRunner
 
 ROW = {"instruction": "Add", "input": "2+2", "output": "4"}
+pytestmark = pytest.mark.usefixtures("step_measured_once")   # one measured CPU step for the module (conftest)
 
 
 def form_values(data_dir, **changes):

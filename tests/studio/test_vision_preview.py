@@ -28,6 +28,9 @@ def test_the_model_picker_says_a_model_is_vision_language(vl_model, tmp_path, ti
     from studio.start_check import StartCheck
     from studio.train_start import fit_for_form
     monkeypatch.setenv("FUSETUNE_ALLOW_DIRS", os.pathsep.join([str(vl_model), str(tiny_text_model)]))
+    # the picker's words, not the CPU step time beside them (a real step of each model in a child
+    # process, 7-10 s apiece: tests/studio/test_cpu_time.py measures it)
+    monkeypatch.setattr(StartCheck, "measure_step", lambda self, spec, source: 1e-3)
     check = StartCheck(tmp_path, free_memory=lambda _i: None)
     for model, expected in ((vl_model, "Vision-language model (Qwen2.5-VL): train it on image-text rows"),
                             (tiny_text_model, None)):
