@@ -3,13 +3,10 @@ Export tab (progress shown, files listed with sizes, Modelfile offered), then pi
 Chat tab's model and get an answer from it."""
 from __future__ import annotations
 
-from contextlib import closing
-
 import pytest
 
-from tests.e2e.browser import CHROMIUM, new_context
-from tests.e2e.test_browser import fill_job_form, open_studio, pick_option, running_app, start_job, wait_for_state
-from tests.tiny import make_tiny_model
+from tests.e2e.browser import CHROMIUM
+from tests.e2e.test_browser import fill_job_form, open_studio, pick_option, start_job, wait_for_state
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)")
 
@@ -21,40 +18,39 @@ WATCH_RESULT = """() => {
 }"""
 
 
-def test_export_a_gguf_and_chat_with_it(browser, tmp_path, builtin_seed):
-    """The session's chromium: a second sync_playwright in one process fails once the first runs."""
-    model_dir = make_tiny_model(tmp_path / "tiny")
-    with running_app(tmp_path, "--allow-dir", str(model_dir), seed=builtin_seed) as (url, _log), \
-            closing(new_context(browser)) as browser_context:
-        page = open_studio(browser_context, url)
-        fill_job_form(page, model_dir, 10)
-        job_id = start_job(page)
-        state, _ = wait_for_state(page, ("done", "failed", "cancelled"), 300)
-        assert state == "done"
+def test_export_a_gguf_and_chat_with_it(studio, browser_context):
+    """On the session's studio and chromium (a studio of its own cost a second start and fit
+    measurement, beside the session's that the autouse no_job_left_running starts anyway)."""
+    url, model_dir, _ = studio
+    page = open_studio(browser_context, url)
+    fill_job_form(page, model_dir, 10)
+    job_id = start_job(page)
+    state, _ = wait_for_state(page, ("done", "failed", "cancelled"), 300)
+    assert state == "done"
 
-        page.get_by_role("tab", name="Export").click()
-        pick_option(page, "ft-export-select", job_id)
-        page.locator("#ft-export-format label", has_text="GGUF for llama.cpp").click()
-        pick_option(page, "ft-export-quant", "q8_0")
-        page.evaluate(WATCH_RESULT)
-        page.locator("#ft-export-run").click()
-        page.wait_for_function("() => document.querySelector('#ft-export-result').innerText.includes('Exported')",
-                               timeout=300_000)
-        result = page.locator("#ft-export-result").inner_text()
-        assert "tiny-ft-q8_0.gguf" in result and " KB" in result and "ollama create" in result
-        seen = " ".join(page.evaluate("() => window.__ftExport"))
-        assert "wrote" in seen or "%" in seen  # the progress bar showed the CLI's progress
-        files = page.locator("#ft-export-files").inner_text().replace("\n", "")  # names wrap before the suffix
-        assert "tiny-ft-q8_0.gguf" in files and "Modelfile" in files and "KB" in files
+    page.get_by_role("tab", name="Export").click()
+    pick_option(page, "ft-export-select", job_id)
+    page.locator("#ft-export-format label", has_text="GGUF for llama.cpp").click()
+    pick_option(page, "ft-export-quant", "q8_0")
+    page.evaluate(WATCH_RESULT)
+    page.locator("#ft-export-run").click()
+    page.wait_for_function("() => document.querySelector('#ft-export-result').innerText.includes('Exported')",
+                           timeout=300_000)
+    result = page.locator("#ft-export-result").inner_text()
+    assert "tiny-ft-q8_0.gguf" in result and " KB" in result and "ollama create" in result
+    seen = " ".join(page.evaluate("() => window.__ftExport"))
+    assert "wrote" in seen or "%" in seen  # the progress bar showed the CLI's progress
+    files = page.locator("#ft-export-files").inner_text().replace("\n", "")  # names wrap before the suffix
+    assert "tiny-ft-q8_0.gguf" in files and "Modelfile" in files and "KB" in files
 
-        page.get_by_role("tab", name="Chat").click()
-        pick_option(page, "ft-chat-model", "export: tiny-ft-q8_0.gguf")
-        page.wait_for_function("() => document.querySelector('#ft-chat-adapter input').value.includes('none')",
-                               timeout=10_000)
-        page.locator("#ft-chat-input textarea").fill("Who are you?")
-        page.locator("#ft-chat-send").click()
-        page.wait_for_function("() => { const b = document.querySelectorAll('#ft-chat-base [data-testid=\"bot\"]');"
-                               " return b.length && b[b.length-1].innerText.trim().length > 0"
-                               " && !b[b.length-1].innerText.includes('loading the model'); }", timeout=180_000)
-        assert "Generation failed" not in page.locator("#ft-chat-base").inner_text()
-        page.close()
+    page.get_by_role("tab", name="Chat").click()
+    pick_option(page, "ft-chat-model", "export: tiny-ft-q8_0.gguf")
+    page.wait_for_function("() => document.querySelector('#ft-chat-adapter input').value.includes('none')",
+                           timeout=10_000)
+    page.locator("#ft-chat-input textarea").fill("Who are you?")
+    page.locator("#ft-chat-send").click()
+    page.wait_for_function("() => { const b = document.querySelectorAll('#ft-chat-base [data-testid=\"bot\"]');"
+                           " return b.length && b[b.length-1].innerText.trim().length > 0"
+                           " && !b[b.length-1].innerText.includes('loading the model'); }", timeout=180_000)
+    assert "Generation failed" not in page.locator("#ft-chat-base").inner_text()
+    page.close()
