@@ -75,7 +75,9 @@ class Encoder:
 
     def _tokenize(self, texts: list[str]) -> list[list[int]]:
         if self.backend is not None:
-            return [e.ids for e in self.backend.encode_batch_fast(texts, add_special_tokens=False)]
+            # encode_batch_fast came with tokenizers 0.21; an older backend encodes the same ids slower
+            encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+            return [e.ids for e in encode(texts, add_special_tokens=False)]
         return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
     def _pieces(self, conversation) -> list[tuple[list, bool]] | None:
