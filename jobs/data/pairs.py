@@ -158,22 +158,32 @@ def collate_half(units: list[PairUnit], j: int, pad_id: int, packed: bool) -> Ba
     real = sum(len(seq.input_ids) for seq in sequences)
     if packed:
         batch = collate_packed([sequences], real, pad_id)
+        batch.label_tokens = len(units)   # collate_packed counts label tokens; a unit batch counts units
         seq_index = torch.repeat_interleave(2 * torch.arange(len(sequences)) + j,
                                             torch.tensor([len(seq.input_ids) for seq in sequences]))[None]
     else:
         tensors = collate(sequences, pad_id)
         seq_index = (2 * torch.arange(len(sequences)) + j)[:, None].expand_as(tensors["labels"])
         batch = Batch(tensors, {}, real, len(units))
-    batch.label_tokens = len(units)
     batch.tensors.update(_label_positions(batch.tensors["labels"], seq_index))
     return _with_units(batch, units)
+
+
+def units_only(units: list[PairUnit], cuts: list[int] | None) -> Batch:
+    """A KTO training batch's whole when its reference sums are precomputed: the step reads only its
+    units' indices, labels and validity (the policy runs on the halves, the reference is looked up),
+    so its token tensors are neither built nor copied. `real_tokens` stays the whole's (`cuts`: the
+    shared prefixes it would hold once, or None)."""
+    real = sum(len(u.input_ids) for u in units) - sum(cuts or ())
+    return _with_units(Batch({}, {}, real, len(units)), units)
 
 
 @dataclass
 class KTOBatch(Batch):
     """A KTO micro-batch with its halves apart (module doc): `halves` = (completions, KL completions).
-    The whole batch stays for the reference pass and evaluation; on the device `to` gives the model
-    kwargs of the whole with the halves' under "kto_halves"."""
+    The whole batch stays for the reference pass (with precompute_reference only what the loss reads
+    of it: `units_only`); on the device `to` gives the model kwargs of the whole with the halves'
+    under "kto_halves"."""
 
     halves: tuple = ()
 
@@ -281,13 +291,16 @@ class PairPlan(BatchPlan):
     """BatchPlan over units: the same packing, length grouping, epochs, resume and ranks; a batch
     holds both sequences of each unit. `label_tokens` of a batch counts its units (the loss is
     normalised per pair, so the loop divides by the global batch's units). `pass_units`: at most
-    this many units (packed rows, or pairs) a forward; a larger micro-batch becomes `Passes`."""
+    this many units (packed rows, or pairs) a forward; a larger micro-batch becomes `Passes`.
+    `reference_given`: the reference sums are precomputed, so KTO's training batches need no whole
+    token tensors beside their halves (`units_only`)."""
 
     def __init__(self, *args, pass_units: int | None = None, shared: tuple[int, int] | None = None,
-                 kto_halves: bool = False, **kwargs):
+                 kto_halves: bool = False, reference_given: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.pass_units = pass_units
         self.kto_halves = kto_halves   # KTO training batches also carry their halves apart (KTOBatch)
+        self.reference_given = reference_given
         # (hidden, MLP size): padded units hold their prompt once where that pays; packed ones always
         # (collate_units_packed_shared), and rows are packed by what a unit then holds
         self.shared = shared
@@ -305,27 +318,36 @@ class PairPlan(BatchPlan):
         return self._collate_one(group)
 
     def _collate_one(self, group: list[int]) -> Batch:
-        batch, units = self._collate_whole(group)
-        return with_halves(batch, units, self.pad_id, self.packed) if self.kto_halves else batch
+        units, where, cuts = self._layout(group)
+        if not self.kto_halves:
+            return self._collate_whole(units, where, cuts)
+        whole = units_only(units, cuts) if self.reference_given else self._collate_whole(units, where, cuts)
+        return with_halves(whole, units, self.pad_id, self.packed)
 
-    def _collate_whole(self, group: list[int]) -> tuple[Batch, list[PairUnit]]:
+    def _layout(self, group: list[int]) -> tuple[list[PairUnit], list[list[int]] | None, list[int] | None]:
+        """(the units of `group`; packed, each row's positions among them, else None; each unit's
+        shared prefix when the batch holds it once, else None)."""
         if self.packed:
             members = [self.rows[r] for r in group]
-            flat = [i for row in members for i in row]
             where, at = [], 0
             for row in members:
                 where.append(list(range(at, at + len(row))))
                 at += len(row)
-            units = [self.examples[i] for i in flat]
-            if self.cuts is not None:
-                cuts = [self.cuts[i] for i in flat]
-                return collate_units_packed_shared(units, self.pad_id, where, self.row_length, cuts), units
-            return collate_units(units, self.pad_id, where, self.row_length), units
+            flat = [i for row in members for i in row]
+            cuts = [self.cuts[i] for i in flat] if self.cuts is not None else None
+            return [self.examples[i] for i in flat], where, cuts
         units = [self.examples[i] for i in group]
-        cuts = shared_cuts(units) if self.shared else []
-        if self.shared and shared_pays(units, cuts, self.shared):
-            return collate_units_shared(units, self.pad_id, cuts), units
-        return collate_units(units, self.pad_id), units
+        cuts = shared_cuts(units) if self.shared else None
+        return units, None, cuts if cuts is not None and shared_pays(units, cuts, self.shared) else None
+
+    def _collate_whole(self, units: list[PairUnit], where: list[list[int]] | None, cuts: list[int] | None) -> Batch:
+        if where is not None:
+            if cuts is not None:
+                return collate_units_packed_shared(units, self.pad_id, where, self.row_length, cuts)
+            return collate_units(units, self.pad_id, where, self.row_length)
+        if cuts is not None:
+            return collate_units_shared(units, self.pad_id, cuts)
+        return collate_units(units, self.pad_id)
 
     def build(self, mine: list[int], stand_in: int) -> Batch:
         if mine:

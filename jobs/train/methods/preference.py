@@ -71,8 +71,9 @@ class PreferenceMethod(Method):
         ranks = dict(rank=t.dist.rank, world=t.dist.world_size, pad_id=t.tokenizer.pad_token_id,
                      pass_units=self.pass_units, shared=self.shared)
         size = spec.batch_size * t.dist.world_size
+        halves = spec.method == "kto" and KTO_HALVES
         plan = PairPlan(t.examples, size, row, t.packed, spec.seed, accumulation=spec.gradient_accumulation_steps,
-                        kto_halves=spec.method == "kto" and KTO_HALVES, **ranks)
+                        kto_halves=halves, reference_given=halves and spec.precompute_reference, **ranks)
         eval_plan = (PairPlan(t.eval_examples, size, row, t.packed, spec.seed, shuffle=False, **ranks)
                      if t.eval_examples else None)
         report_op(t, "chosen + rejected in one forward, label rows only")

@@ -129,3 +129,38 @@ def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_pat
     assert want[1] and want[1].keys() == got[1].keys()
     for name, grad in want[1].items():
         assert (got[1][name] - grad).norm() <= 5e-5 * max(grad.norm(), 1e-12), name
+
+
+def kto_job(tmp_path, tiny_model, **extra):
+    rows = [{"prompt": r["prompt"], "completion": r[k], "label": k == "chosen"}
+            for r in PAIRS for k in ("chosen", "rejected")]
+    data = tmp_path / "kto.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    job = tmp_path / "job"
+    values = {"model": str(tiny_model), "output_dir": str(job), "method": "kto", "dataset": str(data), "packing": "on",
+              "batch_size": 2, "max_seq_length": 32, "dtype": "fp32", "max_steps": 1, "save_steps": 0, **extra}
+    return JobSpec.from_dict(values), job
+
+
+def test_kto_with_the_reference_precomputed_copies_no_whole_batch_and_trains_the_same(tmp_path, tiny_model):
+    """precompute_reference: the step looks the reference sums up and runs the policy on the halves, so
+    the training batch carries only its units' indices, labels and validity beside them; its loss and
+    gradients are the full batch's."""
+    spec, job = kto_job(tmp_path, tiny_model, precompute_reference=True)
+    trainer = Trainer(spec, job, EventWriter(job), log=lambda line: None)
+    trainer.prepare()
+    lean = trainer.plan.batch_at(0)[1]
+    full_plan = PairPlan(trainer.examples, 2, 64, True, spec.seed, pad_id=trainer.tokenizer.pad_token_id,
+                         kto_halves=True, shared=trainer.plan.shared)
+    full = full_plan.batch_at(0)[1]
+    assert set(lean.tensors) == {"pref_units", "pref_label", "pref_valid"} and "input_ids" in full.tensors
+    count, model = torch.tensor(float(lean.label_tokens)), trainer.model
+    model.train()
+
+    def run(batch):
+        model.zero_grad(set_to_none=True)
+        loss, _ = trainer.method.loss(model, batch.to("cpu"), count)
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    (a, grads_a), (b, grads_b) = run(lean), run(full)
+    assert a.equal(b) and grads_a.keys() == grads_b.keys() and all(grads_a[n].equal(grads_b[n]) for n in grads_a)
