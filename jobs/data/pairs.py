@@ -349,6 +349,33 @@ class PairPlan(BatchPlan):
             return collate_units_shared(units, self.pad_id, cuts)
         return collate_units(units, self.pad_id)
 
+    def completion_bounds(self, micro_batches: int) -> tuple[int, ...]:
+        """KTO's pass with grad (`collate_half` j = 0) in the memory plan (jobs/models/fit_kto.py): entry
+        k - 1 is how many more completion tokens a pass of k units may hold than one of k - 1, over the
+        first `micro_batches` micro-batches of this plan (each epoch's order), so the first k summed
+        bound every such pass. A pass packs its units' completions into one row of exactly their tokens
+        (the k largest summed bound it), or pads k rows to the longest completion. One process's passes
+        (pass_units) and stand-in are units of one micro-batch; with several, `deal` re-cuts the
+        micro-batches of a step (up to `accumulation` of them), so the pool is each run of that many."""
+        window = self.accumulation if self.world > 1 else 1
+        most, epoch = [0] * self.batch_size, 0
+        while micro_batches > 0:
+            groups = self.epoch_batches(epoch)[:micro_batches]
+            for start in range(len(groups)):
+                pool = [unit for group in groups[start:start + window] for unit in group]
+                counts = sorted((self._completions(unit) for unit in pool), reverse=True)[:self.batch_size]
+                held = 0
+                for k, count in enumerate(counts):
+                    held = held + count if self.packed else (k + 1) * counts[0]
+                    most[k] = max(most[k], held)
+            micro_batches, epoch = micro_batches - self.per_epoch, epoch + 1
+        return tuple(most[:1] + [b - a for a, b in zip(most, most[1:])])
+
+    def _completions(self, unit: int) -> int:
+        """Completion tokens of a unit of a micro-batch: a packed row's, or an example's."""
+        members = self.rows[unit] if self.packed else [unit]
+        return sum(len(self.examples[i].first.input_ids) for i in members)
+
     def build(self, mine: list[int], stand_in: int) -> Batch:
         if mine:
             return self._collate(mine)

@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 
 from jobs.messages import say
-from jobs.models import fit_passes, fit_policy, fit_rank, fit_rollout, fit_vision
+from jobs.models import fit_kto, fit_passes, fit_policy, fit_rank, fit_rollout, fit_vision
 from jobs.models.fit_advice import advice, oom_message  # noqa: F401 (re-exported: studio, jobs/train/loop.py)
 from jobs.models.fit_estimate import (  # noqa: F401 (re-exported)
     CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, FitEstimate, _total_gb, allocatable_bytes, least_budget_gb)
@@ -64,16 +64,18 @@ def plan_within_budget(spec, model_config, trainable: int | None = None, fused: 
     to host) when the job has a budget and "auto" checkpointing on the fused engine; else None. The
     first three are kernels.apply_checkpointing's `plan`; the last, kernels/host_embedding.py's.
     `world`: the processes a sharded job's model is split over (1: unsharded), each planned alone.
-    `prompts`: GRPO's prompt_len and prompts_once as the job knows them (fit_policy.py)."""
+    `prompts`: GRPO's prompt_len and prompts_once, KTO's kto_completions, as the job knows them
+    (fit_policy.py, fit_kto.py)."""
     fused = spec.fused_kernels if fused is None else fused
     if not _budgeted(spec, fused):
         return None
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
     vision = fit_vision.VisionShape.of(model_config)
     static = _static_bytes(spec, shape, b, fused, trainable, vision, world)
-    spec, passes = _policy_pass(spec, model_config, trainable, fused, world, **prompts)
+    whole, (spec, passes) = spec, _policy_pass(spec, model_config, trainable, fused, world, **prompts)
+    floor = fit_kto.floor(whole, spec.batch_size, shape, b, prompts.get("kto_completions"))
     recomputed, offload, description, hosted = _budget_plan(spec, shape, b, static, fused, vision=vision,
-                                                            world=world)
+                                                            world=world, floor=floor)
     description += passes
     # one flag per GradientCheckpointingLayer, as kernels.apply_checkpointing counts them: a vision
     # tower's blocks are such layers too, and come first
@@ -118,9 +120,9 @@ def _auto_plan(spec, model_config, shape: _Shape, b: int, static: int, free_byte
 
 
 def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused, layers_now, vision=None,
-            world: int = 1):
+            world: int = 1, floor: int = 0):
     """(recomputed layers, offload, description, bytes of the input embedding table in host memory);
-    the layers counted as _step_activations counts them."""
+    the layers counted as _step_activations counts them (`floor`: _budget_plan's)."""
     if layers_now is not None:
         return layers_now
     mode = spec.gradient_checkpointing
@@ -131,7 +133,7 @@ def _policy(spec, model_config, shape, b, static, free_bytes, total_bytes, fused
     if mode in ("on", "offload"):
         return shape.layers + fit_vision.plannable(spec, vision), mode == "offload", mode, 0
     if spec.max_gpu_memory_gb > 0 and fused:
-        return _budget_plan(spec, shape, b, static, fused, vision=vision, world=world)
+        return _budget_plan(spec, shape, b, static, fused, vision=vision, world=world, floor=floor)
     return (*_auto_plan(spec, model_config, shape, b, static, free_bytes, total_bytes, vision), 0)
 
 
@@ -166,7 +168,8 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
     rows are packed (the estimate is for full rows either way; recorded in the notes). cuda=False:
     the tensors of a CPU job (fp32 under dtype auto), for a RAM estimate. world: the processes a
     sharded job's model is split over; the estimate is then one process's, planned as it runs (fit_rank.py).
-    prompts: GRPO's prompt_len and prompts_once as the job knows them (fit_policy.py).
+    prompts: GRPO's prompt_len and prompts_once, KTO's kto_completions, as the job knows them
+    (fit_policy.py, fit_kto.py).
     """
     fused = spec.fused_kernels if fused is None else fused
     shape, vision = _Shape.of(model_config), fit_vision.VisionShape.of(model_config)
@@ -174,17 +177,20 @@ def estimate_peak(spec, model_config, packed: bool | None = None, fused: bool | 
     if not cuda:   # a CPU job's GRPO passes never pack (grpo.py grpo_packing): a prompt per completion
         prompts = {**prompts, "prompts_once": False}
     whole, (spec, passes) = spec, _policy_pass(spec, model_config, trainable, fused, world, **prompts)
-    tokens = spec.batch_tokens()
+    tokens, completions = spec.batch_tokens(), prompts.get("kto_completions")
+    floor = fit_kto.floor(whole, spec.batch_size, shape, b, completions)
     parts = _static_parts(spec, shape, b, fused, trainable, vision, world)
     if free_bytes is None and model is None:
         free_bytes, total_bytes = _cuda_memory()
     loaded = current_policy(model, spec, vision) if model is not None else None
     recomputed, offload, policy, hosted = _policy(spec, model_config, shape, b, sum(parts.values()), free_bytes,
-                                                  total_bytes, fused, loaded, vision, world)
+                                                  total_bytes, fused, loaded, vision, world, floor)
     if hosted:
         _without_table(parts, hosted)
     notes = [_batch_note(whole, packed) + passes, *fit_rank.notes(whole, world)]
     step = _step_activations(spec, shape, vision, b, fused, recomputed, offload, world)
+    if completions:   # KTO's pass with grad holds its completions alone; its other forwards have none
+        step = fit_kto.larger_phase(step, whole, spec, shape, b, completions, notes)
     parts.update(_sampling_or_step(whole, model_config, shape, b, step, trainable, notes, world,
                                    prompts.get("prompt_len")) if spec.method == "grpo" else step)
     if hosted:
@@ -263,15 +269,16 @@ def grpo_policy_rows(spec, model_config, trainable: int | None = None, fused: bo
 
 
 def _policy_pass(spec, model_config, trainable, fused, world: int = 1, prompt_len: int | None = None,
-                 prompts_once: bool | None = None) -> tuple:
+                 prompts_once: bool | None = None, kto_completions: tuple[int, ...] | None = None) -> tuple:
     """(the spec as one pass sizes memory, a note when a micro-batch trains in passes: GRPO's policy
-    step, or a preference micro-batch within a budget, fit_passes.py)."""
+    step, or a preference micro-batch within a budget, fit_passes.py; KTO's pass with grad holds only
+    its completions where the job knows their counts, fit_kto.py)."""
     if fit_passes.splits(spec):
-        part = preference_pass_units(spec, model_config, trainable, fused, world)
-        if part >= spec.batch_size:
-            return spec, ""
-        return (dataclasses.replace(spec, batch_size=part),
-                f"; the micro-batch in passes of up to {part} of its {spec.batch_size} units (packed rows or pairs)")
+        part = preference_pass_units(spec, model_config, trainable, fused, world, kto_completions)
+        view = dataclasses.replace(spec, batch_size=part) if part < spec.batch_size else spec
+        note = (f"; the micro-batch in passes of up to {part} of its {spec.batch_size} units (packed rows or pairs)"
+                if part < spec.batch_size else "")
+        return (fit_kto.grad_view(view, kto_completions) if kto_completions else view), note
     if spec.method != "grpo":
         return spec, ""
     rows = spec.batch_size * spec.num_generations
@@ -288,11 +295,12 @@ def _budgeted(spec, fused: bool) -> bool:
 
 
 def preference_pass_units(spec, model_config, trainable: int | None = None, fused: bool | None = None,
-                          world: int = 1) -> int:
+                          world: int = 1, kto_completions: tuple[int, ...] | None = None) -> int:
     """Units (packed rows, or pairs) one forward + backward of a preference micro-batch takes: all
     batch_size of them, unless a budget plan applies; then the split and plan of the least predicted
     step time among those that fit (fit_passes.py), or 1 when none does (the job is then refused:
-    budget_refusal)."""
+    budget_refusal). `kto_completions`: what KTO's passes with grad hold in this job's micro-batches
+    (fit_kto.py, pairs.PairPlan.completion_bounds); without them a pass is planned for its whole units."""
     fused = spec.fused_kernels if fused is None else fused
     if not (fit_passes.splits(spec) and _budgeted(spec, fused)):
         return spec.batch_size
@@ -301,10 +309,12 @@ def preference_pass_units(spec, model_config, trainable: int | None = None, fuse
     static, host = _static_bytes(spec, shape, b, fused, trainable, world=world), _host_free_bytes()
 
     def fits(view):   # as _budget_plan searches: the embedding table moves to the host only when needed
-        found = _first_fit(view, shape, b, static, fused, host, None, world)
+        floor = fit_kto.floor(spec, view.batch_size, shape, b, kto_completions)
+        view = fit_kto.grad_view(view, kto_completions) if kto_completions else view
+        found = _first_fit(view, shape, b, static, fused, host, None, world, floor)
         table = _hostable_table(view, shape, b, world)
         if found is None and table and table <= host:
-            found = _first_fit(view, shape, b, static - table, fused, host - table, None, world)
+            found = _first_fit(view, shape, b, static - table, fused, host - table, None, world, floor)
         return found
     return fit_passes.choose(spec, shape, fits)[0]
 
@@ -314,7 +324,8 @@ def least_budget(spec, model_config, trainable: int | None = None, fused: bool |
     """(the smallest max_gpu_memory_gb this job can run within, how it would run there) when a budget
     plan applies (else None): its smallest pass (fit_passes.smallest_view) with every layer recomputed,
     their inputs offloaded and the input embedding table in pinned host memory where the host and the
-    job allow; GRPO also samples one completion at a time there."""
+    job allow; GRPO also samples one completion at a time there. KTO's pass is planned for its whole
+    units here, as Start and --dry-run know no data (fit_kto.py): a job's own completions may need less."""
     from kernels.checkpoint import _host_free_bytes
     fused = spec.fused_kernels if fused is None else fused
     if not _budgeted(spec, fused):

@@ -61,8 +61,8 @@ def _step_activations(spec, shape: _Shape, vision, b: int, fused: bool, recomput
     return parts
 
 
-def _budget_plan(spec, shape: _Shape, b: int, static: int, fused: bool,
-                 host_bytes: int | None = None, vision=None, world: int = 1) -> tuple[int, bool, str, int]:
+def _budget_plan(spec, shape: _Shape, b: int, static: int, fused: bool, host_bytes: int | None = None,
+                 vision=None, world: int = 1, floor: int = 0) -> tuple[int, bool, str, int]:
     """The fastest checkpointing plan whose predicted peak fits `max_gpu_memory_gb`: the fewest
     recomputed layers (each costs about 1/n of a forward pass), plain before offloaded at the same
     count (offloading the inputs costs no step time on an H200, bench/NOTES.md, but pins host RAM,
@@ -70,15 +70,16 @@ def _budget_plan(spec, shape: _Shape, b: int, static: int, fused: bool,
     pinned host memory where the job allows it (kernels/host_embedding.py: untied, not GRPO) and the
     plans are tried again without it. The same cost model as the estimate, so the fit check states
     exactly the plan the job runs (jobs/train/loop.py applies it). `static`: what one process holds
-    before activations, 1/`world` of a sharded model's (fit_rank.py). Returns (recomputed layers,
-    offload, description, bytes of the table hosted)."""
+    before activations, 1/`world` of a sharded model's (fit_rank.py); `floor`: what the step holds
+    beyond it at least, whatever the plan (KTO's forwards without grad, fit_kto.py). Returns
+    (recomputed layers, offload, description, bytes of the table hosted)."""
     from kernels.checkpoint import _host_free_bytes
     host = _host_free_bytes() if host_bytes is None else host_bytes
-    found, hosted = _first_fit(spec, shape, b, static, fused, host, vision, world), 0
+    found, hosted = _first_fit(spec, shape, b, static, fused, host, vision, world, floor), 0
     table = _hostable_table(spec, shape, b, world)
     if found is None and table and table <= host:
         hosted = table
-        found = _first_fit(spec, shape, b, static - table, fused, host - table, vision, world)
+        found = _first_fit(spec, shape, b, static - table, fused, host - table, vision, world, floor)
     if found is None:
         n = shape.layers + fit_vision.plannable(spec, vision)
         offload = _inputs_bytes(spec, shape, vision, b, n) <= host - hosted
@@ -90,15 +91,16 @@ def _budget_plan(spec, shape: _Shape, b: int, static: int, fused: bool,
 
 
 def _first_fit(spec, shape: _Shape, b: int, static: int, fused: bool, host: int, vision,
-               world: int = 1) -> tuple | None:
-    """(recomputed, offload, how) of the fastest plan within the budget, or None."""
+               world: int = 1, floor: int = 0) -> tuple | None:
+    """(recomputed, offload, how) of the fastest plan within the budget, or None; `floor`: bytes
+    beyond `static` the job holds at another moment of its step, whatever the plan (_budget_plan)."""
     n = shape.layers + fit_vision.plannable(spec, vision)
     for recomputed in range(n + 1):
         for offload in ((False, True) if recomputed else (False,)):
             if offload and _inputs_bytes(spec, shape, vision, b, recomputed) > host:
                 continue
             kept = _step_activations(spec, shape, vision, b, fused, recomputed, offload, world)
-            if static + sum(kept.values()) <= allocatable_bytes(spec.max_gpu_memory_gb):
+            if static + max(sum(kept.values()), floor) <= allocatable_bytes(spec.max_gpu_memory_gb):
                 how = ("no recompute" if not recomputed else f"{recomputed} of {n} layers recomputed"
                        + (" (vision blocks first)" if n > shape.layers else "")
                        + (", inputs offloaded to pinned CPU memory" if offload else ""))

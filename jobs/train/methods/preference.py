@@ -46,6 +46,7 @@ class PreferenceMethod(Method):
         self.reference: torch.Tensor | None = None   # [units, 2] precomputed sums
         self.pass_units: int | None = None           # units a forward within max_gpu_memory_gb (None: all)
         self.shared: tuple[int, int] | None = None   # padded units hold their prompt once (PairPlan)
+        self.layout: tuple | None = None             # (packed, its line, shared, its line): _layout
 
     # ---- data -----------------------------------------------------------------------
     def load_data(self) -> tuple[list, list]:
@@ -60,14 +61,13 @@ class PreferenceMethod(Method):
     def plan_batches(self):
         t, spec = self.trainer, self.spec
         row = 2 * spec.max_seq_length
-        lengths = [len(u.input_ids) for u in t.examples]
-        t.packed, line = resolve_packing(spec.packing, t.device.type, lengths, row, None, spec.seed)
+        _, line, self.shared, shared_line = self._layout()
         t.log(line)
         if t.packed:
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))
         self.pass_units = self._pass_units()
-        self.shared = self._shared_prompts()
+        t.log(shared_line)
         ranks = dict(rank=t.dist.rank, world=t.dist.world_size, pad_id=t.tokenizer.pad_token_id,
                      pass_units=self.pass_units, shared=self.shared)
         size = spec.batch_size * t.dist.world_size
@@ -79,9 +79,20 @@ class PreferenceMethod(Method):
         report_op(t, "chosen + rejected in one forward, label rows only")
         return plan, eval_plan
 
-    def _shared_prompts(self) -> tuple[int, int] | None:
-        """(hidden, MLP size) when micro-batches hold each unit's prompt once (PairPlan: packed always,
-        padded where that costs fewer FLOPs), else None; says which in the log (jobs/data/shared_prefix.py)."""
+    def _layout(self) -> tuple:
+        """(packed, the log's packing line, _shared_prompts' pair), decided once: the memory plan
+        (jobs/train/loop.py _accelerate, KTO's fit_sizes) reads them before plan_batches logs them."""
+        if self.layout is None:
+            t, spec = self.trainer, self.spec
+            lengths = [len(u.input_ids) for u in t.examples]
+            t.packed, line = resolve_packing(spec.packing, t.device.type, lengths, 2 * spec.max_seq_length, None,
+                                             spec.seed)
+            self.layout = (t.packed, line, *self._shared_prompts())
+        return self.layout
+
+    def _shared_prompts(self) -> tuple[tuple[int, int] | None, str]:
+        """((hidden, MLP size) when micro-batches hold each unit's prompt once (PairPlan: packed always,
+        padded where that costs fewer FLOPs), else None; the log's line saying which (jobs/data/shared_prefix.py))."""
         t = self.trainer
         text = text_config(t.model.config)
         if t.packed:
@@ -91,10 +102,9 @@ class PreferenceMethod(Method):
             reason = shared_prefix.unshared_reason(t.device.type, text)
             how = "the prompt, then both sequences' answers in one row under a 4-D mask"
         if reason:
-            t.log(f"{self.spec.method} prompts: once per sequence ({reason})")
-            return None
-        t.log(f"{self.spec.method} prompts: once per {'pair' if self.spec.method != 'kto' else 'example'} ({how})")
-        return shared_prefix.model_size(text)
+            return None, f"{self.spec.method} prompts: once per sequence ({reason})"
+        unit = "pair" if self.spec.method != "kto" else "example"
+        return shared_prefix.model_size(text), f"{self.spec.method} prompts: once per {unit} ({how})"
 
     def _pass_units(self) -> int | None:
         """Units (packed rows, or pairs) one forward + backward takes within max_gpu_memory_gb
@@ -105,7 +115,8 @@ class PreferenceMethod(Method):
             return None
         from jobs.models import fit
         from jobs.models.fit_passes import unit_name
-        part = fit.preference_pass_units(spec, t.model.config, trainable=t.trainable, world=model_world(t))
+        part = fit.preference_pass_units(spec, t.model.config, trainable=t.trainable, world=model_world(t),
+                                         **self.fit_sizes())
         if part >= spec.batch_size:
             return None
         t.log(f"{spec.method}: each micro-batch of {spec.batch_size} {unit_name(spec, t.packed, spec.batch_size)} "
@@ -224,6 +235,30 @@ class KTO(PreferenceMethod):
     undesirable ones, reward_accuracy the share whose reward has the label's sign."""
     name = "kto"
     metric_names = PAIR_METRICS + ("kto_kl", "desirable_share")
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.completions: tuple[int, ...] | None = None   # fit_sizes', counted once
+
+    def fit_sizes(self) -> dict:
+        """What a pass with grad of this job's batches holds: the completion tokens of k units, for k up to
+        a micro-batch's (jobs/data/pairs.py PairPlan.completion_bounds), over the micro-batches the job
+        will train, read from its units grouped as the training plan groups them; the memory plan sizes
+        that pass by them (jobs/models/fit_kto.py). Nothing when the KL completions train in the same
+        forward (KTO_HALVES off): whole units, as planned without them."""
+        if not KTO_HALVES:
+            return {}
+        if self.completions is None:
+            t, spec = self.trainer, self.spec
+            packed, _, shared, _ = self._layout()
+            accumulation, world = spec.gradient_accumulation_steps, t.dist.world_size
+            plan = PairPlan(t.examples, spec.batch_size * world, 2 * spec.max_seq_length, packed, spec.seed,
+                            pad_id=t.tokenizer.pad_token_id, accumulation=accumulation, world=world, shared=shared)
+            # the micro-batches the loop trains (jobs/train/loop.py _total_steps; a resume trains fewer)
+            steps = spec.max_steps if spec.max_steps > 0 else math.ceil(
+                math.ceil(plan.per_epoch / accumulation) * spec.num_epochs)
+            self.completions = plan.completion_bounds(max(1, steps) * accumulation)[:spec.batch_size]
+        return {"kto_completions": self.completions}
 
     def policy_sums(self, model, batch: dict) -> tuple:
         """A training batch's halves apart (jobs/data/pairs.py KTOBatch): the KL completions in a forward

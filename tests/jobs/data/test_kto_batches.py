@@ -1,12 +1,13 @@
-"""KTO's training batches (jobs/data/pairs.py): with the reference sums precomputed the whole batch
-carries no token tensors (units_only); each half counts its units. Synthetic units, no model: each
-test takes milliseconds."""
+"""KTO's training batches (jobs/data/pairs.py): the completions half a pass holds is what the memory plan
+sizes (PairPlan.completion_bounds, jobs/models/fit_kto.py), so the bounds must hold for every pass the
+plan builds, packed or padded, one process or several; with the reference sums precomputed the whole
+batch carries no token tensors (units_only). Synthetic units, no model: each test takes milliseconds."""
 import random
 
 import pytest
 
 from jobs.data.encode import IGNORE_INDEX, Example
-from jobs.data.pairs import PairPlan, PairUnit, collate_half
+from jobs.data.pairs import PairPlan, PairUnit, collate_half, passes_of
 
 SHARED = (64, 256)   # (hidden, MLP size): packed rows hold each prompt once
 ROW = 128            # 2 x max_seq_length: every sequence here is under 64 tokens
@@ -27,6 +28,53 @@ def units(n=40, seed=0, kl_answer=None):
 
 def plan(examples, packed, batch_size=3, **extra):
     return PairPlan(examples, batch_size, ROW, packed, 0, pad_id=0, kto_halves=True, shared=SHARED, **extra)
+
+
+def completions_held(job, index) -> list[tuple[int, int]]:
+    """(units, completion tokens in its forward with grad) of each pass of the index-th micro-batch
+    (a unit: a packed row, or an example)."""
+    epoch, at = divmod(index, job.per_epoch)
+    mine, stand_in = job.my_batches(epoch)[at]
+    mine = mine or [stand_in]   # a rank's empty share of a short last batch runs a stand-in unit
+    step = job.pass_units or len(mine)
+    parts = passes_of(job.batch_at(index)[1])
+    assert len(parts) == -(-len(mine) // step)
+    return [(len(mine[i:i + step]), part.halves[0].tensors["input_ids"].numel())
+            for i, part in zip(range(0, len(mine), step), parts)]
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("pass_units", [None, 1, 2])
+def test_every_pass_holds_no_more_completion_tokens_than_its_bound(packed, pass_units):
+    examples = units()
+    micro = 2 * plan(examples, packed).per_epoch   # two epochs, each its own order
+    bounds = plan(examples, packed).completion_bounds(micro)
+    job = plan(examples, packed, pass_units=pass_units)
+    held = [pair for index in range(micro) for pair in completions_held(job, index)]
+    assert all(tokens <= sum(bounds[:k]) for k, tokens in held)
+    if pass_units is None:   # one process, whole micro-batches: the bound of a full one is met
+        assert max(tokens for k, tokens in held if k == 3) == sum(bounds)
+
+
+def test_tiny_kl_answers_leave_a_packed_row_to_the_completions():
+    """The worst case the bound is for: a row packed by what its examples hold is nearly all completions."""
+    bounds = plan(units(kl_answer=1), True).completion_bounds(10)
+    assert bounds[0] > 0.8 * ROW and sum(bounds) <= 3 * ROW
+
+
+def test_several_processes_pass_within_the_bound_of_their_step():
+    """`deal` re-cuts a step's micro-batches by real tokens across ranks, so a rank's micro-batch may
+    hold rows of two: the bound pools each step's (here a rank's pass holds 13 tokens more than the
+    largest of any one micro-batch's, and none more than the pooled bound)."""
+    examples = units(60, seed=3)
+    common = dict(batch_size=4, world=2)
+    micro = plan(examples, True, accumulation=2, **common).per_epoch
+    bounds = plan(examples, True, accumulation=2, **common).completion_bounds(micro)
+    apart = plan(examples, True, accumulation=1, **common).completion_bounds(micro)   # the same rows, unpooled
+    held = [pair for rank in (0, 1) for index in range(micro)
+            for pair in completions_held(plan(examples, True, rank=rank, accumulation=2, **common), index)]
+    assert all(tokens <= sum(bounds[:k]) for k, tokens in held)
+    assert max(tokens - sum(apart[:k]) for k, tokens in held) == 13
 
 
 @pytest.mark.parametrize("packed", [True, False])

@@ -138,8 +138,27 @@ def kto_job(tmp_path, tiny_model, **extra):
     data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     job = tmp_path / "job"
     values = {"model": str(tiny_model), "output_dir": str(job), "method": "kto", "dataset": str(data), "packing": "on",
-              "batch_size": 2, "max_seq_length": 32, "dtype": "fp32", "max_steps": 1, "save_steps": 0, **extra}
+              "batch_size": 2, "max_seq_length": 32, "dtype": "fp32", "max_steps": 3, "save_steps": 0, **extra}
     return JobSpec.from_dict(values), job
+
+
+def test_kto_sizes_its_passes_by_the_completions_its_batches_hold(tmp_path, tiny_model, monkeypatch):
+    """The trainer hands the memory plan the completion tokens its passes with grad may hold, read from
+    the training plan's own micro-batches (jobs/models/fit_kto.py), before the plan cuts them."""
+    spec, job = kto_job(tmp_path, tiny_model, max_gpu_memory_gb=8.0, gradient_accumulation_steps=2)
+    seen = {}
+
+    def pass_units(spec, model_config, trainable=None, fused=None, world=1, kto_completions=None):
+        seen["completions"] = kto_completions
+        return spec.batch_size
+    monkeypatch.setattr(preference, "budgeted", lambda device, spec: True)
+    monkeypatch.setattr(fit, "preference_pass_units", pass_units)
+    trainer = Trainer(spec, job, EventWriter(job), log=lambda line: None)
+    trainer.prepare()
+    bounds = trainer.plan.completion_bounds(3 * 2)   # max_steps x accumulation micro-batches
+    assert seen["completions"] == bounds == trainer.method.fit_sizes()["kto_completions"] and len(bounds) == 2
+    whole = max(trainer.plan.batch_at(i)[1].halves[0].real_tokens for i in range(6))
+    assert sum(bounds) == whole < 2 * 2 * 32   # the largest micro-batch's completions, under its 2 whole rows
 
 
 def test_kto_with_the_reference_precomputed_copies_no_whole_batch_and_trains_the_same(tmp_path, tiny_model):
