@@ -41,7 +41,8 @@ SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),   # the
             "fastbwd": ("kernels.ops.fp8_linear", "FAST_ACCUM_BACKWARD", True),
             "torchT": ("kernels.ops.fp8_transpose", "BACKEND", "torch"),
             "policyfirst": ("jobs.train.methods.preference", "REFERENCE_FIRST", False),   # DPO's pass order
-            "ktowhole": ("jobs.train.methods.preference", "KTO_HALVES", False)}   # KTO's KL answers with grad
+            "ktowhole": ("jobs.train.methods.preference", "KTO_HALVES", False),   # KTO's KL answers with grad
+            "ktohalves": ("jobs.train.methods.preference", "KTO_HALVES", True)}   # ... in a forward without grad
 
 
 def save_base(model, folder: Path, vocab: int) -> None:

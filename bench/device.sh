@@ -299,7 +299,7 @@ case "$what" in
     # VIA_AB=1: ours again through torch's varlen_attn custom op (kernels/ops/varlen_attention.py "Dispatch")
     [ "$peak" != 0 ] && [ "${VIA_AB:-0}" = 1 ] && FUSETUNE_VARLEN_VIA=varlen_attn job "${3}_budget_${peak}_via_varlen_attn" \
       120 --method "$3" --stack fusetune $P --checkpointing auto --max-gpu-memory-gb "$peak"
-    # AB_SWITCH=NAME: ours again with an engine switch (bench_fp8.SWITCHES, e.g. ktowhole: KTO's KL answers with grad)
+    # AB_SWITCH=NAME: ours again with an engine switch (bench_fp8.SWITCHES, e.g. ktohalves: KTO's KL answers without grad)
     [ "$peak" != 0 ] && [ -n "${AB_SWITCH:-}" ] && job "${3}_budget_${peak}_$AB_SWITCH" 120 --method "$3" --stack fusetune \
       $P --checkpointing auto --max-gpu-memory-gb "$peak" --switch "$AB_SWITCH"
     # where our step's time goes with the budget left (idle gaps: host-bound steps, bench/NOTES.md session 51)

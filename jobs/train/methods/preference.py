@@ -30,9 +30,12 @@ from kernels.arch import text_config
 # the reference pass before the policy forward (PreferenceMethod.unit_terms); False: after it, as until
 # 2026-12-04 (bench/bench_fp8.py SWITCHES "policyfirst" measures that order on the product path)
 REFERENCE_FIRST = True
-# KTO's training batches carry their halves apart and the KL completions skip backward (KTO.policy_sums);
-# False: one forward over both with grad, as until 2026-12-06 (bench/bench_fp8.py SWITCHES "ktowhole")
-KTO_HALVES = True
+# True: KTO's training batches carry their halves apart and the KL completions run in a forward without
+# grad (KTO.policy_sums): less GPU work and a lower peak, but one more forward's launches. Off, because on
+# H100 hosts where the step waits on the host that forward costs more than it saves: 0.262 / 0.240 s a step
+# against 0.193 / 0.182 with one forward over both (bench/results/job.jsonl, session 56 calls 1 and 4;
+# bench/bench_fp8.py SWITCHES "ktohalves" turns it on for an A/B)
+KTO_HALVES = False
 PAIR_METRICS = ("chosen_reward", "rejected_reward", "reward_margin", "reward_accuracy")
 
 

@@ -51,9 +51,9 @@ def test_two_processes_give_the_update_of_one(tmp_path, tiny_model):
 def test_kto_step_and_eval_events_carry_the_kl_estimate(tmp_path, tiny_model):
     """KTO's reference point z0 (kto_kl, the mean policy - reference log-ratio of mismatched examples,
     clamped at 0) rides in every step and eval event: 0 at the first step, where the adapter's B = 0
-    makes the policy the reference, and the loss there is 0.5 an example (1 - sigmoid(0)). Not exactly 0:
-    the policy's KL completions run on their own (pairs.py KTOBatch), the reference's beside their prompt,
-    and the two layouts round apart (fp32: ~1e-6)."""
+    makes the policy the reference, and the loss there is 0.5 an example (1 - sigmoid(0)). Within 1e-5,
+    not exactly 0: with KTO_HALVES the policy's KL completions run on their own (pairs.py KTOBatch), the
+    reference's beside their prompt, and the two layouts round apart (fp32: ~1e-6)."""
     rows = [{"prompt": p["prompt"], "completion": answer, "label": label}
             for p in PAIRS for answer, label in ((p["chosen"], True), (p["rejected"], False))]
     data = tmp_path / "kto.jsonl"

@@ -69,15 +69,19 @@ def test_a_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tmp_pat
 
 
 @pytest.mark.parametrize("packing", ["off", "on"])
-@pytest.mark.parametrize("method", ["dpo", "kto"])
+@pytest.mark.parametrize("method", ["dpo", "kto", "kto-halves"])
 def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_path, tiny_model, method, packing,
                                                                         monkeypatch):
     """Off the GPU a padded micro-batch holds each unit's prompt once (jobs/data/shared_prefix.py): one
     row per unit, both answers after the prompt under a 4-D mask; packed, a row holds each unit's prompt
     then its answers, whose attention keys are gathered behind it (jobs/data/pairs.py
     collate_units_packed_shared). Loss and LoRA gradients equal the two-rows-a-unit batch's (fp32), the
-    reference pass included; KTO's mismatched second sequence too, whose training batch trains on its
-    completions alone after a forward without grad over the KL completions (pairs.py KTOBatch)."""
+    reference pass included; KTO's mismatched second sequence too, in one forward with grad, and with
+    KTO_HALVES (the bench's switch) on its completions alone after a forward without grad over the KL
+    completions (pairs.py KTOBatch)."""
+    halves = method == "kto-halves"
+    method = "kto" if halves else method
+    monkeypatch.setattr(preference, "KTO_HALVES", halves)
     rows = PAIRS if method == "dpo" else [{"prompt": r["prompt"], "completion": r[k], "label": k == "chosen"}
                                           for r in PAIRS for k in ("chosen", "rejected")]
     data = tmp_path / "rows.jsonl"
@@ -119,12 +123,14 @@ def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_pat
         loss.backward()
         return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     want, got = run(plain), run(shared)
-    if method == "kto":
+    if halves:
         completions, kl = shared.halves
         assert [h.real_tokens for h in shared.halves] == [sum(len(getattr(u, k).input_ids) for u in units)
                                                           for k in ("first", "second")]
         assert forwards == [(kl.tensors["input_ids"].numel(), False),
                             (completions.tensors["input_ids"].numel(), True)]
+    elif method == "kto":
+        assert forwards == [(shared.tensors["input_ids"].numel(), True)]
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-7)
     assert want[1] and want[1].keys() == got[1].keys()
     for name, grad in want[1].items():
@@ -146,6 +152,7 @@ def test_kto_sizes_its_passes_by_the_completions_its_batches_hold(tmp_path, tiny
     """The trainer hands the memory plan the completion tokens its passes with grad may hold, read from
     the training plan's own micro-batches (jobs/models/fit_kto.py), before the plan cuts them."""
     spec, job = kto_job(tmp_path, tiny_model, max_gpu_memory_gb=8.0, gradient_accumulation_steps=2)
+    monkeypatch.setattr(preference, "KTO_HALVES", True)   # the bench's switch; off, whole units are planned
     seen = {}
 
     def pass_units(spec, model_config, trainable=None, fused=None, world=1, kto_completions=None):
@@ -161,11 +168,13 @@ def test_kto_sizes_its_passes_by_the_completions_its_batches_hold(tmp_path, tiny
     assert sum(bounds) == whole < 2 * 2 * 32   # the largest micro-batch's completions, under its 2 whole rows
 
 
-def test_kto_with_the_reference_precomputed_copies_no_whole_batch_and_trains_the_same(tmp_path, tiny_model):
+def test_kto_with_the_reference_precomputed_copies_no_whole_batch_and_trains_the_same(tmp_path, tiny_model,
+                                                                                      monkeypatch):
     """precompute_reference: the step looks the reference sums up and runs the policy on the halves, so
     the training batch carries only its units' indices, labels and validity beside them; its loss and
     gradients are the full batch's."""
     spec, job = kto_job(tmp_path, tiny_model, precompute_reference=True)
+    monkeypatch.setattr(preference, "KTO_HALVES", True)
     trainer = Trainer(spec, job, EventWriter(job), log=lambda line: None)
     trainer.prepare()
     lean = trainer.plan.batch_at(0)[1]
