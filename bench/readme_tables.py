@@ -55,9 +55,9 @@ ROWS = (
     Row("DPO, Llama-3.2-1B, prompts once (H100, 2026-12-05 19:42, 40 steps)",
         Pick("llama-3.2-1b", "dpo", "fusetune", "2026-12-05T19:43"),
         Pick("llama-3.2-1b", "dpo", "unsloth+trl", "2026-12-05T19:42")),
-    Row("KTO, Llama-3.2-1B, 8 examples a step, prompts once (H100, 2026-12-06 04:45, 40 steps)",
-        Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-06T04:46"),
-        Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-06T04:45")),
+    Row("KTO, Llama-3.2-1B, 8 examples a step, prompts once (H100, 2026-12-06 08:05, 40 steps)",
+        Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-06T08:08"),
+        Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-06T08:05")),
 )
 
 
