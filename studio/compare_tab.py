@@ -20,18 +20,52 @@ from studio.i18n import t
 class CompareTab:
     select: gr.Dropdown
     only_diff: gr.Checkbox
-    outputs: list[Any]  # [select, plot, legend, config, rewards, evals, evals_note]: what refresh() returns
+    outputs: list[Any]  # [select, plot, legend, config, rewards, evals, evals_note, shown]: what refresh() returns
 
     def refresh(self, ctx: StudioContext, picked: list[str] | None, only_diff: bool = False,
                 lang: str = "en") -> list[Any]:
-        """The job list (the user's picks kept while their jobs exist), the chart and the table."""
+        """The job list (the user's picks kept while their jobs exist), the view of them drawn afresh
+        (their runs may have gone on) and that view's key."""
         records = ctx.runner.list_jobs()
         ids = {r.id for r in records}
         kept = [job_id for job_id in (picked or []) if job_id in ids]
-        choices = [view.job_choice(r, lang) for r in records]
-        plot, legend, table = comparison(ctx, kept, only_diff, lang)
-        return [gr.update(choices=choices, value=kept), plot, legend, table, reward_comparison(ctx, kept, lang),
-                *evaluation_comparison(ctx, kept, lang)]
+        return [picks_update([view.job_choice(r, lang) for r in records], picked, kept),
+                *view_outputs(ctx, kept, only_diff, lang), view_key(kept, only_diff, lang)]
+
+
+def picks_update(choices: list[Any], picked: list[str] | None, kept: list[str]) -> Any:
+    """The choices, and the picks only where a picked job is gone: a value written to the multiselect,
+    even the list it holds, fires its `change`."""
+    if kept == list(picked or []):
+        return gr.update(choices=choices)
+    return gr.update(choices=choices, value=kept)
+
+
+def view_key(job_ids: list[str] | None, only_diff: bool, lang: str) -> tuple:
+    """What the view below the picks depends on, apart from the runs' own progress (refresh redraws that)."""
+    return tuple(job_ids or ()), bool(only_diff), lang
+
+
+VIEW_OUTPUTS = 6  # view_outputs()'s length
+
+
+def view_outputs(ctx: StudioContext, job_ids: list[str], only_diff: bool, lang: str) -> list[Any]:
+    """[plot, legend, config, rewards, evals, evals_note] for the picked jobs."""
+    return [*comparison(ctx, job_ids, only_diff, lang), reward_comparison(ctx, job_ids, lang),
+            *evaluation_comparison(ctx, job_ids, lang)]
+
+
+def on_view_change(ctx: StudioContext, job_ids: list[str] | None, only_diff: bool, lang: str,
+                   shown: tuple | None) -> list[Any]:
+    """The view for a pick, the "only differences" box or the language, and its key; nothing at all
+    when the page already shows that view. Gradio 6.31's multiselect fires `change` again, with the
+    picks it holds, whenever an update reaches the page, and `change` runs again once the running one
+    is done (always_last): each redraw set off the next, about twice a second for as long as the tab
+    stayed open. The chart flickered and a user's real pick queued behind the repeats."""
+    key = view_key(job_ids, only_diff, lang)
+    if shown == key:  # a gr.State hands back the very tuple it was given
+        return [gr.skip()] * (VIEW_OUTPUTS + 1)
+    return [*view_outputs(ctx, list(key[0]), only_diff, lang), key]
 
 
 def comparison(ctx: StudioContext, job_ids: list[str] | None, only_diff: bool, lang: str) -> tuple[Any, str, str]:
@@ -83,29 +117,26 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
     evals = bind(gr.Dataframe(interactive=False, wrap=True, visible=False, elem_id="ft-compare-evals"),
                  label="compare.evals")
     evals_note = gr.HTML(elem_id="ft-compare-evals-note")
-    tab = CompareTab(select=select, only_diff=only_diff,
-                     outputs=[select, plot, legend, config, rewards, evals, evals_note])
-
-    def on_pick(job_ids: list[str], only: bool, lang: str) -> tuple[Any, str, str]:
-        return comparison(ctx, job_ids, only, lang)
-
+    shown = gr.State(None)  # view_key() of the view the page shows
+    view_parts = [plot, legend, config, rewards, evals, evals_note]
+    tab = CompareTab(select=select, only_diff=only_diff, outputs=[select, *view_parts, shown])
     sent = gr.State(None)  # the chart's colour map as last sent (studio/plots.py)
 
-    def on_sync(shown: Any, previous: dict | None) -> list[Any]:
-        return list(plots.color_sync(shown, previous))
+    def on_change(job_ids: list[str], only: bool, lang: str, key: tuple | None) -> list[Any]:
+        return on_view_change(ctx, job_ids, only, lang, key)
 
-    # one queue, in order, for everything that draws the table: a pick's answer still on its way when
+    def on_sync(drawn: Any, previous: dict | None) -> list[Any]:
+        return list(plots.color_sync(drawn, previous))
+
+    # one queue, in order, for everything that draws the view: a pick's answer still on its way when
     # "only differences" is ticked must not land after the tick's and show every row again (a loaded
     # 2-core machine, 2026-12-04)
     in_order = {"concurrency_id": "compare-view", "concurrency_limit": 1}
     for trigger in (select.change, only_diff.change, ctx.lang.change):
-        trigger(on_pick, [select, only_diff, ctx.lang], [plot, legend, config], show_progress="hidden",
+        trigger(on_change, [select, only_diff, ctx.lang, shown], [*view_parts, shown], show_progress="hidden",
                 **in_order).then(on_sync, [plot, sent], [plot, sent], show_progress="hidden")
-    for trigger in (select.change, ctx.lang.change):
-        trigger(lambda job_ids, lang: reward_comparison(ctx, job_ids, lang), [select, ctx.lang], rewards,
-                show_progress="hidden")
-        trigger(lambda job_ids, lang: evaluation_comparison(ctx, job_ids, lang), [select, ctx.lang],
-                [evals, evals_note], show_progress="hidden")
+    # the refresh leaves the picks as they are, so no change (and its colour sync) need follow: it syncs itself
     refresh_btn.click(lambda picked, only, lang: tab.refresh(ctx, picked, only, lang),
-                      [select, only_diff, ctx.lang], tab.outputs, **in_order)
+                      [select, only_diff, ctx.lang], tab.outputs, **in_order).then(
+        on_sync, [plot, sent], [plot, sent], show_progress="hidden")
     return tab

@@ -2,6 +2,8 @@
 the differing keys marked."""
 import re
 
+import gradio as gr
+
 from jobs.io.events import EventWriter, summarize
 from jobs.spec import JobSpec
 from jobs.queue.store import JobRecord
@@ -131,3 +133,42 @@ def test_compare_hides_the_evaluation_table_when_no_picked_job_has_one(tmp_path)
     table, note = evaluation_comparison(ctx, ["b"], "en")
     assert not table["visible"] and "No evaluation yet" in note
     assert evaluation_comparison(ctx, [], "en")[1] == ""
+
+
+def skipped(out) -> bool:
+    """gr.skip(): an update that leaves its component as it is."""
+    return isinstance(out, dict) and out == gr.skip()
+
+
+def test_a_repeated_change_with_the_same_view_redraws_nothing(tmp_path):
+    """Gradio's multiselect fires `change` again with the picks it already holds whenever anything
+    on the page updates (twice a second while the tab was open): the view is drawn once per key."""
+    from studio.compare_tab import on_view_change, view_key
+    a, b = run(tmp_path, "a", [2.0, 1.0], lora_r=4), run(tmp_path, "b", [2.5], lora_r=32)
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([a, b]))
+    first = on_view_change(ctx, ["a", "b"], False, "en", None)
+    assert len(first) == 7 and first[-1] == view_key(["a", "b"], False, "en")
+    assert list(dict.fromkeys(first[0]["series"])) == ["tiny · identity (a) · training loss",
+                                                       "tiny · identity (b) · training loss"]
+    repeat = on_view_change(ctx, ["a", "b"], False, "en", first[-1])
+    assert len(repeat) == 7 and all(skipped(out) for out in repeat), repeat
+    # a real change of any part of the key draws again: the picks, their order, the box, the language
+    for args in ((["a"], False, "en"), (["b", "a"], False, "en"), (["a", "b"], True, "en"),
+                 (["a", "b"], False, "zh-CN")):
+        again = on_view_change(ctx, *args, first[-1])
+        assert again[-1] == view_key(*args) and not any(skipped(out) for out in again)
+
+
+def test_refresh_rewrites_the_picks_only_when_a_picked_job_is_gone(tmp_path):
+    """Writing the multiselect's value, even the same list, makes it fire `change`: the refresh
+    (tab switch, the button) sends the choices alone while every picked job still exists."""
+    from studio.compare_tab import CompareTab, view_key
+    a, b = run(tmp_path, "a", [2.0, 1.0]), run(tmp_path, "b", [2.5])
+    ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([a, b]))
+    tab = CompareTab(select=None, only_diff=None, outputs=[])
+    select, *view_parts, key = tab.refresh(ctx, ["b", "a"], False, "en")
+    assert "value" not in select and [value for _, value in select["choices"]] == ["a", "b"]
+    assert len(view_parts) == 6 and key == view_key(["b", "a"], False, "en")
+    assert "value" not in tab.refresh(ctx, [], False, "en")[0]
+    select, *_, key = tab.refresh(ctx, ["gone", "a"], True, "en")
+    assert select["value"] == ["a"] and key == view_key(["a"], True, "en")
