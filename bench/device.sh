@@ -24,6 +24,8 @@
 #   bash bench/device.sh decode-profile SHAPE LEN   GRPO sampling in parts and by kernel (profile_decode.py)
 #   bash bench/device.sh pref8b              FSDP-QLoRA on CUDA, then packed DPO 8B within the padded peer's peak (issues 37, 38)
 #   bash bench/device.sh gguf-part; identity  the default identity job on the GPU, the built-in model carried in two calls (issue 42)
+#   bash bench/device.sh sft40 SHAPE  SFT by issue 38's protocol: Unsloth + TRL (packing) first, ours within its
+#                                            peak, 40 steps; PROFILE=1: then a profile of ours
 #   bash bench/device.sh pair40 SHAPE METHOD [fsdpq]  the peer, then ours within its peak, 40 steps, then a profile (issue 38's
 #                                            protocol); METHOD dpo|orpo|kto (KTO 1B: `pair40 llama-3.2-1b kto`); PROFILE=0: no profile
 #   bash bench/device.sh pair SHAPE METHOD   one preference pair: Unsloth + TRL's trainer, then ours within its peak
@@ -306,6 +308,19 @@ case "$what" in
     Y=$(ls -t "$DIR/$S"-fusetune-auto-bf16-budget*-"$3".yaml 2>/dev/null | head -1)
     [ -n "$Y" ] && [ "${PROFILE:-1}" != 0 ] && stage "profile $3" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 --host \
       --out "$OUT/profile_job_${3}_$S.json" ;;
+  sft40)   # sft40 SHAPE: issue 38's protocol for SFT (40 steps, 5 warm-up): Unsloth + TRL with packing first,
+    # ours within its peak (PROFILE=1: then where our step's time goes, bench/profile_job.py)
+    versions
+    S=${2:-llama-3.2-1b}; R=$(rows_of "$S")
+    prepare "$S" --examples 2000
+    unsloth_job 220 --shape "$S" --rows "$R" --steps 40 --warmup 5
+    peak=$(peak_of "$OUT/job.jsonl" "unsloth+trl" "shape=$S")
+    echo "   peer peak $peak GiB" | tee -a "$LOG"
+    [ "$peak" != 0 ] && job "sft_budget_$peak" 150 --stack fusetune --shape "$S" --rows "$R" --steps 40 --warmup 5 \
+      --checkpointing auto --max-gpu-memory-gb "$peak"
+    Y="$DIR/$S-fusetune-auto-bf16-budget$peak.yaml"   # bench_job.py's name for an SFT row (no method suffix)
+    [ -e "$Y" ] && [ "${PROFILE:-0}" != 0 ] && stage "profile sft" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 \
+      --host --out "$OUT/profile_job_sft_$S.json" ;;
   pair)   # pair SHAPE METHOD: prepares the shape's pairs once (shared with GRPO), then pref_pair
     versions
     { [ -e "$DIR/$2/config.json" ] && [ -e "$DIR/kto.jsonl" ]; } || stage "prepare pairs $2" 200 $PY \
