@@ -127,8 +127,11 @@ def _wire_tab_switches(ctx: StudioContext, built: _Tabs) -> None:
                                    show_progress="hidden")
     items["jobs"].select(lambda job_id, language: refresh(ctx, job_id, None, None, language),
                          [jobs.select, lang], jobs.refresh_outputs, show_progress="hidden")
-    items["compare"].select(lambda picked, only, language: compare.refresh(ctx, picked, only, language),
-                            [compare.select, compare.only_diff, lang], compare.outputs, show_progress="hidden")
+    # the refresh redraws the chart without touching the picks, so no pick's change follows with the
+    # colour sync (Gradio 6.31 fires one anyway, a quirk studio/compare_tab.py on_view_change absorbs)
+    compare.sync_colors(items["compare"].select(
+        lambda picked, only, language: compare.refresh(ctx, picked, only, language),
+        [compare.select, compare.only_diff, lang], compare.outputs, show_progress="hidden"))
     items["export"].select(lambda picked, language: export.refresh(ctx, picked, language),
                            [export.picked, lang], export.select, show_progress="hidden")
     items["evaluate"].select(lambda picked, language: evaluate_choices_update(ctx, picked, language),

@@ -21,6 +21,8 @@ class CompareTab:
     select: gr.Dropdown
     only_diff: gr.Checkbox
     outputs: list[Any]  # [select, plot, legend, config, rewards, evals, evals_note, shown]: what refresh() returns
+    sync_colors: Any = None  # sync_colors(event): the chart's colour sync after an event that redrew it
+
 
     def refresh(self, ctx: StudioContext, picked: list[str] | None, only_diff: bool = False,
                 lang: str = "en") -> list[Any]:
@@ -132,11 +134,14 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
     # "only differences" is ticked must not land after the tick's and show every row again (a loaded
     # 2-core machine, 2026-12-04)
     in_order = {"concurrency_id": "compare-view", "concurrency_limit": 1}
+
+    def sync_colors(event: Any) -> Any:
+        return event.then(on_sync, [plot, sent], [plot, sent], show_progress="hidden")
+    tab.sync_colors = sync_colors
     for trigger in (select.change, only_diff.change, ctx.lang.change):
-        trigger(on_change, [select, only_diff, ctx.lang, shown], [*view_parts, shown], show_progress="hidden",
-                **in_order).then(on_sync, [plot, sent], [plot, sent], show_progress="hidden")
-    # the refresh leaves the picks as they are, so no change (and its colour sync) need follow: it syncs itself
-    refresh_btn.click(lambda picked, only, lang: tab.refresh(ctx, picked, only, lang),
-                      [select, only_diff, ctx.lang], tab.outputs, **in_order).then(
-        on_sync, [plot, sent], [plot, sent], show_progress="hidden")
+        sync_colors(trigger(on_change, [select, only_diff, ctx.lang, shown], [*view_parts, shown],
+                            show_progress="hidden", **in_order))
+    # the refresh leaves the picks as they are, so no change (and its colour sync) follows: it syncs itself
+    sync_colors(refresh_btn.click(lambda picked, only, lang: tab.refresh(ctx, picked, only, lang),
+                                  [select, only_diff, ctx.lang], tab.outputs, **in_order))
     return tab
