@@ -269,6 +269,13 @@ class JobSpec:
         if to_run:
             _check_run_inputs(self)
 
+    def optimizer_steps(self, per_epoch: int) -> int:
+        """The optimizer steps a run of this spec takes over a plan of `per_epoch` micro-batches an epoch:
+        max_steps when set, else num_epochs of them (at least one)."""
+        if self.max_steps > 0:
+            return self.max_steps
+        return max(1, math.ceil(math.ceil(per_epoch / self.gradient_accumulation_steps) * self.num_epochs))
+
     def batch_tokens(self) -> int:
         """Tokens one micro-batch of this method holds at most, what memory is sized by (the fit check and
         the checkpointing policy): sft batch_size rows of max_seq_length; a preference method batch_size

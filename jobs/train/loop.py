@@ -193,10 +193,7 @@ class Trainer:
             self.log(f"memory estimate: {self.fit_estimate.summary()}")
 
     def _total_steps(self) -> int:
-        if self.spec.max_steps > 0:
-            return self.spec.max_steps
-        per_epoch = math.ceil(self.plan.per_epoch / self.spec.gradient_accumulation_steps)
-        return max(1, math.ceil(per_epoch * self.spec.num_epochs))
+        return self.spec.optimizer_steps(self.plan.per_epoch)
 
     def _resume(self, folder: Path) -> None:
         state = checkpoints.load_checkpoint(folder, self.model, self.optimizer, self.scheduler)

@@ -257,10 +257,9 @@ class KTO(PreferenceMethod):
             accumulation, world = spec.gradient_accumulation_steps, t.dist.world_size
             plan = PairPlan(t.examples, spec.batch_size * world, 2 * spec.max_seq_length, packed, spec.seed,
                             pad_id=t.tokenizer.pad_token_id, accumulation=accumulation, world=world, shared=shared)
-            # the micro-batches the loop trains (jobs/train/loop.py _total_steps; a resume trains fewer)
-            steps = spec.max_steps if spec.max_steps > 0 else math.ceil(
-                math.ceil(plan.per_epoch / accumulation) * spec.num_epochs)
-            self.completions = plan.completion_bounds(max(1, steps) * accumulation)[:spec.batch_size]
+            # the micro-batches the loop trains (a resume trains fewer)
+            self.completions = plan.completion_bounds(spec.optimizer_steps(plan.per_epoch) * accumulation)[
+                :spec.batch_size]
         return {"kto_completions": self.completions}
 
     def policy_sums(self, model, batch: dict) -> tuple:
