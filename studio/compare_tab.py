@@ -5,7 +5,7 @@ metric by metric, with a note naming the picked jobs that have none."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import gradio as gr
 
@@ -21,8 +21,7 @@ class CompareTab:
     select: gr.Dropdown
     only_diff: gr.Checkbox
     outputs: list[Any]  # [select, plot, legend, config, rewards, evals, evals_note, shown]: what refresh() returns
-    sync_colors: Any = None  # sync_colors(event): the chart's colour sync after an event that redrew it
-
+    sync_colors: Callable[[Any], Any]  # sync_colors(event): the chart's colour sync after an event that redrew it
 
     def refresh(self, ctx: StudioContext, picked: list[str] | None, only_diff: bool = False,
                 lang: str = "en") -> list[Any]:
@@ -121,23 +120,24 @@ def build_compare_tab(ctx: StudioContext) -> CompareTab:
     evals_note = gr.HTML(elem_id="ft-compare-evals-note")
     shown = gr.State(None)  # view_key() of the view the page shows
     view_parts = [plot, legend, config, rewards, evals, evals_note]
-    tab = CompareTab(select=select, only_diff=only_diff, outputs=[select, *view_parts, shown])
     sent = gr.State(None)  # the chart's colour map as last sent (studio/plots.py)
-
-    def on_change(job_ids: list[str], only: bool, lang: str, key: tuple | None) -> list[Any]:
-        return on_view_change(ctx, job_ids, only, lang, key)
 
     def on_sync(drawn: Any, previous: dict | None) -> list[Any]:
         return list(plots.color_sync(drawn, previous))
+
+    def sync_colors(event: Any) -> Any:
+        return event.then(on_sync, [plot, sent], [plot, sent], show_progress="hidden")
+
+    tab = CompareTab(select=select, only_diff=only_diff, outputs=[select, *view_parts, shown],
+                     sync_colors=sync_colors)
+
+    def on_change(job_ids: list[str], only: bool, lang: str, key: tuple | None) -> list[Any]:
+        return on_view_change(ctx, job_ids, only, lang, key)
 
     # one queue, in order, for everything that draws the view: a pick's answer still on its way when
     # "only differences" is ticked must not land after the tick's and show every row again (a loaded
     # 2-core machine, 2026-12-04)
     in_order = {"concurrency_id": "compare-view", "concurrency_limit": 1}
-
-    def sync_colors(event: Any) -> Any:
-        return event.then(on_sync, [plot, sent], [plot, sent], show_progress="hidden")
-    tab.sync_colors = sync_colors
     for trigger in (select.change, only_diff.change, ctx.lang.change):
         sync_colors(trigger(on_change, [select, only_diff, ctx.lang, shown], [*view_parts, shown],
                             show_progress="hidden", **in_order))

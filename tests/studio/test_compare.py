@@ -165,7 +165,7 @@ def test_refresh_rewrites_the_picks_only_when_a_picked_job_is_gone(tmp_path):
     from studio.compare_tab import CompareTab, view_key
     a, b = run(tmp_path, "a", [2.0, 1.0]), run(tmp_path, "b", [2.5])
     ctx = StudioContext(data_dir=tmp_path, runner=ListRunner([a, b]))
-    tab = CompareTab(select=None, only_diff=None, outputs=[])
+    tab = CompareTab(select=None, only_diff=None, outputs=[], sync_colors=lambda event: event)
     select, *view_parts, key = tab.refresh(ctx, ["b", "a"], False, "en")
     assert "value" not in select and [value for _, value in select["choices"]] == ["a", "b"]
     assert len(view_parts) == 6 and key == view_key(["b", "a"], False, "en")
