@@ -52,6 +52,22 @@ class Batch:
         return {**moved, **self.ints}
 
 
+@dataclass
+class Passes(Batch):
+    """A micro-batch that trains in several forward + backward passes, its `parts` (within
+    max_gpu_memory_gb: jobs/models/fit_passes.py); its counts are the parts' sums."""
+
+    parts: list[Batch] = field(default_factory=list)
+
+    def pinned(self) -> "Passes":
+        return Passes({}, {}, self.real_tokens, self.label_tokens, [part.pinned() for part in self.parts])
+
+
+def passes_of(batch: Batch) -> list[Batch]:
+    """The batches one micro-batch trains as: its parts, or itself."""
+    return batch.parts if isinstance(batch, Passes) else [batch]
+
+
 def _seeded_order(lengths: list[int], seed: int) -> list[int]:
     order = list(range(len(lengths)))
     random.Random(seed).shuffle(order)
@@ -205,10 +221,14 @@ class BatchPlan:
 
     def __init__(self, examples: list[Example], batch_size: int, row_length: int, packed: bool,
                  seed: int, pad_id: int, shuffle: bool = True, accumulation: int = 1,
-                 rank: int = 0, world: int = 1):
+                 rank: int = 0, world: int = 1, pass_units: int | None = None):
         """`batch_size` is the global micro-batch (per process x `world` processes); with several
-        processes this one (`rank`) builds its share of every optimizer step (`deal`)."""
+        processes this one (`rank`) builds its share of every optimizer step (`deal`). `pass_units`:
+        at most this many units (packed rows, or examples) a forward; a larger micro-batch becomes
+        `Passes` (within max_gpu_memory_gb: jobs/models/fit_passes.py). Which units make a
+        micro-batch does not depend on it, so neither does the data order a checkpoint records."""
         self.examples, self.batch_size, self.row_length = examples, batch_size, row_length
+        self.pass_units = pass_units
         self.accumulation, self.rank, self.world = accumulation, rank, world
         self.packed, self.seed, self.pad_id, self.shuffle = packed, seed, pad_id, shuffle
         self.lengths = example_lengths(examples)
@@ -223,7 +243,8 @@ class BatchPlan:
         if not self.packed:
             raise ValueError("fixed batch shapes need packed rows")
         most = max(len(row) + 1 for row in self.rows)   # + the padding tail, a document of its own
-        self.fixed = (self.batch_size, self.batch_size * most + 1)
+        rows = min(self.pass_units or self.batch_size, self.batch_size)   # a pass's rows (passes_of)
+        self.fixed = (rows, rows * most + 1)
 
     @property
     def per_epoch(self) -> int:
@@ -273,6 +294,13 @@ class BatchPlan:
         return self._collate(mine)
 
     def _collate(self, group: list[int]) -> Batch:
+        step = self.pass_units
+        if step and len(group) > step:
+            parts = [self._collate_one(group[i:i + step]) for i in range(0, len(group), step)]
+            return Passes({}, {}, sum(p.real_tokens for p in parts), sum(p.label_tokens for p in parts), parts)
+        return self._collate_one(group)
+
+    def _collate_one(self, group: list[int]) -> Batch:
         if self.packed:
             rows = [[self.examples[i] for i in self.rows[r]] for r in group]
             return collate_packed(rows, self.row_length, self.pad_id, self.fixed)

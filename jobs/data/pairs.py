@@ -25,7 +25,7 @@ keep activations for it (jobs/train/methods/preference.py KTO).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -271,22 +271,6 @@ def shared_pays(units: list[PairUnit], cuts: list[int], model_size: tuple[int, i
     return shared_prefix.pays(len(units), shared, 2 * len(units), padded, *model_size)
 
 
-@dataclass
-class Passes(Batch):
-    """A micro-batch that trains in several forward + backward passes, its `parts` (within
-    max_gpu_memory_gb: jobs/models/fit_passes.py); its counts are the parts' sums."""
-
-    parts: list[Batch] = field(default_factory=list)
-
-    def pinned(self) -> "Passes":
-        return Passes({}, {}, self.real_tokens, self.label_tokens, [part.pinned() for part in self.parts])
-
-
-def passes_of(batch: Batch) -> list[Batch]:
-    """The batches one micro-batch trains as: its parts, or itself."""
-    return batch.parts if isinstance(batch, Passes) else [batch]
-
-
 class PairPlan(BatchPlan):
     """BatchPlan over units: the same packing, length grouping, epochs, resume and ranks; a batch
     holds both sequences of each unit. `label_tokens` of a batch counts its units (the loss is
@@ -295,10 +279,9 @@ class PairPlan(BatchPlan):
     `reference_given`: the reference sums are precomputed, so KTO's training batches need no whole
     token tensors beside their halves (`units_only`)."""
 
-    def __init__(self, *args, pass_units: int | None = None, shared: tuple[int, int] | None = None,
-                 kto_halves: bool = False, reference_given: bool = False, **kwargs):
+    def __init__(self, *args, shared: tuple[int, int] | None = None, kto_halves: bool = False,
+                 reference_given: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
-        self.pass_units = pass_units
         self.kto_halves = kto_halves   # KTO training batches also carry their halves apart (KTOBatch)
         self.reference_given = reference_given
         # (hidden, MLP size): padded units hold their prompt once where that pays; packed ones always
@@ -309,13 +292,6 @@ class PairPlan(BatchPlan):
             self.lengths = [len(u.first.input_ids) + len(u.second.input_ids) - n
                             for u, n in zip(self.examples, self.cuts)]
             self.rows = pack(self.lengths, self.row_length, self.seed)
-
-    def _collate(self, group: list[int]) -> Batch:
-        step = self.pass_units
-        if step and len(group) > step:
-            parts = [self._collate_one(group[i:i + step]) for i in range(0, len(group), step)]
-            return Passes({}, {}, sum(p.real_tokens for p in parts), sum(p.label_tokens for p in parts), parts)
-        return self._collate_one(group)
 
     def _collate_one(self, group: list[int]) -> Batch:
         units, where, cuts = self._layout(group)

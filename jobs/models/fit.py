@@ -271,12 +271,13 @@ def grpo_policy_rows(spec, model_config, trainable: int | None = None, fused: bo
 def _policy_pass(spec, model_config, trainable, fused, world: int = 1, prompt_len: int | None = None,
                  prompts_once: bool | None = None, kto_completions: tuple[int, ...] | None = None) -> tuple:
     """(the spec as one pass sizes memory, a note when a micro-batch trains in passes: GRPO's policy
-    step, or a preference micro-batch within a budget, fit_passes.py; KTO's pass with grad holds only
-    its completions where the job knows their counts, fit_kto.py)."""
-    if fit_passes.splits(spec):
-        part = preference_pass_units(spec, model_config, trainable, fused, world, kto_completions)
+    step, or a preference or text SFT micro-batch within a budget, fit_passes.py; KTO's pass with grad
+    holds only its completions where the job knows their counts, fit_kto.py)."""
+    if fit_passes.splits(spec, fit_vision.VisionShape.of(model_config)):
+        part = pass_units(spec, model_config, trainable, fused, world, kto_completions)
         view = dataclasses.replace(spec, batch_size=part) if part < spec.batch_size else spec
-        note = (f"; the micro-batch in passes of up to {part} of its {spec.batch_size} units (packed rows or pairs)"
+        units = "packed rows or examples" if spec.method in ("sft", "kto") else "packed rows or pairs"
+        note = (f"; the micro-batch in passes of up to {part} of its {spec.batch_size} units ({units})"
                 if part < spec.batch_size else "")
         return (fit_kto.grad_view(view, kto_completions) if kto_completions else view), note
     if spec.method != "grpo":
@@ -294,15 +295,16 @@ def _budgeted(spec, fused: bool) -> bool:
     return spec.max_gpu_memory_gb > 0 and spec.gradient_checkpointing == "auto" and fused
 
 
-def preference_pass_units(spec, model_config, trainable: int | None = None, fused: bool | None = None,
-                          world: int = 1, kto_completions: tuple[int, ...] | None = None) -> int:
-    """Units (packed rows, or pairs) one forward + backward of a preference micro-batch takes: all
-    batch_size of them, unless a budget plan applies; then the split and plan of the least predicted
-    step time among those that fit (fit_passes.py), or 1 when none does (the job is then refused:
-    budget_refusal). `kto_completions`: what KTO's passes with grad hold in this job's micro-batches
-    (fit_kto.py, pairs.PairPlan.completion_bounds); without them a pass is planned for its whole units."""
+def pass_units(spec, model_config, trainable: int | None = None, fused: bool | None = None,
+               world: int = 1, kto_completions: tuple[int, ...] | None = None) -> int:
+    """Units (packed rows, pairs or examples) one forward + backward of a preference or text SFT
+    micro-batch takes: all batch_size of them, unless a budget plan applies; then the split and plan
+    of the least predicted step time among those that fit (fit_passes.py), or 1 when none does (the
+    job is then refused: budget_refusal). `kto_completions`: what KTO's passes with grad hold in this
+    job's micro-batches (fit_kto.py, pairs.PairPlan.completion_bounds); without them a pass is planned
+    for its whole units."""
     fused = spec.fused_kernels if fused is None else fused
-    if not (fit_passes.splits(spec) and _budgeted(spec, fused)):
+    if not (fit_passes.splits(spec, fit_vision.VisionShape.of(model_config)) and _budgeted(spec, fused)):
         return spec.batch_size
     from kernels.checkpoint import _host_free_bytes
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
@@ -333,7 +335,7 @@ def least_budget(spec, model_config, trainable: int | None = None, fused: bool |
     shape, b = _Shape.of(model_config), _dtype_bytes(spec, cuda=True)
     vision = fit_vision.VisionShape.of(model_config)
     static, host, view = _static_bytes(spec, shape, b, fused, trainable, vision, world), _host_free_bytes(), \
-        fit_passes.smallest_view(spec)
+        fit_passes.smallest_view(spec, vision)
     table = _hostable_table(view, shape, b, world)
     hosted = table if table and table <= host else 0
     n = shape.layers + fit_vision.plannable(view, vision)
@@ -341,7 +343,7 @@ def least_budget(spec, model_config, trainable: int | None = None, fused: bool |
     least = static - hosted + sum(_step_activations(view, shape, vision, b, fused, n, offload, world).values())
     if spec.method == "grpo":   # sampling one completion a pass holds its KV cache, prefill and logits
         least = max(least, static + fit_rollout.row_bytes(shape, spec.max_seq_length, spec.max_completion_length, b))
-    how = (f"{fit_passes.smallest_pass(spec)}, all {n} layers recomputed"
+    how = (f"{fit_passes.smallest_pass(spec, vision)}, all {n} layers recomputed"
            + (" with their inputs offloaded to pinned CPU memory" if offload else "")
            + (f", the input embedding table ({hosted / GIB:.2f} GiB) in pinned CPU memory" if hosted else ""))
     return least_budget_gb(least), how
@@ -355,4 +357,4 @@ def budget_refusal(spec, model_config, trainable: int | None = None, world: int 
     if found is None or found[0] <= spec.max_gpu_memory_gb:
         return None
     return say("budget_below_least", budget=f"{spec.max_gpu_memory_gb:g}", least=f"{found[0]:.2f}", how=found[1],
-               levers=fit_passes.levers(spec, world))
+               levers=fit_passes.levers(spec, world, fit_vision.VisionShape.of(model_config)))

@@ -1,13 +1,16 @@
-"""Preference micro-batches within `max_gpu_memory_gb`: how many of a micro-batch's units one forward
-and backward takes (jobs/models/fit.py asks; jobs/data/pairs.py's PairPlan cuts the batches).
+"""Micro-batches within `max_gpu_memory_gb`: how many of a micro-batch's units one forward and backward
+takes (jobs/models/fit.py asks; jobs/data/packing.py's BatchPlan, and PairPlan over it, cut the batches).
 
-A unit is a packed row (2 x max_seq_length tokens: whole pairs, or KTO examples with their KL partner)
-or, unpacked, one pair (its two sequences). Packing is where the preference speed comes from, and a
+A preference unit is a packed row (2 x max_seq_length tokens: whole pairs, or KTO examples with their KL
+partner) or, unpacked, one pair (its two sequences); an SFT unit is a packed row or an example (text
+models: an image-text batch is not cut). Packing is where the preference speed comes from, and a
 packed micro-batch of 8 rows of 5,120 tokens on the 1B shape kept ~7.8 GiB with every layer
 recomputed: no checkpointing plan could meet a 4-5 GiB budget, and the job ran over it (issue 38).
 So within a budget the micro-batch may train in passes of fewer units; the loss of a step is
-normalised over all its pairs (jobs/train/loop.py `count`), so the passes' gradients add up to the
-whole's (as TRL's and transformers' gradient accumulation does across micro-batches).
+normalised over all its pairs (jobs/train/loop.py `count`; SFT's over all its answer tokens), so the
+passes' gradients add up to the whole's (as TRL's and transformers' gradient accumulation does across
+micro-batches). The same holds SFT budgets: 4 packed rows of 4,096 on the 1B shape recompute 14 of 16
+layers within 5.37 GiB; a row a pass recomputes 6 and fits a budget that the 4 rows could not.
 
 Which split and plan: for each pass size the fastest checkpointing plan that fits (fit_plan._first_fit),
 then the pair of the two with the least predicted step time: a recomputed layer repeats its forward
@@ -25,14 +28,21 @@ from jobs.spec_values import PREFERENCE_METHODS
 # backward and (DPO, KTO) the reference forward; the 1B DPO step of one row kept the GPU 76 % busy
 # in 0.143 s (bench/NOTES.md, session 30), ~0.035 s of host time
 PASS_SECONDS = 0.03
+# SFT's further pass: the eager packed SFT step kept the GPU 100 % busy at 2-4 rows of 4,096 tokens
+# (jobs/train/graph_steps.py), so its host work may hide behind the GPU's, and a pass would cost its
+# fixed GPU work alone (~0.003 s). Unmeasured: until a same-host A/B (bench/device.sh sft40 with
+# AB_SWITCH=sftpasses, bench_fp8.SWITCHES) shows it, a pass is charged like a preference one, so
+# SFT trains in passes only where a whole micro-batch cannot fit the budget.
+SFT_PASS_SECONDS = PASS_SECONDS
 # the bf16 GEMM rate a LoRA step reaches on an H200: about half of the 790 TFLOP/s peak
 # (../shared/BASELINES.md: 44-64 % useful MFU for the 8B rows)
 STEP_FLOPS = 400e12
 
 
-def splits(spec) -> bool:
-    """Whether this job's micro-batch may train in passes: the preference methods."""
-    return spec.method in PREFERENCE_METHODS
+def splits(spec, vision=None) -> bool:
+    """Whether this job's micro-batch may train in passes: the preference methods, and SFT on a text
+    model (`vision`: fit_vision.VisionShape of an image-text model, whose batches are not cut)."""
+    return spec.method in PREFERENCE_METHODS or (spec.method == "sft" and vision is None)
 
 
 def pass_sizes(units: int) -> list[int]:
@@ -46,7 +56,8 @@ def step_seconds(spec, shape, part: int, recomputed: int) -> float:
     forwards = 3 + (spec.method in ("dpo", "kto") and not spec.precompute_reference)   # + the reference
     forward = 2 * shape.linear_weights() * spec.batch_tokens() / STEP_FLOPS
     passes = -(-spec.batch_size // part)
-    return forward * (forwards + recomputed / max(shape.layers, 1)) + passes * PASS_SECONDS
+    each = SFT_PASS_SECONDS if spec.method == "sft" else PASS_SECONDS
+    return forward * (forwards + recomputed / max(shape.layers, 1)) + passes * each
 
 
 def choose(spec, shape, fits) -> tuple[int, tuple | None]:
@@ -65,25 +76,28 @@ def choose(spec, shape, fits) -> tuple[int, tuple | None]:
 
 
 def unit_name(spec, packed: bool | None, count: int) -> str:
-    """What a pass is counted in: packed rows, or pairs (KTO: examples)."""
+    """What a pass is counted in: packed rows, or pairs (KTO, SFT: examples)."""
     if packed:
         return "packed row" if count == 1 else "packed rows"
-    word = "example" if spec.method == "kto" else "pair"
+    word = "example" if spec.method in ("kto", "sft") else "pair"
     return word if count == 1 else word + "s"
 
 
-def smallest_view(spec):
-    """The job's smallest pass: one unit (preference), one completion (GRPO's policy step), else itself."""
-    if splits(spec):
+def smallest_view(spec, vision=None):
+    """The job's smallest pass: one unit (preference, text SFT), one completion (GRPO's policy step),
+    else itself."""
+    if splits(spec, vision):
         return dataclasses.replace(spec, batch_size=1)
     if spec.method == "grpo":
         return dataclasses.replace(spec, batch_size=1, num_generations=1)
     return spec
 
 
-def smallest_pass(spec) -> str:
+def smallest_pass(spec, vision=None) -> str:
     """The smallest pass of this job in words (the refusal's "how")."""
-    if splits(spec):
+    if splits(spec, vision) and spec.method == "sft":
+        return f"one example or packed row ({spec.max_seq_length:,} tokens at most) a pass"
+    if splits(spec, vision):
         word = "example" if spec.method == "kto" else "pair"
         return f"one {word} or packed row ({2 * spec.max_seq_length:,} tokens at most) a pass"
     if spec.method == "grpo":
@@ -91,10 +105,11 @@ def smallest_pass(spec) -> str:
     return f"the micro-batch of {spec.batch_size} rows of up to {spec.max_seq_length:,} tokens"
 
 
-def levers(spec, world: int = 1) -> str:
+def levers(spec, world: int = 1, vision=None) -> str:
     """What else would lower the least budget, for the refusal (`world`: the processes a sharded job's
     model is split over; more of them hold less each)."""
-    tips = [] if splits(spec) or spec.method == "grpo" or spec.batch_size == 1 else ["a smaller batch_size"]
+    whole = not splits(spec, vision) and spec.method != "grpo" and spec.batch_size > 1
+    tips = ["a smaller batch_size"] if whole else []
     tips.append("a shorter max_seq_length" + (" or max_completion_length" if spec.method == "grpo" else ""))
     if not spec.load_in_4bit:
         tips.append("load_in_4bit: true")

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from jobs.data.packing import passes_of
 from jobs.messages import say
 from jobs.models.errors import ModelError
+from jobs.train.sharding import model_world
 
 
 class StepCancelled(Exception):
@@ -74,8 +76,27 @@ class Method:
         """Host work on one optimizer step's micro-batches [(epoch, batch)] before their device
         step, e.g. GRPO's sampling and rewards; may fill each batch's tensors and counts (the
         loop reads loss_units and real_tokens after it) and may return more micro-batches than it
-        was given (GRPO's policy passes within a memory budget). Default: nothing."""
-        return group
+        was given (GRPO's policy passes within a memory budget). Default: a micro-batch cut into
+        passes within the budget (pass_units) trains pass by pass; the loop's count normalises the
+        loss over the whole step's units, so the gradients add up to the whole's."""
+        return [(x, part) for x, batch in group for part in passes_of(batch)]
+
+    def plan_pass_units(self) -> int | None:
+        """Units (packed rows, pairs or examples) one forward + backward of a micro-batch takes within
+        max_gpu_memory_gb (jobs/models/fit.py pass_units, the split the checkpointing plan was sized
+        for), the plan's `pass_units`; None: the whole micro-batch, as without a budget or off the GPU.
+        For the methods whose batches jobs/models/fit_passes.py may cut (preference, text SFT)."""
+        t, spec = self.trainer, self.spec
+        if not budgeted(t.device, spec):
+            return None
+        from jobs.models import fit
+        from jobs.models.fit_passes import unit_name
+        part = fit.pass_units(spec, t.model.config, trainable=t.trainable, world=model_world(t), **self.fit_sizes())
+        if part >= spec.batch_size:
+            return None
+        t.log(f"{spec.method}: each micro-batch of {spec.batch_size} {unit_name(spec, t.packed, spec.batch_size)} "
+              f"trains in passes of up to {part}, to stay within max_gpu_memory_gb {spec.max_gpu_memory_gb:g}")
+        return part
 
     def before_training(self) -> None:
         """Once after the model and plans exist, before the first step (e.g. reference log-probs)."""
@@ -97,3 +118,9 @@ class Method:
     def evaluate(self, model, plan, device) -> dict:
         """Fields of the eval event: at least eval_loss and eval_tokens (the count it averaged)."""
         raise NotImplementedError
+
+
+def budgeted(device, spec) -> bool:
+    """Whether a micro-batch may train in passes (preference and SFT rows, GRPO's sampling and policy
+    step): on a GPU with max_gpu_memory_gb."""
+    return device.type == "cuda" and spec.max_gpu_memory_gb > 0

@@ -31,7 +31,7 @@ from jobs.models import fit, fit_policy, fit_rollout
 from jobs.models.adapter_switch import reference_pass
 from jobs.train.methods import grpo_loss
 from jobs.train import decode, rng_state
-from jobs.train.methods.base import Method, StepCancelled
+from jobs.train.methods.base import Method, StepCancelled, budgeted
 from jobs.train.methods.grpo_data import (PromptPlan, RolloutBatch, rollout_tensors, rollout_tensors_packed,
                                          rollout_tensors_packed_shared, rollout_tensors_shared, sharing_pays)
 from jobs.train.methods.logprobs import logprobs_op, report_op
@@ -292,11 +292,6 @@ class GroupRelativePolicyOptimization(Method):
 
     def evaluate(self, model, plan, device) -> dict:
         return {"eval_loss": float("nan"), "eval_tokens": 0}
-
-
-def budgeted(device: torch.device, spec) -> bool:
-    """Whether GRPO splits its sampling and policy step into passes: on a GPU with max_gpu_memory_gb."""
-    return device.type == "cuda" and spec.max_gpu_memory_gb > 0
 
 
 def grpo_packing(mode: str, device_type: str, text_config) -> tuple[bool, str]:

@@ -16,10 +16,9 @@ import math
 import torch
 
 from jobs.data import shared_prefix
-from jobs.data.packing import resolve_packing
-from jobs.data.pairs import PairPlan, load_units, passes_of
+from jobs.data.packing import passes_of, resolve_packing
+from jobs.data.pairs import PairPlan, load_units
 from jobs.train import evaluate
-from jobs.train.sharding import model_world
 from jobs.train.methods import preference_losses as losses
 from jobs.train.methods.base import Method
 from jobs.train.methods.logprobs import report_op
@@ -69,7 +68,7 @@ class PreferenceMethod(Method):
         if t.packed:
             from kernels.packed_attention import use_packed_attention
             t.log("  " + use_packed_attention(t.model))
-        self.pass_units = self._pass_units()
+        self.pass_units = self.plan_pass_units()
         t.log(shared_line)
         ranks = dict(rank=t.dist.rank, world=t.dist.world_size, pad_id=t.tokenizer.pad_token_id,
                      pass_units=self.pass_units, shared=self.shared)
@@ -108,28 +107,6 @@ class PreferenceMethod(Method):
             return None, f"{self.spec.method} prompts: once per sequence ({reason})"
         unit = "pair" if self.spec.method != "kto" else "example"
         return shared_prefix.model_size(text), f"{self.spec.method} prompts: once per {unit} ({how})"
-
-    def _pass_units(self) -> int | None:
-        """Units (packed rows, or pairs) one forward + backward takes within max_gpu_memory_gb
-        (jobs/models/fit.py preference_pass_units, the split the checkpointing plan was sized for);
-        None: the whole micro-batch, as without a budget or off the GPU."""
-        t, spec = self.trainer, self.spec
-        if not budgeted(t.device, spec):
-            return None
-        from jobs.models import fit
-        from jobs.models.fit_passes import unit_name
-        part = fit.preference_pass_units(spec, t.model.config, trainable=t.trainable, world=model_world(t),
-                                         **self.fit_sizes())
-        if part >= spec.batch_size:
-            return None
-        t.log(f"{spec.method}: each micro-batch of {spec.batch_size} {unit_name(spec, t.packed, spec.batch_size)} "
-              f"trains in passes of up to {part}, to stay within max_gpu_memory_gb {spec.max_gpu_memory_gb:g}")
-        return part
-
-    def prepare_step(self, group: list) -> list:
-        """A micro-batch cut into passes within the budget trains pass by pass (the loop's count
-        normalises the loss over the whole step's pairs, so the gradients add up to the whole's)."""
-        return [(x, part) for x, batch in group for part in passes_of(batch)]
 
     # ---- reference ------------------------------------------------------------------
     def before_training(self) -> None:
@@ -201,11 +178,6 @@ class PreferenceMethod(Method):
         means = self.step_fields([float(v) / max(1, units) for v in sums])
         loss = total / units if units else math.nan
         return {"eval_loss": loss, "eval_tokens": units, **{f"eval_{k}": v for k, v in means.items()}}
-
-
-def budgeted(device, spec) -> bool:
-    """Whether a micro-batch may train in passes: on a GPU with max_gpu_memory_gb (as GRPO's, grpo.budgeted)."""
-    return device.type == "cuda" and spec.max_gpu_memory_gb > 0
 
 
 class DPO(PreferenceMethod):

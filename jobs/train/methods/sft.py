@@ -48,8 +48,10 @@ class SupervisedFineTuning(Method):
             t.log("  " + use_packed_attention(t.model))
         ranks = dict(rank=t.dist.rank, world=t.dist.world_size, pad_id=t.tokenizer.pad_token_id)
         size = spec.batch_size * t.dist.world_size   # global micro-batches, each rank builds its share
+        # within max_gpu_memory_gb a micro-batch may train in passes of fewer rows (fit_passes.py); the
+        # evaluation holds no activations for a backward and takes its micro-batches whole
         plan = BatchPlan(t.examples, size, spec.max_seq_length, t.packed, spec.seed,
-                         accumulation=spec.gradient_accumulation_steps, **ranks)
+                         accumulation=spec.gradient_accumulation_steps, pass_units=self.plan_pass_units(), **ranks)
         eval_plan = (BatchPlan(t.eval_examples, size, spec.max_seq_length, t.packed, spec.seed, shuffle=False,
                                **ranks) if t.eval_examples else None)
         if t.packed:

@@ -7,7 +7,8 @@ import random
 import pytest
 
 from jobs.data.encode import IGNORE_INDEX, Example
-from jobs.data.pairs import PairPlan, PairUnit, collate_half, passes_of
+from jobs.data.packing import passes_of
+from jobs.data.pairs import PairPlan, PairUnit, collate_half
 
 SHARED = (64, 256)   # (hidden, MLP size): packed rows hold each prompt once
 ROW = 128            # 2 x max_seq_length: every sequence here is under 64 tokens

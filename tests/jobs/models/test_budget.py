@@ -12,7 +12,7 @@ HOST = 512 * 2 ** 30
 
 
 def budget_spec(budget, **extra):
-    return spec(2, 2048, "auto", max_gpu_memory_gb=budget, **extra)
+    return spec(1, 4096, "auto", max_gpu_memory_gb=budget, **extra)   # one row: no passes (fit_passes.py)
 
 
 def recomputed(plan):
@@ -37,7 +37,7 @@ def test_one_layer_less_recompute_would_break_the_budget(monkeypatch):
     model, s = config("llama-3.1-8b"), budget_spec(24.0)
     shape, b = fit._Shape.of(model), 2
     n, offload, _, _ = fit._budget_plan(s, shape, b, fit._static_bytes(s, shape, b, True, None), True)
-    parts = fit._activations(shape, 2 * 2048, b, True, n - 1, True)
+    parts = fit._activations(shape, 4096, b, True, n - 1, True)
     assert fit._static_bytes(s, shape, b, True, None) + sum(parts.values()) > fit.allocatable_bytes(24.0)
 
 
@@ -131,3 +131,24 @@ def test_the_fit_check_is_within_10_percent_of_each_budget_jobs_measured_peak(ro
     parts = fit._activations(shape, tokens, b, True, recomputed_layers, "offloaded" in ran)
     predicted = (fit._static_bytes(s, shape, b, True, None) + sum(parts.values())) / 2 ** 30
     assert abs(predicted - row["peak_gib"]) <= 0.10 * row["peak_gib"], (ran, parts, predicted, row["peak_gib"])
+
+
+def test_an_sft_micro_batch_trains_in_passes_where_the_whole_cannot_fit(monkeypatch):
+    """SFT 1B, 4 packed rows of 4,096: 3 GiB is under what the whole micro-batch can hold (3.99 with
+    every layer recomputed and offloaded), so it trains a row a pass, within the budget, and the least
+    budget is a row's. Where the whole fits, a pass is charged like a preference one (fit_passes.py
+    SFT_PASS_SECONDS) and the 4 rows stay one pass; charged its GPU work alone (the bench's sftpasses
+    switch), a row a pass recomputes 6 of 16 layers instead of 14."""
+    from jobs.models import fit_passes
+    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+    model = config("llama-3.2-1b")
+    tight, roomy = spec(4, 4096, "auto", max_gpu_memory_gb=3.0), spec(4, 4096, "auto", max_gpu_memory_gb=5.37)
+    least, how = fit.least_budget(tight, model)
+    assert least < 3.0 and how.startswith("one example or packed row (4,096 tokens at most) a pass")
+    assert fit.pass_units(tight, model) == 1 and fit.budget_refusal(tight, model) is None
+    estimate = fit.estimate_peak(tight, model, free_bytes=140 * 2 ** 30)
+    assert estimate.allocated_gb <= 3.0
+    assert "passes of up to 1 of its 4 units (packed rows or examples)" in estimate.notes[0]
+    assert fit.pass_units(roomy, model) == 4 and recomputed(fit.plan_within_budget(roomy, model)) == 14
+    monkeypatch.setattr(fit_passes, "SFT_PASS_SECONDS", 0.003)
+    assert fit.pass_units(roomy, model) == 1 and recomputed(fit.plan_within_budget(roomy, model)) == 6

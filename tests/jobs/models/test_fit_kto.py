@@ -72,8 +72,8 @@ def test_passes_are_sized_by_the_completions_they_hold():
     either way)."""
     model, job = config("llama-3.2-1b"), pref(4.0, "kto", rows=8, seq=2560)
     completions = (3100,) * 8
-    assert fit.preference_pass_units(job, model) == 3
-    assert fit.preference_pass_units(job, model, kto_completions=completions) == 4
+    assert fit.pass_units(job, model) == 3
+    assert fit.pass_units(job, model, kto_completions=completions) == 4
     planned = estimate(job, kto_completions=completions)
     assert planned.allocated_gb <= 4.0 and planned.tokens == 4 * 3100
     assert "passes of up to 4 of its 8 units" in planned.notes[0] and "15 of 16" in planned.checkpointing

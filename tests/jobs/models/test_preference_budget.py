@@ -35,7 +35,7 @@ def test_a_packed_micro_batch_over_the_budget_trains_in_passes_that_fit(method):
     parts = []
     for budget in (5.78, 4.0):
         job = pref(budget, method)
-        part = fit.preference_pass_units(job, model)
+        part = fit.pass_units(job, model)
         flags, offload, description, hosted = fit.plan_within_budget(job, model)
         estimate = fit.estimate_peak(job, model, packed=True, free_bytes=H200, total_bytes=H200)
         assert 1 <= part < 8 and f"passes of up to {part} of its 8 units" in description
@@ -46,7 +46,7 @@ def test_a_packed_micro_batch_over_the_budget_trains_in_passes_that_fit(method):
     assert parts[1] <= parts[0]
     whole = fit.estimate_peak(pref(0.0, method, gradient_checkpointing="offload"), model, packed=True)
     assert whole.allocated_gb > 5.78   # what one pass of all 8 rows would hold at the least
-    assert fit.preference_pass_units(pref(0.0, method), model) == 8   # no budget: one pass
+    assert fit.pass_units(pref(0.0, method), model) == 8   # no budget: one pass
 
 
 def test_the_split_is_the_fastest_predicted_not_merely_the_fewest_passes():
@@ -57,7 +57,7 @@ def test_the_split_is_the_fastest_predicted_not_merely_the_fewest_passes():
     model, job = config("llama-3.2-1b"), pref(5.78)
     shape = fit._Shape.of(model)
     static = fit._static_bytes(job, shape, 2, True, None)
-    chosen = fit.preference_pass_units(job, model)
+    chosen = fit.pass_units(job, model)
     costs = {}
     for part in fit_passes.pass_sizes(8):
         found = fit._first_fit(fit.dataclasses.replace(job, batch_size=part), shape, 2, static, True, HOST, None)
@@ -68,10 +68,10 @@ def test_the_split_is_the_fastest_predicted_not_merely_the_fewest_passes():
 
 def test_a_roomy_budget_keeps_one_pass_and_the_8b_shape_splits_too():
     model = config("llama-3.2-1b")
-    assert fit.preference_pass_units(pref(40.0), model) == 8
+    assert fit.pass_units(pref(40.0), model) == 8
     eight_b = config("llama-3.1-8b")
     job = pref(19.39)      # Unsloth + TRL DPO 8B's peak (padded, 2026-12-04)
-    part = fit.preference_pass_units(job, eight_b)
+    part = fit.pass_units(job, eight_b)
     estimate = fit.estimate_peak(job, eight_b, packed=True, free_bytes=H200, total_bytes=H200)
     assert part < 8 and estimate.allocated_gb <= 19.39
 
@@ -88,7 +88,7 @@ def test_an_impossible_budget_is_refused_naming_the_least_budget_and_how(tmp_pat
     assert message.startswith("2.5 GiB is less than this job can run within: it needs at least "
                               f"{least:.2f} GiB ({how})") and "load_in_4bit: true" in message
     assert fit.budget_refusal(pref(least), model) is None
-    assert fit.preference_pass_units(pref(least), model) == 1
+    assert fit.pass_units(pref(least), model) == 1
     assert fit.estimate_peak(pref(least), model, packed=True).allocated_gb <= least
     assert fit.budget_refusal(pref(0.0), model) is None                     # no budget, nothing to refuse
     assert fit.budget_refusal(pref(2.5, gradient_checkpointing="on"), model) is None   # the plan does not follow it

@@ -10,13 +10,13 @@ import json
 import pytest
 import torch
 
-from jobs.data.packing import Batch
-from jobs.data.pairs import PairPlan, Passes, collate_units
+from jobs.data.packing import Batch, Passes
+from jobs.data.pairs import PairPlan, collate_units
 from jobs.io.events import EventWriter
 from jobs.models import fit
 from jobs.spec import JobSpec
 from jobs.train.loop import Trainer
-from jobs.train.methods import preference
+from jobs.train.methods import base, preference
 from tests.jobs.train.test_preference_job import PAIRS
 
 
@@ -32,8 +32,8 @@ def test_a_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tmp_pat
     def pass_units(spec, model_config, trainable=None, fused=None, world=1):
         seen["trainable"] = trainable
         return 1
-    monkeypatch.setattr(preference, "budgeted", lambda device, spec: True)
-    monkeypatch.setattr(fit, "preference_pass_units", pass_units)
+    monkeypatch.setattr(base, "budgeted", lambda device, spec: True)
+    monkeypatch.setattr(fit, "pass_units", pass_units)
     trainer = Trainer(spec, job, EventWriter(job), log=lines.append)
     trainer.prepare()
     assert seen["trainable"] == trainer.trainable > 0 and trainer.plan.pass_units == 1
@@ -158,8 +158,8 @@ def test_kto_sizes_its_passes_by_the_completions_its_batches_hold(tmp_path, tiny
     def pass_units(spec, model_config, trainable=None, fused=None, world=1, kto_completions=None):
         seen["completions"] = kto_completions
         return spec.batch_size
-    monkeypatch.setattr(preference, "budgeted", lambda device, spec: True)
-    monkeypatch.setattr(fit, "preference_pass_units", pass_units)
+    monkeypatch.setattr(base, "budgeted", lambda device, spec: True)
+    monkeypatch.setattr(fit, "pass_units", pass_units)
     trainer = Trainer(spec, job, EventWriter(job), log=lambda line: None)
     trainer.prepare()
     bounds = trainer.plan.completion_bounds(3 * 2)   # max_steps x accumulation micro-batches
