@@ -42,7 +42,11 @@ SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),   # the
             "torchT": ("kernels.ops.fp8_transpose", "BACKEND", "torch"),
             "policyfirst": ("jobs.train.methods.preference", "REFERENCE_FIRST", False),   # DPO's pass order
             "ktowhole": ("jobs.train.methods.preference", "KTO_HALVES", False),   # KTO's KL answers with grad
-            "ktohalves": ("jobs.train.methods.preference", "KTO_HALVES", True)}   # ... in a forward without grad
+            "ktohalves": ("jobs.train.methods.preference", "KTO_HALVES", True),   # ... in a forward without grad
+            # SFT's further pass charged its fixed GPU work alone: a budgeted SFT micro-batch in passes of
+            # fewer rows that recompute fewer layers (jobs/models/fit_passes.py SFT_PASS_SECONDS)
+            "sftpasses": ("jobs.models.fit_passes", "SFT_PASS_SECONDS", 0.003),
+            "sftwhole": ("jobs.models.fit_passes", "SFT_PASS_SECONDS", 10.0)}   # ... in passes only to fit
 
 
 def save_base(model, folder: Path, vocab: int) -> None:

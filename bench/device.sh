@@ -25,7 +25,8 @@
 #   bash bench/device.sh pref8b              FSDP-QLoRA on CUDA, then packed DPO 8B within the padded peer's peak (issues 37, 38)
 #   bash bench/device.sh gguf-part; identity  the default identity job on the GPU, the built-in model carried in two calls (issue 42)
 #   bash bench/device.sh sft40 SHAPE  SFT by issue 38's protocol: Unsloth + TRL (packing) first, ours within its
-#                                            peak, 40 steps; PROFILE=1: then a profile of ours
+#                                            peak, 40 steps; PROFILE=1: then a profile of ours; AB_SWITCH=sftpasses:
+#                                            ours again with the micro-batch in passes of fewer rows
 #   bash bench/device.sh pair40 SHAPE METHOD [fsdpq]  the peer, then ours within its peak, 40 steps, then a profile (issue 38's
 #                                            protocol); METHOD dpo|orpo|kto (KTO 1B: `pair40 llama-3.2-1b kto`); PROFILE=0: no profile
 #   bash bench/device.sh pair SHAPE METHOD   one preference pair: Unsloth + TRL's trainer, then ours within its peak
@@ -318,6 +319,9 @@ case "$what" in
     echo "   peer peak $peak GiB" | tee -a "$LOG"
     [ "$peak" != 0 ] && job "sft_budget_$peak" 150 --stack fusetune --shape "$S" --rows "$R" --steps 40 --warmup 5 \
       --checkpointing auto --max-gpu-memory-gb "$peak"
+    # AB_SWITCH=NAME: ours again with an engine switch (e.g. sftpasses: the micro-batch in passes of fewer rows)
+    [ "$peak" != 0 ] && [ -n "${AB_SWITCH:-}" ] && job "sft_budget_${peak}_$AB_SWITCH" 150 --stack fusetune --shape "$S" \
+      --rows "$R" --steps 40 --warmup 5 --checkpointing auto --max-gpu-memory-gb "$peak" --switch "$AB_SWITCH"
     Y="$DIR/$S-fusetune-auto-bf16-budget$peak.yaml"   # bench_job.py's name for an SFT row (no method suffix)
     [ -e "$Y" ] && [ "${PROFILE:-0}" != 0 ] && stage "profile sft" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 \
       --host --out "$OUT/profile_job_sft_$S.json" ;;
