@@ -107,9 +107,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--variants", default="whole,passes,whole", help="whole twice: drift; one alone: its peak")
     args = parser.parse_args()
-    for name, pass_seconds in (("whole", 10.0), ("passes", 0.003), ("whole", 10.0)):   # whole twice: drift
-        result = run_variant(args, name, pass_seconds)
+    for name in args.variants.split(","):
+        result = run_variant(args, name, {"whole": 10.0, "passes": 0.003}[name])
         line = json.dumps(result)
         print(line, flush=True)
         if args.out:

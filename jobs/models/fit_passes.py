@@ -10,7 +10,8 @@ So within a budget the micro-batch may train in passes of fewer units; the loss 
 normalised over all its pairs (jobs/train/loop.py `count`; SFT's over all its answer tokens), so the
 passes' gradients add up to the whole's (as TRL's and transformers' gradient accumulation does across
 micro-batches). The same holds SFT budgets: 4 packed rows of 4,096 on the 1B shape recompute 14 of 16
-layers within 5.37 GiB; a row a pass recomputes 6 and fits a budget that the 4 rows could not.
+layers within 5.37 GiB; a row a pass recomputes 6 (slower there: SFT_PASS_SECONDS), and fits budgets
+down to 2.89 GiB where the 4 rows need 3.99.
 
 Which split and plan: for each pass size the fastest checkpointing plan that fits (fit_plan._first_fit),
 then the pair of the two with the least predicted step time: a recomputed layer repeats its forward
@@ -28,11 +29,12 @@ from jobs.spec_values import PREFERENCE_METHODS
 # backward and (DPO, KTO) the reference forward; the 1B DPO step of one row kept the GPU 76 % busy
 # in 0.143 s (bench/NOTES.md, session 30), ~0.035 s of host time
 PASS_SECONDS = 0.03
-# SFT's further pass: the eager packed SFT step kept the GPU 100 % busy at 2-4 rows of 4,096 tokens
-# (jobs/train/graph_steps.py), so its host work may hide behind the GPU's, and a pass would cost its
-# fixed GPU work alone (~0.003 s). Unmeasured: until a same-host A/B (bench/device.sh sft40 with
-# AB_SWITCH=sftpasses, bench_fp8.SWITCHES) shows it, a pass is charged like a preference one, so
-# SFT trains in passes only where a whole micro-batch cannot fit the budget.
+# SFT's further pass costs about what a preference one does (bench/results/sft_passes_ab.jsonl, one
+# H100, 2026-12-06): 1B, 4 rows of 4,096 within 5.37 GiB, a row a pass (6 of 16 layers recomputed)
+# took 0.332 s a step against 0.291 whole (14 of 16): the 8 layer forwards saved (~0.04 s) bought three
+# passes at ~0.026 s each; 8B, 2 rows within 19.8, a row a pass (24 of 32) 0.715-0.719 s against 0.739
+# whole (29 of 32), 19.40 GiB measured (19.36 predicted). The model chose the faster side of both.
+# The bench switch sftpasses (bench_fp8.SWITCHES) charges 0.003 s, for an A/B against the whole.
 SFT_PASS_SECONDS = PASS_SECONDS
 # the bf16 GEMM rate a LoRA step reaches on an H200: about half of the 790 TFLOP/s peak
 # (../shared/BASELINES.md: 44-64 % useful MFU for the 8B rows)
