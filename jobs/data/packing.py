@@ -289,9 +289,26 @@ class BatchPlan:
         return self._mine
 
     def build(self, mine: list[int], stand_in: int) -> Batch:
-        if not mine:  # this process's share of an epoch's short last batch is empty
-            return _untrained(self._collate([stand_in]))
-        return self._collate(mine)
+        # this process's share of an epoch's short last batch may be empty: a stand-in runs instead
+        batch = self._collate(mine) if mine else self._stand_in(stand_in)
+        return self._even_passes(batch, stand_in)
+
+    def _stand_in(self, unit: int) -> Batch:
+        """A pass that runs like the others (DDP, FSDP) and adds nothing (`_untrained`)."""
+        return _untrained(self._collate_one([unit]))
+
+    def _even_passes(self, batch: Batch, stand_in: int) -> Batch:
+        """With several processes and `pass_units`, every rank runs as many passes as a full
+        micro-batch takes: FSDP gathers each layer in every forward, so a rank that ran one pass
+        fewer would leave the others waiting. Only an epoch's short last micro-batch, dealt unevenly,
+        has fewer; stand-ins make up the count."""
+        if self.world == 1 or not self.pass_units:
+            return batch
+        parts, want = passes_of(batch), -(-(self.batch_size // self.world) // self.pass_units)
+        if len(parts) >= want:
+            return batch
+        parts = parts + [self._stand_in(stand_in) for _ in range(want - len(parts))]
+        return Passes({}, {}, batch.real_tokens, batch.label_tokens, parts)
 
     def _collate(self, group: list[int]) -> Batch:
         step = self.pass_units

@@ -352,10 +352,8 @@ class PairPlan(BatchPlan):
         members = self.rows[unit] if self.packed else [unit]
         return sum(len(self.examples[i].first.input_ids) for i in members)
 
-    def build(self, mine: list[int], stand_in: int) -> Batch:
-        if mine:
-            return self._collate(mine)
-        batch = self._collate([stand_in])    # runs like the others (DDP), adds nothing
+    def _stand_in(self, unit: int) -> Batch:
+        batch = self._collate_one([unit])    # runs like the others (DDP, FSDP), adds nothing
         batch.tensors["pref_valid"].zero_()
         batch.label_tokens = 0
         return batch

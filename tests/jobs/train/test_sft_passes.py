@@ -6,7 +6,7 @@ The split is for GPUs only, so here the GPU guard is opened and the plan's arith
 spy (the arithmetic: tests/jobs/models/test_budget.py)."""
 import torch
 
-from jobs.data.packing import Batch, BatchPlan, Passes
+from jobs.data.packing import Batch, BatchPlan, Passes, passes_of
 from jobs.io.events import EventWriter
 from jobs.models import fit
 from jobs.spec import JobSpec
@@ -74,3 +74,18 @@ def test_fixed_shapes_are_a_passes_rows(tmp_path):
     assert isinstance(batch, Passes)
     assert {tuple(p.tensors["input_ids"].shape) for p in batch.parts} == {(2, 16)}
     assert {p.tensors["cu_seq_lens_q"].numel() for p in batch.parts} == {plan.fixed[1]}
+
+
+def test_every_rank_runs_as_many_passes_as_a_full_micro_batch():
+    """Two ranks, a row a pass: an epoch's short last micro-batch (3 rows for 2 ranks of 2) leaves one
+    rank a row short; it still runs two passes (the second a stand-in without labels), since FSDP
+    gathers each layer in every forward and a rank a pass behind would hang the others."""
+    from jobs.data.encode import IGNORE_INDEX, Example
+    examples = [Example(input_ids=list(range(1, n + 1)), labels=list(range(1, n + 1)))
+                for n in (9, 7, 5, 12, 3, 8, 6)]
+    ranks = [BatchPlan(examples, 4, 16, False, 0, pad_id=0, rank=rank, world=2, pass_units=1) for rank in (0, 1)]
+    counts = [[len(passes_of(rank.build(*mine))) for mine in rank.my_batches(0)] for rank in ranks]
+    assert counts == [[2, 2], [2, 2]]
+    short = [passes_of(rank.build(*rank.my_batches(0)[-1])) for rank in ranks]
+    stand_ins = [p for parts in short for p in parts if p.label_tokens == 0]
+    assert len(stand_ins) == 1 and (stand_ins[0].tensors["labels"] == IGNORE_INDEX).all()
