@@ -14,6 +14,7 @@ protocol row (no peer, few steps): `bench/device.sh sft40 ... AB_SWITCH=sftpasse
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -91,7 +92,8 @@ def run_variant(args, name: str, pass_seconds: float) -> dict:
               "first_loss": losses[0], "last_loss": losses[-1], "fused": report.lines()[:1],
               "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu", "torch": torch.__version__,
               "peak_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 3) if device.type == "cuda" else None}
-    del model, opt
+    del model, opt, report
+    gc.collect()   # the patched model sits in reference cycles (hooks): free it before the next variant's peak
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return result
