@@ -92,7 +92,7 @@ class JobSpec:
     gradient_checkpointing: str = _f("auto", "Recompute activations in backward to save memory: auto, "
                                      "on, off, or offload (layer inputs kept in CPU memory).",
                                      choices=CHECKPOINTING)
-    max_gpu_memory_gb: float = _f(0.0, "GPU memory the job may allocate, in GiB (0: no budget): the peak of torch's allocated memory, as the bench rows and peers are measured; the CUDA context (~0.75 GiB) comes on top. With gradient_checkpointing auto the fused engine picks the fastest plan that fits it (which layers keep their activations, which are recomputed or offloaded; a preference job may train each micro-batch in passes), a budget no plan can meet is refused before the job starts, and the queue waits for the predicted peak. For GPUs only.", min=0.0, max=100_000.0)
+    max_gpu_memory_gb: float = _f(0.0, "GPU memory the job may allocate, in GiB (0: no budget): the peak of torch's allocated memory, as the bench rows and peers are measured; the CUDA context (~0.75 GiB) comes on top. With gradient_checkpointing auto the fused engine picks the fastest plan that fits it (which layers keep their activations, which are recomputed or offloaded; a preference or text SFT job may train each micro-batch in passes of fewer rows), a budget no plan can meet is refused before the job starts, and the queue waits for the predicted peak. For GPUs only.", min=0.0, max=100_000.0)
     base_precision: str = _f("bf16", "Precision of the frozen base weights: bf16, or fp8 (float8 e4m3 with "
                              "per-channel scales: half the base memory, faster matrix products; Hopper GPUs "
                              "and newer).", choices=BASE_PRECISIONS)
