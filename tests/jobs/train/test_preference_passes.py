@@ -17,6 +17,7 @@ from jobs.models import fit
 from jobs.spec import JobSpec
 from jobs.train.loop import Trainer
 from jobs.train.methods import base, preference
+from tests.jobs.train.passes_check import assert_passes_give_the_whole, loss_and_grads, trainer_in_passes
 from tests.jobs.train.test_preference_job import PAIRS
 
 
@@ -27,15 +28,7 @@ def test_a_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tmp_pat
     spec = JobSpec.from_dict({"model": str(tiny_model), "output_dir": str(job), "method": "dpo", "dataset": str(data),
                               "packing": "on", "batch_size": 4, "max_seq_length": 32, "dtype": "fp32",
                               "max_steps": 1, "save_steps": 0, "max_gpu_memory_gb": 8.0})
-    seen, lines = {}, []
-
-    def pass_units(spec, model_config, trainable=None, fused=None, world=1):
-        seen["trainable"] = trainable
-        return 1
-    monkeypatch.setattr(base, "budgeted", lambda device, spec: True)
-    monkeypatch.setattr(fit, "pass_units", pass_units)
-    trainer = Trainer(spec, job, EventWriter(job), log=lines.append)
-    trainer.prepare()
+    trainer, seen, lines = trainer_in_passes(spec, job, monkeypatch)
     assert seen["trainable"] == trainer.trainable > 0 and trainer.plan.pass_units == 1
     assert any("dpo: each micro-batch of 4 packed rows trains in passes of up to 1" in line for line in lines)
 
@@ -49,23 +42,7 @@ def test_a_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tmp_pat
     whole = whole_plan.batch_at(0)[1]
     assert sum(p.label_tokens for _, p in parts) == whole.label_tokens == batch.label_tokens
     assert sum(p.real_tokens for _, p in parts) == whole.real_tokens
-
-    model, count = trainer.model, torch.tensor(float(whole.label_tokens))
-    model.train()
-
-    def run(batches):
-        model.zero_grad(set_to_none=True)
-        total = 0.0
-        for piece in batches:
-            loss, _ = trainer.method.loss(model, piece.to("cpu"), count)
-            loss.backward()
-            total += loss.detach()
-        return total, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    one, split = run([whole]), run([p for _, p in parts])
-    torch.testing.assert_close(split[0], one[0], rtol=1e-5, atol=1e-7)
-    assert one[1] and one[1].keys() == split[1].keys()
-    for name, grad in one[1].items():
-        assert (split[1][name] - grad).norm() <= 1e-5 * max(grad.norm(), 1e-12), name
+    assert_passes_give_the_whole(trainer, whole, [p for _, p in parts])
 
 
 @pytest.mark.parametrize("packing", ["off", "on"])
@@ -105,9 +82,6 @@ def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_pat
     plain = collate_units(units, trainer.tokenizer.pad_token_id)
     assert plain.tensors["input_ids"].shape[0] == 2 * len(units) and shared.real_tokens < plain.real_tokens
     count = torch.tensor(float(len(units)))
-
-    model = trainer.model
-    model.train()
     forwards = []   # (tokens, grad enabled) of each policy forward
     sums = preference.sequence_sums
 
@@ -115,14 +89,9 @@ def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_pat
         forwards.append((batch["input_ids"].numel(), torch.is_grad_enabled()))
         return sums(model, batch, fused)
     monkeypatch.setattr(preference, "sequence_sums", spy)
-
-    def run(batch):
-        model.zero_grad(set_to_none=True)
-        forwards.clear()
-        loss, _ = trainer.method.loss(model, batch.to("cpu"), count)
-        loss.backward()
-        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    want, got = run(plain), run(shared)
+    want = loss_and_grads(trainer, [plain], count)
+    forwards.clear()   # the shared batch's alone
+    got = loss_and_grads(trainer, [shared], count)
     if halves:
         completions, kl = shared.halves
         assert [h.real_tokens for h in shared.halves] == [sum(len(getattr(u, k).input_ids) for u in units)
@@ -182,13 +151,6 @@ def test_kto_with_the_reference_precomputed_copies_no_whole_batch_and_trains_the
                          kto_halves=True, shared=trainer.plan.shared)
     full = full_plan.batch_at(0)[1]
     assert set(lean.tensors) == {"pref_units", "pref_label", "pref_valid"} and "input_ids" in full.tensors
-    count, model = torch.tensor(float(lean.label_tokens)), trainer.model
-    model.train()
-
-    def run(batch):
-        model.zero_grad(set_to_none=True)
-        loss, _ = trainer.method.loss(model, batch.to("cpu"), count)
-        loss.backward()
-        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    (a, grads_a), (b, grads_b) = run(lean), run(full)
+    count = torch.tensor(float(lean.label_tokens))
+    (a, grads_a), (b, grads_b) = loss_and_grads(trainer, [lean], count), loss_and_grads(trainer, [full], count)
     assert a.equal(b) and grads_a.keys() == grads_b.keys() and all(grads_a[n].equal(grads_b[n]) for n in grads_a)

@@ -4,15 +4,10 @@ LoRA parameters and logs the split; the passes give the whole micro-batch's loss
 step's count covers every answer token), and the data order a checkpoint records does not change.
 The split is for GPUs only, so here the GPU guard is opened and the plan's arithmetic replaced by a
 spy (the arithmetic: tests/jobs/models/test_budget.py)."""
-import torch
-
 from jobs.data.packing import Batch, BatchPlan, Passes, passes_of
-from jobs.io.events import EventWriter
-from jobs.models import fit
 from jobs.spec import JobSpec
 from jobs.train import rng_state
-from jobs.train.loop import Trainer
-from jobs.train.methods import base
+from tests.jobs.train.passes_check import assert_passes_give_the_whole, trainer_in_passes
 
 
 def test_an_sft_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tmp_path, tiny_model, monkeypatch):
@@ -20,15 +15,7 @@ def test_an_sft_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tm
     spec = JobSpec.from_dict({"model": str(tiny_model), "output_dir": str(job), "packing": "on", "batch_size": 4,
                               "max_seq_length": 64, "dtype": "fp32", "max_steps": 1, "save_steps": 0,
                               "max_gpu_memory_gb": 3.0})
-    seen, lines = {}, []
-
-    def pass_units(spec, model_config, trainable=None, fused=None, world=1):
-        seen["trainable"] = trainable
-        return 1
-    monkeypatch.setattr(base, "budgeted", lambda device, spec: True)
-    monkeypatch.setattr(fit, "pass_units", pass_units)
-    trainer = Trainer(spec, job, EventWriter(job), log=lines.append)
-    trainer.prepare()
+    trainer, seen, lines = trainer_in_passes(spec, job, monkeypatch)
     assert seen["trainable"] == trainer.trainable > 0 and trainer.plan.pass_units == 1
     assert any("sft: each micro-batch of 4 packed rows trains in passes of up to 1" in line for line in lines)
     assert trainer.eval_plan is None or trainer.eval_plan.pass_units is None   # evaluation takes them whole
@@ -43,23 +30,7 @@ def test_an_sft_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tm
     assert sum(p.label_tokens for _, p in parts) == whole.label_tokens == batch.label_tokens
     assert sum(p.real_tokens for _, p in parts) == whole.real_tokens
     assert rng_state.data_order_digest(whole_plan) == trainer.data_order   # a resume may change the split
-
-    model, count = trainer.model, torch.tensor(float(whole.label_tokens))
-    model.train()
-
-    def run(batches):
-        model.zero_grad(set_to_none=True)
-        total = 0.0
-        for piece in batches:
-            loss, _ = trainer.method.loss(model, piece.to("cpu"), count)
-            loss.backward()
-            total += loss.detach()
-        return total, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    one, split = run([whole]), run([p for _, p in parts])
-    torch.testing.assert_close(split[0], one[0], rtol=1e-5, atol=1e-7)
-    assert one[1] and one[1].keys() == split[1].keys()
-    for name, grad in one[1].items():
-        assert (split[1][name] - grad).norm() <= 1e-5 * max(grad.norm(), 1e-12), name
+    assert_passes_give_the_whole(trainer, whole, [p for _, p in parts])
 
 
 def test_fixed_shapes_are_a_passes_rows(tmp_path):
