@@ -276,7 +276,7 @@ def _policy_pass(spec, model_config, trainable, fused, world: int = 1, prompt_le
     if fit_passes.splits(spec, fit_vision.VisionShape.of(model_config)):
         part = pass_units(spec, model_config, trainable, fused, world, kto_completions)
         view = dataclasses.replace(spec, batch_size=part) if part < spec.batch_size else spec
-        units = "packed rows or examples" if spec.method in ("sft", "kto") else "packed rows or pairs"
+        units = f"packed rows or {fit_passes.unit_name(spec, False, 2)}"
         note = (f"; the micro-batch in passes of up to {part} of its {spec.batch_size} units ({units})"
                 if part < spec.batch_size else "")
         return (fit_kto.grad_view(view, kto_completions) if kto_completions else view), note
