@@ -16,6 +16,7 @@ from studio.uploads import (  # noqa: F401  (re-exported: the tab and its tests 
     UPLOAD_SAMPLE_ROWS, describe_dataset, known_datasets, safe_upload_name, store_reward_upload, store_upload, upload_notice)
 from studio.i18n import t
 from studio.method_fields import dataset_default_update, wire_method
+from studio.newest_event import stamped
 from studio.server_text import translated
 from studio.data_preview import preview_data
 from studio.train_start import FIT_FIELDS, fit_for_form, start_job
@@ -305,18 +306,20 @@ def _wire_redraws(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], judge
     # one queue for every field's redraw, in the order the fields changed: each event carries the form
     # as it was when it fired, and separate listeners ran side by side, so a slow early one (the
     # method's, whose dataset swap fires more) could finish last and draw a stale config
-    redraw = {"fn": on_change, "inputs": [lang, judged, *inputs],
-              "outputs": [tab.command, tab.status, tab.confirm, tab.start], "show_progress": "hidden",
-              "concurrency_id": "form-command", "concurrency_limit": 1}
+    # (and the browser sends each event on its own: one that fired earlier may still arrive later,
+    # so the stamp keeps the newest form's drawing: studio/newest_event.py)
+    redraw = {**stamped(on_change, [lang, judged, *inputs], [tab.command, tab.status, tab.confirm, tab.start]),
+              "show_progress": "hidden", "concurrency_id": "form-command", "concurrency_limit": 1}
     for component in [lang, *inputs]:
         component.change(**redraw, trigger_mode="always_last")
 
     def on_fit(language: str, *values: Any) -> str:
         return tab.fit_check(ctx, language, *values)
 
+    fit = {**stamped(on_fit, [lang, *inputs], [tab.fit]), "show_progress": "hidden", "trigger_mode": "always_last",
+           "concurrency_id": "form-fit", "concurrency_limit": 1}
     for name in FIT_FIELDS:
-        made[name].change(on_fit, [lang, *inputs], tab.fit, show_progress="hidden", trigger_mode="always_last",
-                          concurrency_id="form-fit", concurrency_limit=1)
+        made[name].change(**fit)
     return lambda event: event.then(**redraw)
 
 

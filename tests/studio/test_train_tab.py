@@ -188,3 +188,16 @@ def test_a_failed_upload_copy_leaves_nothing_behind(tmp_path, monkeypatch):
     again.write_bytes(b'{"text": "hi"}\n')
     stored = store_upload(tmp_path / "data", str(again))
     assert stored.read_bytes() == b'{"text": "hi"}\n' and not again.exists()  # moved: one copy on the disk
+
+
+def test_a_redraw_fired_before_the_newest_drawn_changes_nothing():
+    """The browser sends each field's event on its own, so an older form can arrive last (a typed name
+    shown as `name: ''`): the stamp taken when it fired keeps the newest form's drawing."""
+    import gradio as gr
+
+    from studio.newest_event import newest_only
+    drawn = newest_only(lambda name: (f"name: {name}", "ok"), outputs=2)
+    assert drawn(200.0, None, "B") == ("name: B", "ok", 200.0)
+    assert drawn(100.0, 200.0, "") == (gr.skip(),) * 3            # fired before B's: skipped
+    assert drawn(200.0, 200.0, "B") == ("name: B", "ok", 200.0)   # the same instant draws again
+    assert drawn(None, 200.0, "C") == ("name: C", "ok", 200.0)     # unstamped (an API call) draws
