@@ -46,7 +46,11 @@ SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),   # the
             # SFT's further pass charged its fixed GPU work alone: a budgeted SFT micro-batch in passes of
             # fewer rows that recompute fewer layers (jobs/models/fit_passes.py SFT_PASS_SECONDS)
             "sftpasses": ("jobs.models.fit_passes", "SFT_PASS_SECONDS", 0.003),
-            "sftwhole": ("jobs.models.fit_passes", "SFT_PASS_SECONDS", 10.0)}   # ... in passes only to fit
+            "sftwhole": ("jobs.models.fit_passes", "SFT_PASS_SECONDS", 10.0),   # ... in passes only to fit
+            # a recomputed layer's MLP runs its down projection too (before 2026-12-06; kernels/lora_patch.py)
+            "fulldown": ("kernels.lora_patch", "SKIP_DOWN_IN_RECOMPUTE", False),
+            # the LM-head loss runs its logits for every row, labelled or not (before 2026-12-06)
+            "allrows": ("kernels.ops.fused_linear_cross_entropy", "SKIP_UNLABELED_ROWS", False)}
 
 
 def save_base(model, folder: Path, vocab: int) -> None:

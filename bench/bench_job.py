@@ -229,14 +229,15 @@ def pair_rates(args, result: dict, events: list[dict], log: list[str]) -> dict:
 
 
 def job_command(config: Path, switch: str | None) -> list[str]:
-    """`python -m jobs.train CONFIG`; with a switch (bench_fp8.SWITCHES, e.g. fullx) the same job with
-    one engine constant set first, so an engine default is measured on the product path."""
+    """`python -m jobs.train CONFIG`; with a switch (bench_fp8.SWITCHES, e.g. fullx, or several joined
+    by "+": fulldown+allrows) the same job with those engine constants set first, so an engine default
+    is measured on the product path."""
     if not switch:
         return [sys.executable, "-m", "jobs.train", str(config)]
     from bench.bench_fp8 import SWITCHES
-    module, attr, value = SWITCHES[switch]
-    code = (f"import importlib, sys; setattr(importlib.import_module({module!r}), {attr!r}, {value!r}); "
-            f"from jobs.train.cli import main; sys.exit(main([{str(config)!r}]))")
+    sets = "".join(f"setattr(importlib.import_module({module!r}), {attr!r}, {value!r}); "
+                   for module, attr, value in (SWITCHES[name] for name in switch.split("+")))
+    code = f"import importlib, sys; {sets}from jobs.train.cli import main; sys.exit(main([{str(config)!r}]))"
     return [sys.executable, "-c", code]
 
 

@@ -10,6 +10,9 @@ Each row records what differs between the decoder families as transformers 5.x w
   attention interface ("module": `self.sliding_window`, "config": `config.sliding_window`, None: not passed).
 - attn_softcap: Gemma2 passes `softcap=self.attn_logit_softcapping` to the attention interface.
 - final_logit_softcap: Gemma2/3 soft-cap the logits; a fused loss must apply it (helper B's loss patch).
+- mlp_feeds_residual: the MLP's output goes straight into the residual sum that ends the layer, so a
+  checkpointed layer's recompute may skip the down projection (kernels/lora_patch.py). Gemma2/3
+  normalise it first (post_feedforward_layernorm, whose backward reads it); Phi-3 drops it out.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ class ArchSpec:
     attn_softcap: bool = False
     final_logit_softcap: bool = False
     mlp_name: str | None = None  # the decoder MLP's class when it is not f"{prefix}MLP" (Qwen2-VL: Qwen2MLP)
+    mlp_feeds_residual: bool = True
 
     @property
     def norm_class(self) -> str:
@@ -52,11 +56,11 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         ArchSpec("qwen3", "Qwen3", 0.0, "hidden_act", qk_norm=True, sliding_window="module"),
         ArchSpec("gemma", "Gemma", 1.0, "hidden_act"),
         ArchSpec("gemma2", "Gemma2", 1.0, "hidden_activation", sliding_window="module",
-                 attn_softcap=True, final_logit_softcap=True),
+                 attn_softcap=True, final_logit_softcap=True, mlp_feeds_residual=False),
         ArchSpec("gemma3_text", "Gemma3", 1.0, "hidden_activation", qk_norm=True,
-                 sliding_window="module", final_logit_softcap=True),
+                 sliding_window="module", final_logit_softcap=True, mlp_feeds_residual=False),
         ArchSpec("phi3", "Phi3", 0.0, "hidden_act", fused_qkv=True, fused_gate_up=True,
-                 sliding_window="config"),
+                 sliding_window="config", mlp_feeds_residual=False),
     )
 }
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import weakref
 
 import torch
@@ -30,6 +31,27 @@ from kernels.arch import base_model, decoder_layers, text_config
 MODES = ("auto", "on", "off", "offload")
 GIB = 1024 ** 3
 ESTIMATE_MARGIN = 1.25
+
+
+# Set while a checkpointed layer re-runs its forward for backward. Backward runs on autograd's
+# device threads, and the recompute runs inside it on the same thread: so the flag is per thread.
+_RECOMPUTE = threading.local()
+
+
+def recomputing() -> bool:
+    """True inside a checkpointed layer's recompute: the layer's output is thrown away there (its
+    next layer's input was kept), so an op whose output feeds only that output may skip its work
+    (kernels/lora_patch.py: the MLP's down projection)."""
+    return getattr(_RECOMPUTE, "on", False)
+
+
+@contextlib.contextmanager
+def _recompute_scope():
+    before, _RECOMPUTE.on = recomputing(), True
+    try:
+        yield
+    finally:
+        _RECOMPUTE.on = before
 
 
 class _HostOffloader:
@@ -117,7 +139,7 @@ class _OffloadedCheckpoint(torch.autograd.Function):
         hidden = ctx.offloader.load(ctx.saved).detach().requires_grad_(True)
         device_type, autocast_on, autocast_dtype = ctx.autocast
         devices = [hidden.device] if device_type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.enable_grad(), \
+        with torch.random.fork_rng(devices=devices), torch.enable_grad(), _recompute_scope(), \
                 torch.autocast(device_type, enabled=autocast_on, dtype=autocast_dtype):
             torch.set_rng_state(ctx.rng[0])
             if ctx.rng[1] is not None:
@@ -151,8 +173,12 @@ def checkpointing_paused(model: torch.nn.Module):
             layer.gradient_checkpointing = True
 
 
+def _recompute_contexts():
+    return contextlib.nullcontext(), _recompute_scope()
+
+
 def _plain_checkpoint(run_layer, *args):
-    return torch.utils.checkpoint.checkpoint(run_layer, *args, use_reentrant=False)
+    return torch.utils.checkpoint.checkpoint(run_layer, *args, use_reentrant=False, context_fn=_recompute_contexts)
 
 
 def _offload_checkpoint(offloader, index, run_layer, hidden, *args):

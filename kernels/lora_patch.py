@@ -37,6 +37,8 @@ from collections import Counter
 
 import torch
 
+from kernels.arch import base_model, find_arch
+from kernels.checkpoint import recomputing
 from kernels.ops._launch import triton_runs_on
 from kernels.ops._lora_common import LoraProjection, as_dtype
 from kernels.ops.fp8_linear import Fp8Linear
@@ -44,6 +46,9 @@ from kernels.ops.lora_mlp import lora_mlp
 from kernels.ops.lora_o import lora_o
 from kernels.ops.lora_qkv import lora_qkv
 
+# a checkpointed layer's recompute skips the MLP's down projection where the architecture allows
+# (kernels/arch.py mlp_feeds_residual); the bench switch fulldown turns it off for an A/B
+SKIP_DOWN_IN_RECOMPUTE = True
 SWIGLU_ACTS = {"SiLU", "SiLUActivation"}
 GEGLU_ACTS = {"GELUTanh", "PytorchGELUTanh", "NewGELUActivation", "FastGELUActivation"}
 # kernels.patch's tag: its _restore() drops the instance forward and every _fusetune_* attribute of
@@ -209,7 +214,9 @@ def _activation(mlp) -> str | None:
     return "swiglu" if name in SWIGLU_ACTS else "geglu" if name in GEGLU_ACTS else None
 
 
-def _patch_mlp(mlp, activation: str) -> None:
+def _patch_mlp(mlp, activation: str, feeds_residual: bool) -> None:
+    """feeds_residual: the layer adds the MLP's output to its residual and nothing else reads it, so
+    in a checkpointed layer's recompute (whose output is thrown away) the down projection is skipped."""
     mods = (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
     adapters = tuple(_adapter(m) for m in mods)
     original = mlp.forward
@@ -220,7 +227,9 @@ def _patch_mlp(mlp, activation: str) -> None:
         if live is None:
             return original(x, *args, **kwargs)
         projections = (projection(m, a) for m, a in zip(mods, live))
-        return as_dtype(lora_mlp(as_dtype(x, dtype), *projections, activation=activation), x.dtype)
+        needed = not (feeds_residual and SKIP_DOWN_IN_RECOMPUTE and recomputing())
+        return as_dtype(lora_mlp(as_dtype(x, dtype), *projections, activation=activation, output_needed=needed),
+                        x.dtype)
 
     mlp.forward = fused_forward
     mlp._fusetune_lora = "lora_mlp"
@@ -319,9 +328,10 @@ def patch_lora_layers(model, report, use_triton: bool) -> None:
             linear_counts[op] += reported
         for attn in qkv:
             _patch_qkv(attn)
+        _, arch = find_arch(base_model(model).config)
         for mlp, activation in mlp_plan:
             if getattr(mlp, "_fusetune_lora", None) is None:
-                _patch_mlp(mlp, activation)
+                _patch_mlp(mlp, activation, feeds_residual=arch is not None and arch.mlp_feeds_residual)
         if qkv:
             report.patched("lora_qkv", len(qkv))
         if mlp_plan:

@@ -21,6 +21,12 @@ Gemma 2 final-logit soft-capping: z = c * tanh(x / c), dz/dx = 1 - (z / c)^2.
 Reduction: sum over label tokens / num_items when num_items is given (transformers'
 `ForCausalLMLoss` with `num_items_in_batch`: correct under gradient accumulation), else the mean over
 non-ignored tokens. Both scales are computed on the device: no host synchronisation.
+
+Rows without a label (a chat's prompt, padding, a packed row's document ends) add nothing to the loss
+or its gradient, yet cost their logits GEMMs like any other row: with `SKIP_UNLABELED_ROWS` only the
+labelled rows are gathered, chunk by chunk, into the GEMMs (the other rows' gradient is zero). Their
+indices take one host synchronisation (a nonzero), so a step being captured into a CUDA graph, where
+that is not allowed, keeps every row.
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ import triton.language as tl
 from kernels.ops._launch import triton_runs_on
 
 CHUNK_BYTES = 256 * 1024 * 1024
+SKIP_UNLABELED_ROWS = True   # the bench switch allrows turns it off for an A/B
 
 
 @triton.jit
@@ -106,30 +113,47 @@ def _chunk_rows(n_rows: int, n_vocab: int, elem_size: int) -> int:
     return max(1, min(n_rows, CHUNK_BYTES // (n_vocab * elem_size)))
 
 
+def _labelled_rows(labels: torch.Tensor, ignore_index: int) -> torch.Tensor | None:
+    """The indices of the rows with a label, or None to run every row (all labelled, the switch off,
+    or a CUDA graph being captured: the nonzero waits for the device)."""
+    if not SKIP_UNLABELED_ROWS or (labels.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return None
+    rows = (labels != ignore_index).nonzero().squeeze(1)
+    return None if rows.numel() == labels.numel() else rows
+
+
 def _flce_forward(hidden, weight, labels, bias, ignore_index, softcap, num_items, need_dh, need_dw):
-    n_rows, n_vocab = hidden.shape[0], weight.shape[0]
+    n_vocab = weight.shape[0]
     scale = _loss_scale(labels, ignore_index, num_items)
-    loss_rows = torch.empty(n_rows, dtype=torch.float32, device=hidden.device)
-    grad_hidden = torch.empty_like(hidden) if need_dh else None
+    picked = _labelled_rows(labels, ignore_index)
+    n_rows = hidden.shape[0] if picked is None else picked.numel()
+    loss_rows = torch.zeros(max(n_rows, 1), dtype=torch.float32, device=hidden.device)
+    # unpicked rows get no gradient: zeros, written where they are skipped
+    grad_hidden = (torch.empty_like if picked is None else torch.zeros_like)(hidden) if need_dh else None
     grad_weight = torch.zeros_like(weight) if need_dw else None
     grad_bias = torch.zeros_like(bias) if (need_dw and bias is not None) else None
-    rows = _chunk_rows(n_rows, n_vocab, hidden.element_size())
+    rows = _chunk_rows(max(n_rows, 1), n_vocab, hidden.element_size())
     buffer = torch.empty(rows, n_vocab, dtype=hidden.dtype, device=hidden.device)
     block, warps = _row_launch(n_vocab)
     for start in range(0, n_rows, rows):
         end = min(start + rows, n_rows)
-        chunk, logits = hidden[start:end], buffer[: end - start]
+        index = None if picked is None else picked[start:end]
+        chunk = hidden[start:end] if index is None else hidden.index_select(0, index)
+        chunk_labels = labels[start:end] if index is None else labels.index_select(0, index)
+        logits = buffer[: end - start]
         if bias is None:
             torch.mm(chunk, weight.t(), out=logits)
         else:
             torch.addmm(bias, chunk, weight.t(), out=logits)
         _cross_entropy_rows_kernel[(end - start,)](
-            logits, logits.stride(0), labels[start:end], loss_rows[start:end], scale, n_vocab,
+            logits, logits.stride(0), chunk_labels, loss_rows[start:end], scale, n_vocab,
             ignore_index, float(softcap or 0.0), HAS_SOFTCAP=softcap is not None,
             COMPUTE_GRAD=need_dh or need_dw, BLOCK=block, num_warps=warps,
         )
-        if need_dh:
+        if need_dh and index is None:
             torch.mm(logits, weight, out=grad_hidden[start:end])
+        elif need_dh:
+            grad_hidden.index_copy_(0, index, torch.mm(logits, weight))
         if need_dw:
             grad_weight.addmm_(logits.t(), chunk)
             if grad_bias is not None:

@@ -189,10 +189,14 @@ def _lora_grads(d, lora_B, b_cast, scaling, inp_a, dyb_out):
 
 
 class LoraMLP(torch.autograd.Function):
-    """apply(X, scalings, geglu, Wg, Ag, Bg, bg, Wu, Au, Bu, bu, Wd, Ad, Bd, bd)."""
+    """apply(X, scalings, geglu, output_needed, Wg, Ag, Bg, bg, Wu, Au, Bu, bu, Wd, Ad, Bd, bd).
+
+    output_needed False: backward is built as usual but the down projection is not run and the
+    output is left unwritten: for a checkpointed layer's recompute, whose output no one reads
+    (its next layer's input was kept), when the MLP's output feeds only the residual sum."""
 
     @staticmethod
-    def forward(ctx, x, scalings, geglu, *flat):
+    def forward(ctx, x, scalings, geglu, output_needed, *flat):
         (wg, ag, bg_, biasg), (wu, au, bu_, biasu), (wd, ad, bd_, biasd) = (
             flat[0:4], flat[4:8], flat[8:12])
         dtype, x2 = x.dtype, x.reshape(-1, x.shape[-1])
@@ -208,9 +212,13 @@ class LoraMLP(torch.autograd.Function):
             _lora_out(e, None if ag is None else xa[:, offsets[0]:offsets[1]], bg_c, scalings[0])
             _lora_out(g, None if au is None else xa[:, offsets[1]:offsets[2]], bu_c, scalings[1])
             h = _act_mul(e, g, geglu)
-        (y,), _ = base_outputs(h, [wd], [biasd])
         ha = torch.mm(h, ad_c.t()) if ad is not None else None
-        _lora_out(y, ha, bd_c, scalings[2])
+        if output_needed:
+            (y,), _ = base_outputs(h, [wd], [biasd])
+            _lora_out(y, ha, bd_c, scalings[2])
+        else:   # ~28 % of the MLP's GEMM work (the down projection) saved in every recompute; the
+            # output is as wide as the input (it joins the residual), whatever form Wd is stored in
+            y = h.new_empty(h.shape[0], x2.shape[1])
         ctx.save_for_backward(*input_to_save(x2, x_quantized), e, g, xa, a_gu, ha, bg_c, bu_c, ad_c, bd_c)
         ctx.flat, ctx.scalings, ctx.geglu, ctx.offsets = flat, scalings, geglu, offsets
         ctx.consumed, ctx.x_shape = False, x.shape
@@ -244,7 +252,7 @@ class LoraMLP(torch.autograd.Function):
         dx = base_grad_input([e, g], [wg, wu], dtype) if ctx.needs_input_grad[0] else None
         if a_gu is not None:   # X comes back (from FP8 codes, see input_to_save) only here, for dA
             _gate_up_lora_grads(ctx, (x_saved, x_scale), e, g, xa, a_gu, (bg_c, bu_c), dx, result)
-        return (None if dx is None else dx.view(ctx.x_shape), None, None, *result)
+        return (None if dx is None else dx.view(ctx.x_shape), None, None, None, *result)
 
 
 def _gate_up_lora_grads(ctx, saved_x, de, dg, xa, a_gu, b_casts, dx, result):
@@ -266,15 +274,16 @@ def _gate_up_lora_grads(ctx, saved_x, de, dg, xa, a_gu, b_casts, dx, result):
 
 
 def lora_mlp(x: torch.Tensor, gate: LoraProjection, up: LoraProjection, down: LoraProjection,
-             activation: str = "swiglu") -> torch.Tensor:
-    """x [..., hidden] -> [..., hidden]. activation: "swiglu" (silu) or "geglu" (gelu, tanh approx)."""
+             activation: str = "swiglu", output_needed: bool = True) -> torch.Tensor:
+    """x [..., hidden] -> [..., hidden]. activation: "swiglu" (silu) or "geglu" (gelu, tanh approx).
+    output_needed False: gradients as usual, the output's values unwritten (see LoraMLP)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     for name, proj in (("gate", gate), ("up", up), ("down", down)):
         if (proj.lora_A is None) != (proj.lora_B is None):
             raise ValueError(f"{name}: lora_A and lora_B must be given together (or both None)")
     scalings = tuple(float(p.scaling) for p in (gate, up, down))
-    return LoraMLP.apply(x, scalings, activation == "geglu", *flat_args([gate, up, down]))
+    return LoraMLP.apply(x, scalings, activation == "geglu", output_needed, *flat_args([gate, up, down]))
 
 
 def lora_mlp_reference(x, gate: LoraProjection, up: LoraProjection, down: LoraProjection,

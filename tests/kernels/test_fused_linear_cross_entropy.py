@@ -51,8 +51,15 @@ def _compare(dtype, hidden, weight, bias, labels, **kwargs):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_flce_mean_over_label_tokens(dtype):
+@pytest.mark.parametrize("skip", [True, False])
+def test_flce_mean_over_label_tokens(dtype, skip, monkeypatch):
+    """skip: only the 27 labelled rows of 37 run their logits (SKIP_UNLABELED_ROWS); off: all 37."""
+    monkeypatch.setattr(flce_module, "SKIP_UNLABELED_ROWS", skip)
+    sized = []
+    real = flce_module._chunk_rows
+    monkeypatch.setattr(flce_module, "_chunk_rows", lambda n, *a: sized.append(n) or real(n, *a))
     _compare(dtype, *_case(dtype))
+    assert sized == [27 if skip else N]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
