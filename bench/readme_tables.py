@@ -1,4 +1,4 @@
-"""The README's preference-speed table, generated from bench/results/job.jsonl (issue 38: "the README's
+"""The README's speed table of jobs (SFT and preference), generated from bench/results/job.jsonl (issue 38: "the README's
 performance table is generated from those lines"), so that a number in the README is always a
 recorded measurement and a re-measurement changes the table by changing the row it picks.
 
@@ -7,7 +7,7 @@ recorded measurement and a re-measurement changes the table by changing the row 
 
 Each README row names the two result lines it shows (shape, method, stack and the minute of the run, as
 recorded), ours and the peer measured in the same device call; ours within the peer's peak
-(`max_gpu_memory_gb`), both in pair tokens/s (prompt + chosen + rejected counted once) and peak GiB of
+(`max_gpu_memory_gb`), both in pair tokens/s (prompt + chosen + rejected counted once; SFT: real tokens/s) and peak GiB of
 torch's allocated memory. A ratio is bold when both runs followed issue 38's protocol (>= 30 steps)."""
 from __future__ import annotations
 
@@ -41,6 +41,9 @@ class Row:
 
 
 ROWS = (
+    Row("SFT, Llama-3.2-1B, 4×4,096 a step, packing (H100, 2026-12-06 13:29, 40 steps)",
+        Pick("llama-3.2-1b", "sft", "fusetune", "2026-12-06T13:30"),
+        Pick("llama-3.2-1b", "sft", "unsloth+trl", "2026-12-06T13:29")),
     Row("DPO, Llama-3.1-8B, prompts once (H100, 2026-12-06 02:02, 40 steps)",
         Pick("llama-3.1-8b", "dpo", "fusetune", "2026-12-06T02:05"),
         Pick("llama-3.1-8b", "dpo", "unsloth+trl", "2026-12-06T02:02")),
@@ -74,8 +77,13 @@ def find(lines: list[dict], pick: Pick) -> dict:
     raise SystemExit(f"bench/readme_tables.py: no line in {RESULTS.name} for {pick}")
 
 
+def _speed(line: dict) -> float:
+    """Pair tokens/s of a preference line, real (non-pad) tokens/s of an SFT line."""
+    return line["pair_tokens_per_s"] if "pair_tokens_per_s" in line else line["real_tokens_per_s"]
+
+
 def _cell(line: dict) -> str:
-    return f"{line['pair_tokens_per_s']:,.0f} ({line['peak_gib']:.2f})"
+    return f"{_speed(line):,.0f} ({line['peak_gib']:.2f})"
 
 
 def render_row(row: Row, lines: list[dict]) -> str:
@@ -85,7 +93,7 @@ def render_row(row: Row, lines: list[dict]) -> str:
         verdict = "the budget holds" if ours["peak_gib"] <= budget * 1.03 else f"over its {budget} GiB budget"
         return f"| {row.label} | {_cell(ours)} | | {verdict} |"
     peer = find(lines, row.peer)
-    ratio = ours["pair_tokens_per_s"] / peer["pair_tokens_per_s"]
+    ratio = _speed(ours) / _speed(peer)
     memory = ours["peak_gib"] / peer["peak_gib"]
     text = f"{ratio:.1f}x at {memory:.2f}x memory"
     steady = min(ours.get("steps", 0), peer.get("steps", 0)) >= PROTOCOL_STEPS
