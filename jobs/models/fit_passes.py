@@ -15,7 +15,7 @@ down to 2.89 GiB where the 4 rows need 3.99.
 
 Which split and plan: for each pass size the fastest checkpointing plan that fits (fit_plan._first_fit),
 then the pair of the two with the least predicted step time: a recomputed layer repeats its forward
-(about 1/n of a forward of the whole), a further pass costs its launches and host work
+(about 1/n of a forward of the whole, less its MLP's down projection in the fused engine), a further pass costs its launches and host work
 (PASS_SECONDS); offloading costs no step time on an H200 (bench/NOTES.md). One unit a pass with every
 layer recomputed (and offloaded, and the input embeddings in host memory where the plan allows it) is
 the least a job can hold: below it the budget is refused before the job starts (`least`)."""
@@ -59,7 +59,8 @@ def step_seconds(spec, shape, part: int, recomputed: int) -> float:
     forward = 2 * shape.linear_weights() * spec.batch_tokens() / STEP_FLOPS
     passes = -(-spec.batch_size // part)
     each = SFT_PASS_SECONDS if spec.method == "sft" else PASS_SECONDS
-    return forward * (forwards + recomputed / max(shape.layers, 1)) + passes * each
+    redo = shape.recompute_share(spec.fused_kernels)   # the down projection is skipped (kernels/lora_patch.py)
+    return forward * (forwards + redo * recomputed / max(shape.layers, 1)) + passes * each
 
 
 def choose(spec, shape, fits) -> tuple[int, tuple | None]:

@@ -17,18 +17,21 @@ class _Shape:
     kv: int      # key (= value) width
     vocab: int
     tied: bool
+    # the fused engine's recompute skips the MLP's down projection (kernels/arch.py mlp_feeds_residual)
+    mlp_feeds_residual: bool = False
 
     @classmethod
     def of(cls, model_config) -> "_Shape":
-        from kernels.arch import text_config
+        from kernels.arch import find_arch, text_config
         c = text_config(model_config)
+        arch = find_arch(model_config)[1]
         heads = c.num_attention_heads
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
         kv_heads = getattr(c, "num_key_value_heads", None) or heads
         tied = getattr(c, "tie_word_embeddings", None)   # image-text models keep it on the outer config
         tied = getattr(model_config, "tie_word_embeddings", False) if tied is None else tied
         return cls(c.hidden_size, c.intermediate_size, c.num_hidden_layers, heads * head_dim,
-                   kv_heads * head_dim, c.vocab_size, bool(tied))
+                   kv_heads * head_dim, c.vocab_size, bool(tied), arch is not None and arch.mlp_feeds_residual)
 
     def projections(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each decoder projection."""
@@ -38,6 +41,14 @@ class _Shape:
 
     def linear_weights(self) -> int:
         return self.layers * sum(a * b for a, b in self.projections().values())
+
+    def recompute_share(self, fused: bool) -> float:
+        """A recomputed layer's GEMM work as a share of its forward's: less the MLP's down projection
+        where the fused engine skips it (kernels/lora_patch.py)."""
+        if not (fused and self.mlp_feeds_residual):
+            return 1.0
+        inner, outer = self.projections()["down_proj"]
+        return 1.0 - self.layers * inner * outer / self.linear_weights()
 
     def embedding_weights(self) -> int:
         return self.vocab * self.hidden * (1 if self.tied else 2)

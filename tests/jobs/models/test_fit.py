@@ -230,3 +230,14 @@ def test_a_grpo_micro_batch_no_plan_fits_trains_in_passes_that_fit(tmp_path, mon
     shape = fit._Shape.of(model)
     assert fit._first_fit(view, shape, 2, fit._static_bytes(budget, shape, 2, True, None), True,
                           120 * fit.GIB, None) is None
+
+
+def test_a_recomputed_layer_is_charged_without_the_down_projection_the_fused_engine_skips():
+    """kernels/lora_patch.py skips the MLP's down projection in a recompute where the MLP only joins the
+    residual: the plan's time model charges the rest (Llama-3.2-1B: 1 - 16.8M / 60.8M weights a layer)."""
+    llama = fit._Shape.of(config("llama-3.2-1b"))
+    assert llama.recompute_share(fused=True) == pytest.approx(1 - 2048 * 8192 / 60_817_408)
+    assert llama.recompute_share(fused=False) == 1.0
+    gemma2 = AutoConfig.for_model("gemma2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=2, num_key_value_heads=1, head_dim=32, vocab_size=256)
+    assert fit._Shape.of(gemma2).recompute_share(fused=True) == 1.0   # its post-feed-forward norm reads the output
