@@ -206,7 +206,8 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------
     def train_step(self, stream) -> PendingStep | None:
-        """One optimizer step, queued on the device; nothing here waits for the GPU. None when a
+        """One optimizer step, queued on the device; nothing here waits for the GPU (but the LM-head loss's
+        one nonzero a micro-batch, which finds its labelled rows: kernels/ops/fused_linear_cross_entropy.py). None when a
         stop was requested (on any rank: all ranks stop at the same step).
 
         Several processes agree on the label and real tokens of the whole global batch and on the
