@@ -41,9 +41,17 @@ class Row:
 
 
 ROWS = (
+    Row("SFT, Llama-3.2-1B, 4×4,096 a step, packing (H200, 2026-12-06 13:58, 40 steps)",
+        Pick("llama-3.2-1b", "sft", "fusetune", "2026-12-06T13:59"),
+        Pick("llama-3.2-1b", "sft", "unsloth+trl", "2026-12-06T13:58")),
     Row("SFT, Llama-3.2-1B, 4×4,096 a step, packing (H100, 2026-12-06 13:29, 40 steps)",
         Pick("llama-3.2-1b", "sft", "fusetune", "2026-12-06T13:30"),
         Pick("llama-3.2-1b", "sft", "unsloth+trl", "2026-12-06T13:29")),
+    Row("SFT, Llama-3.1-8B, 2×4,096 a step, packing (H200, 2026-12-06 13:52, 40 steps)",
+        Pick("llama-3.1-8b", "sft", "fusetune", "2026-12-06T13:53"),
+        Pick("llama-3.1-8b", "sft", "unsloth+trl", "2026-12-06T13:52")),
+    Row("SFT, Llama-3.1-8B within 19.8 GiB (H200, 2026-12-06, 40 steps; 91 % of the 14,270 ceiling)",
+        Pick("llama-3.1-8b", "sft", "fusetune", "2026-12-06T13:56"), None),
     Row("DPO, Llama-3.1-8B, prompts once (H100, 2026-12-06 02:02, 40 steps)",
         Pick("llama-3.1-8b", "dpo", "fusetune", "2026-12-06T02:05"),
         Pick("llama-3.1-8b", "dpo", "unsloth+trl", "2026-12-06T02:02")),
