@@ -15,8 +15,10 @@ from typing import Any, Callable
 
 import gradio as gr
 
-# the stamp replaces the first input's value; every other input goes on as the browser holds it
-STAMP_JS = "(...values) => [Date.now(), ...values.slice(1)]"
+# the stamp replaces the first input's value; every other input goes on as the browser holds it.
+# performance.now(): the page's own clock, which only moves forward (a wall clock set back would
+# make every later event look older), and the stamps are compared within one page's session
+STAMP_JS = "(...values) => [performance.now(), ...values.slice(1)]"
 
 
 def newest_only(fn: Callable[..., Any], outputs: int) -> Callable[..., tuple[Any, ...]]:
