@@ -50,11 +50,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("log", help="the output of `bash .ci/run` or `bash scripts/test.sh`")
     parser.add_argument("--note", default="", help="what changed, and how busy the machine was")
+    parser.add_argument("--repo", default=".", help="the checkout that ran (a CI clone): its HEAD is the line's commit")
     args = parser.parse_args(argv)
     row = parse(Path(args.log).read_text(errors="replace"))
     if row["tests_s"] is None:
         raise SystemExit(f"{args.log}: no pytest summary line (did the run finish?)")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", args.repo, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
     row = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
            "cpus": os.cpu_count(), **row, "note": args.note}
     with RESULTS.open("a") as out:
