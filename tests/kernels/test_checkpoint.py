@@ -170,21 +170,28 @@ def test_a_frozen_vision_towers_blocks_are_left_alone(tmp_path, vision_lora):
             assert "2 frozen leading layers" in description
 
 
-@pytest.mark.parametrize("offload", [False, True])
-def test_recompute_skips_the_mlp_down_projection_and_changes_no_gradient(monkeypatch, offload):
-    """A recomputed layer's output is thrown away, so the fused MLP skips its down projection there
-    (Llama: the MLP's output only joins the residual); the gradients stay those of no checkpointing."""
+def _down_needed_and_pair(monkeypatch, model_type: str, layers: int) -> tuple[list, object, object]:
+    """Every fused MLP call's `output_needed` as it happens, and two equal LoRA models of `model_type`,
+    Triton-patched (no dropout: the MLP is fused), the first to be checkpointed."""
     import kernels.lora_patch as lora_patch
     from kernels import patch_model
 
     needed = []
     real = lora_patch.lora_mlp
     monkeypatch.setattr(lora_patch, "lora_mlp", lambda *a, **k: needed.append(k["output_needed"]) or real(*a, **k))
-    reference = with_lora(tiny_model("llama", num_hidden_layers=3))   # no dropout: the MLP is fused
+    reference = with_lora(tiny_model(model_type, num_hidden_layers=layers))
     reference.train()
     model = copy.deepcopy(reference)
     for each in (model, reference):
         assert "lora_mlp" in patch_model(each, backend="triton").triton_ops
+    return needed, model, reference
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_recompute_skips_the_mlp_down_projection_and_changes_no_gradient(monkeypatch, offload):
+    """A recomputed layer's output is thrown away, so the fused MLP skips its down projection there
+    (Llama: the MLP's output only joins the residual); the gradients stay those of no checkpointing."""
+    needed, model, reference = _down_needed_and_pair(monkeypatch, "llama", 3)
     _set_policy(decoder_layers(model), [True, True, False], offload=offload, device=torch.device("cpu"))
     _assert_same(model, reference)
     # the model's 3 forwards and 2 recomputes (the third layer kept), then the reference's 3 forwards
@@ -193,17 +200,7 @@ def test_recompute_skips_the_mlp_down_projection_and_changes_no_gradient(monkeyp
 
 def test_a_post_norm_mlp_computes_its_output_in_recompute(monkeypatch):
     """Gemma2 normalises the MLP's output before the residual (its backward reads it): no skip."""
-    import kernels.lora_patch as lora_patch
-    from kernels import patch_model
-
-    needed = []
-    real = lora_patch.lora_mlp
-    monkeypatch.setattr(lora_patch, "lora_mlp", lambda *a, **k: needed.append(k["output_needed"]) or real(*a, **k))
-    reference = with_lora(tiny_model("gemma2", num_hidden_layers=2))
-    reference.train()
-    model = copy.deepcopy(reference)
-    for each in (model, reference):
-        patch_model(each, backend="triton")
+    needed, model, reference = _down_needed_and_pair(monkeypatch, "gemma2", 2)
     apply_checkpointing(model, "on")
     _assert_same(model, reference)
     assert needed and all(needed)
