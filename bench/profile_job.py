@@ -1,6 +1,7 @@
 """Where a real job's step goes: the Trainer of `python -m jobs.train` built in process from a job
 YAML, `--warmup` steps run, then `--steps` steps under torch.profiler. Writes a JSON summary: wall
-time, GPU busy time (union of kernel intervals) and idle share, the largest idle gaps, CUDA time
+time, GPU busy time (union of kernel intervals) and idle share, the largest idle gaps (and, for the three
+largest, the kernels either side and the host ops that overlapped them), CUDA time
 by kernel (top 30) and the CPU-side ops that took longest. With `--host`, the same number of steps
 again unprofiled (the true wall time a step, with Python's garbage collections in it by
 generation) and under cProfile: the Python functions of the main
@@ -40,6 +41,30 @@ def _busy_and_gaps(prof) -> tuple[float, list[float], float, float]:
             end = stop
     first = intervals[0][0] if intervals else 0
     return busy / 1000, sorted(gaps, reverse=True)[:10], first, end or 0
+
+
+def _gap_context(prof, gaps: int = 3, ops: int = 6) -> list[dict]:
+    """What the host did while the GPU sat idle: for each of the `gaps` largest idle gaps, the kernels on
+    either side and the CPU ops that overlapped it most (innermost first among equal overlaps, so the op
+    that held the host, e.g. a sync or an allocation, comes before the module that called it)."""
+    events = [e for e in prof.events() if e.time_range.end > e.time_range.start]
+    kernels = sorted((e for e in events if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
+    host = [e for e in events if e.device_type.name == "CPU"]
+    found, end, before = [], None, None
+    for kernel in kernels:
+        if end is not None and kernel.time_range.start > end:
+            found.append((kernel.time_range.start - end, end, kernel.time_range.start, before, kernel))
+        if end is None or kernel.time_range.end > end:
+            end, before = kernel.time_range.end, kernel
+    context = []
+    for width, start, stop, before, after in sorted(found, key=lambda g: -g[0])[:gaps]:
+        overlaps = [(min(e.time_range.end, stop) - max(e.time_range.start, start), e) for e in host]
+        overlaps = sorted(((o, e) for o, e in overlaps if o > 0),
+                          key=lambda oe: (-oe[0], oe[1].time_range.end - oe[1].time_range.start))
+        context.append({"gap_ms": round(width / 1000, 3), "kernel_before": before.name[:80],
+                        "kernel_after": after.name[:80],
+                        "host_ops": [(e.name[:70], round(o / 1000, 3)) for o, e in overlaps[:ops]]})
+    return context
 
 
 def _timed_steps(trainer, stream, steps: int, sync) -> tuple[float, list]:
@@ -104,7 +129,7 @@ def profile(config: Path, warmup: int, steps: int, host: bool = False) -> dict:
     return {"config": str(config), "steps": steps, "wall_ms_per_step": round(step_ms, 2),
             "gpu_busy_ms_per_step": round(busy_ms / steps, 2),
             "gpu_idle_share": round(1 - busy_ms / max((last - first) / 1000, 1e-9), 4),
-            "largest_idle_gaps_ms": [round(g, 3) for g in gaps], "losses": [p.read()[0] for p in pending],
+            "largest_idle_gaps_ms": [round(g, 3) for g in gaps], "idle_gaps_host": _gap_context(prof), "losses": [p.read()[0] for p in pending],
             "packing": trainer.packed, "real_tokens_per_step": pending[-1].tokens,
             "cuda_ms_per_step_by_kernel": [(e.key[:90], round(e.device_time_total / 1000 / steps, 3), e.count // steps)
                                            for e in kernels[:30]],
