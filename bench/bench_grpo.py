@@ -91,15 +91,16 @@ def run_fusetune(args) -> dict:
     path = write_config(args)
     config = yaml.safe_load(path.read_text())
     began = time.time()
-    proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=args.timeout)
+    proc, stopped = _run_within_limit([sys.executable, "-m", "jobs.train", str(path)], _limit(args))
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()] \
         if (out / "events.jsonl").is_file() else []
     steps = [e for e in events if e["type"] == "step"]
     result = {"stack": "fusetune (a)", "returncode": proc.returncode, "wall_s": round(time.time() - began, 1),
               "config": config}
-    if proc.returncode or not steps:
-        result["error"] = (proc.stderr or proc.stdout)[-1500:]
+    if stopped and steps:   # the steps written before the limit still make a row, as the peer's do
+        result.update(partial=True, steps_done=len(steps), note=stopped)
+    elif proc.returncode or not steps:
+        result["error"] = (stopped or "") + (proc.stderr or proc.stdout)[-1500:]
         return result
     durations = [e["step_s"] for e in steps] if all(e.get("step_s") for e in steps) else None
     result.update(step_stats([e["time"] for e in steps], args.warmup, durations),
@@ -140,6 +141,26 @@ def _json_row(line: str) -> dict | None:
     return row if isinstance(row, dict) else None
 
 
+def _limit(args) -> int:
+    """Seconds this run may take: --timeout, or less where device.sh's stage limit (BENCH_STEP_LIMIT) is
+    shorter, with 15 s left to write the row before the stage's own `timeout` kills this process."""
+    return max(1, min(args.timeout, int(os.environ.get("BENCH_STEP_LIMIT", args.timeout)) - 15))
+
+
+def _run_within_limit(cmd: list[str], limit: int):
+    """(the finished process with its output, "" or why it was stopped): a process still running at the
+    limit is killed, so what it wrote so far (our job's step events) still makes a row (2026-12-06: a
+    GRPO 8B run past a 271 s limit was killed from outside with its steps and left no row)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=limit)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err), ""
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err), f"stopped after {limit} s (the step limit)"
+
+
 def run_unsloth(args) -> dict:
     """The peer in its own process. It prints a row after every optimizer step, so when a step is slower
     than the time left (2,048-token completions: minutes a step) the last complete row still comes back,
@@ -147,14 +168,8 @@ def run_unsloth(args) -> dict:
     cmd = [sys.executable, str(ROOT / "bench" / "bench_grpo_unsloth.py"), "--shape", args.shape, "--dir",
            str(args.dir), "--prompts", str(args.prompts), "--generations", str(args.generations),
            "--completion-len", str(args.completion_len), "--steps", str(args.steps), "--warmup", str(args.warmup)]
-    limit = min(args.timeout, int(os.environ.get("BENCH_STEP_LIMIT", args.timeout)) - 15)
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=max(1, limit))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        err = f"stopped after {limit} s (the step limit)\n{err}"
+    proc, stopped = _run_within_limit(cmd, _limit(args))
+    out, err = proc.stdout, (stopped + "\n" + proc.stderr) if stopped else proc.stderr
     rows = [row for row in map(_json_row, out.splitlines()) if row is not None]
     if not rows:
         return {"stack": "unsloth+trl (b)", "returncode": proc.returncode, "error": (err or out)[-1500:]}
