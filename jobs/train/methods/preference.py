@@ -29,12 +29,34 @@ from kernels.arch import text_config
 # the reference pass before the policy forward (PreferenceMethod.unit_terms); False: after it, as until
 # 2026-12-04 (bench/bench_fp8.py SWITCHES "policyfirst" measures that order on the product path)
 REFERENCE_FIRST = True
-# True: KTO's training batches carry their halves apart and the KL completions run in a forward without
-# grad (KTO.policy_sums): less GPU work and a lower peak, but one more forward's launches. Off, because on
-# H100 hosts where the step waits on the host that forward costs more than it saves: 0.262 / 0.240 s a step
-# against 0.193 / 0.182 with one forward over both (bench/results/job.jsonl, session 56 calls 1 and 4;
-# bench/bench_fp8.py SWITCHES "ktohalves" turns it on for an A/B)
-KTO_HALVES = False
+# KTO's training batches can carry their halves apart, the KL completions then running in a forward without
+# grad (KTO.policy_sums): less GPU work and a lower peak, but one more forward's launches. It pays where the
+# step waits on the GPU and costs where it waits on the host, so it is chosen by the size of a layer
+# (kto_halves_for). Measured on an H100 (bench/results/job.jsonl): the 1B (61M weights a layer), host-bound,
+# 0.262 / 0.240 s a step with the halves against 0.193 / 0.182 without (session 56); the 8B (218M a layer),
+# GPU-bound, 0.527 s with against 0.584 without (session 59). None decides per model; True / False force it
+# (bench/bench_fp8.py SWITCHES "ktohalves" / "ktowhole" for an A/B).
+KTO_HALVES: bool | None = None
+HALVES_MIN_LAYER_WEIGHTS = 150e6   # between the two measured sizes
+
+
+def kto_halves_for(model_config) -> tuple[bool, str]:
+    """(whether KTO's KL completions run in their own forward without grad, the log's line saying why)."""
+    if KTO_HALVES is not None:
+        how = "in a forward without grad" if KTO_HALVES else "trained in one forward with the answers"
+        return KTO_HALVES, f"kto: KL completions {how} (forced)"
+    text = text_config(model_config)
+    heads = text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    weights = text.hidden_size * (head_dim * 2 * (heads + kv_heads) + 3 * text.intermediate_size)
+    if weights >= HALVES_MIN_LAYER_WEIGHTS:
+        return True, (f"kto: KL completions in a forward without grad ({weights / 1e6:.0f}M weights a layer: "
+                      "the step waits on the GPU, so the backward they skip is worth the extra forward)")
+    return False, (f"kto: KL completions trained in one forward with the answers ({weights / 1e6:.0f}M weights a "
+                   "layer: the step waits on the host, where one more forward costs more than it saves)")
+
+
 PAIR_METRICS = ("chosen_reward", "rejected_reward", "reward_margin", "reward_accuracy")
 
 
@@ -73,13 +95,17 @@ class PreferenceMethod(Method):
         ranks = dict(rank=t.dist.rank, world=t.dist.world_size, pad_id=t.tokenizer.pad_token_id,
                      pass_units=self.pass_units, shared=self.shared)
         size = spec.batch_size * t.dist.world_size
-        halves = spec.method == "kto" and KTO_HALVES
+        halves = self.kto_halves()
         plan = PairPlan(t.examples, size, row, t.packed, spec.seed, accumulation=spec.gradient_accumulation_steps,
                         kto_halves=halves, reference_given=halves and spec.precompute_reference, **ranks)
         eval_plan = (PairPlan(t.eval_examples, size, row, t.packed, spec.seed, shuffle=False, **ranks)
                      if t.eval_examples else None)
         report_op(t, "chosen + rejected in one forward, label rows only")
         return plan, eval_plan
+
+    def kto_halves(self) -> bool:
+        """Whether training batches carry KTO's halves apart (KTO decides; pairs never do)."""
+        return False
 
     def _layout(self) -> tuple:
         """(packed, the log's packing line, _shared_prompts' pair), decided once: the memory plan
@@ -214,14 +240,21 @@ class KTO(PreferenceMethod):
     def __init__(self, trainer):
         super().__init__(trainer)
         self.completions: tuple[int, ...] | None = None   # fit_sizes', counted once
+        self.halves: bool | None = None                    # kto_halves_for, decided (and logged) once
+
+    def kto_halves(self) -> bool:
+        if self.halves is None:
+            self.halves, line = kto_halves_for(self.trainer.model.config)
+            self.trainer.log(line)
+        return self.halves
 
     def fit_sizes(self) -> dict:
         """What a pass with grad of this job's batches holds: the completion tokens of k units, for k up to
         a micro-batch's (jobs/data/pairs.py PairPlan.completion_bounds), over the micro-batches the job
         will train, read from its units grouped as the training plan groups them; the memory plan sizes
         that pass by them (jobs/models/fit_kto.py). Nothing when the KL completions train in the same
-        forward (KTO_HALVES off): whole units, as planned without them."""
-        if not KTO_HALVES:
+        forward (kto_halves off): whole units, as planned without them."""
+        if not self.kto_halves():
             return {}
         if self.completions is None:
             t, spec = self.trainer, self.spec

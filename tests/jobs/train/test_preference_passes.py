@@ -154,3 +154,16 @@ def test_kto_with_the_reference_precomputed_copies_no_whole_batch_and_trains_the
     count = torch.tensor(float(lean.label_tokens))
     (a, grads_a), (b, grads_b) = loss_and_grads(trainer, [lean], count), loss_and_grads(trainer, [full], count)
     assert a.equal(b) and grads_a.keys() == grads_b.keys() and all(grads_a[n].equal(grads_b[n]) for n in grads_a)
+
+
+def test_kto_runs_its_kl_completions_without_grad_only_where_a_layer_is_large(monkeypatch):
+    """The halves pay where the step waits on the GPU (the 8B, 218M weights a layer) and cost where it waits
+    on the host (the 1B, 61M): both measured on an H100 (bench/results/job.jsonl); the bench's switch forces."""
+    from transformers import LlamaConfig
+    one_b = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8)
+    eight_b = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8)
+    (small, small_why), (large, large_why) = preference.kto_halves_for(one_b), preference.kto_halves_for(eight_b)
+    assert (small, large) == (False, True)
+    assert "61M weights a layer" in small_why and "218M weights a layer" in large_why
+    monkeypatch.setattr(preference, "KTO_HALVES", True)
+    assert preference.kto_halves_for(one_b) == (True, "kto: KL completions in a forward without grad (forced)")
