@@ -60,6 +60,10 @@ ROWS = (
     Row("ORPO, Llama-3.1-8B, prompts once (H100, 2026-12-06 04:52, 40 steps)",
         Pick("llama-3.1-8b", "orpo", "fusetune", "2026-12-06T04:54"),
         Pick("llama-3.1-8b", "orpo", "unsloth+trl", "2026-12-06T04:52")),
+    Row("KTO, Llama-3.1-8B, 8 examples a step, prompts once (H100, 2026-12-06 17:06; ours in the next call on the same "
+        "machine, 40 steps)",
+        Pick("llama-3.1-8b", "kto", "fusetune", "2026-12-06T17:09"),
+        Pick("llama-3.1-8b", "kto", "unsloth+trl", "2026-12-06T17:06")),
     Row("ORPO, Llama-3.2-1B, prompts once (H100, 2026-12-06 01:55, 40 steps)",
         Pick("llama-3.2-1b", "orpo", "fusetune", "2026-12-06T01:57"),
         Pick("llama-3.2-1b", "orpo", "unsloth+trl", "2026-12-06T01:55")),
