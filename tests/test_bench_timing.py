@@ -36,6 +36,26 @@ def test_a_peer_cut_off_by_the_step_limit_still_gives_its_last_row(tmp_path, mon
     assert row["partial"] and row["peak_gib"] == 9.5 and "error" not in row
 
 
+def test_our_run_cut_off_by_the_step_limit_keeps_the_steps_it_wrote(tmp_path, monkeypatch):
+    # a stand-in job: two step events, then a step slower than the time left (a GRPO 8B run, session 59)
+    import argparse
+    import bench.bench_grpo as bench_grpo
+    events = tmp_path / "job-grpo-s" / "events.jsonl"
+    job = tmp_path / "job.py"
+    job.write_text(f"import json, os, time\nos.makedirs({str(events.parent)!r})\n"
+                   f"with open({str(events)!r}, 'w') as f:\n"
+                   "    for i in range(2):\n"
+                   "        f.write(json.dumps({'type': 'step', 'time': i, 'step_s': 2.0, 'peak_gb': 7.5}) + '\\n')\n"
+                   "time.sleep(60)\n")
+    monkeypatch.setattr(bench_grpo.subprocess, "Popen", _running(job, bench_grpo.subprocess.Popen))
+    monkeypatch.setenv("BENCH_STEP_LIMIT", "18")                   # 3 s for the job after the 15 s margin
+    args = argparse.Namespace(shape="s", dir=tmp_path, prompts=1, generations=2, completion_len=8, steps=30,
+                              warmup=1, timeout=560, device="cpu", max_gpu_memory_gb=7.6, what="run")
+    row = bench_grpo.run_fusetune(args)
+    assert row["partial"] and row["steps_done"] == 2 and row["peak_gib"] == 7.5 and "error" not in row
+    assert row["step_s"] == [2.0] and "stopped after 3 s" in row["note"]
+
+
 def _running(script, popen):
     def start(cmd, **kwargs):
         return popen([cmd[0], str(script)], **kwargs)
