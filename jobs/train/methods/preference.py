@@ -18,6 +18,7 @@ import torch
 from jobs.data import shared_prefix
 from jobs.data.packing import passes_of, resolve_packing
 from jobs.data.pairs import PairPlan, load_units
+from jobs.models.fit_shape import _Shape
 from jobs.train import evaluate
 from jobs.train.methods import preference_losses as losses
 from jobs.train.methods.base import Method
@@ -45,11 +46,8 @@ def kto_halves_for(model_config) -> tuple[bool, str]:
     if KTO_HALVES is not None:
         how = "in a forward without grad" if KTO_HALVES else "trained in one forward with the answers"
         return KTO_HALVES, f"kto: KL completions {how} (forced)"
-    text = text_config(model_config)
-    heads = text.num_attention_heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    weights = text.hidden_size * (head_dim * 2 * (heads + kv_heads) + 3 * text.intermediate_size)
+    shape = _Shape.of(model_config)
+    weights = shape.linear_weights() / shape.layers
     if weights >= HALVES_MIN_LAYER_WEIGHTS:
         return True, (f"kto: KL completions in a forward without grad ({weights / 1e6:.0f}M weights a layer: "
                       "the step waits on the GPU, so the backward they skip is worth the extra forward)")
