@@ -25,39 +25,30 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_lora import GcPauses  # noqa: E402
 
 
-def _busy_and_gaps(prof) -> tuple[float, list[float], float, float]:
-    """(busy ms, top-10 idle gaps ms, first kernel start, last kernel end) of the GPU timeline."""
-    intervals = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                       if e.device_type.name == "CUDA" and e.time_range.end > e.time_range.start)
-    busy, gaps, end = 0.0, [], None
-    for start, stop in intervals:
-        if end is None or start > end:
-            if end is not None:
-                gaps.append((start - end) / 1000)
-            busy += stop - start
-            end = stop
-        elif stop > end:
-            busy += stop - end
-            end = stop
-    first = intervals[0][0] if intervals else 0
-    return busy / 1000, sorted(gaps, reverse=True)[:10], first, end or 0
-
-
-def _gap_context(prof, gaps: int = 3, ops: int = 6) -> list[dict]:
-    """What the host did while the GPU sat idle: for each of the `gaps` largest idle gaps, the kernels on
-    either side and the CPU ops that overlapped it most (innermost first among equal overlaps, so the op
-    that held the host, e.g. a sync or an allocation, comes before the module that called it)."""
-    events = [e for e in prof.events() if e.time_range.end > e.time_range.start]
-    kernels = sorted((e for e in events if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
-    host = [e for e in events if e.device_type.name == "CPU"]
-    found, end, before = [], None, None
+def _timeline(prof) -> tuple[float, list[tuple], float, float]:
+    """(busy ms, every idle gap as (width us, start, stop, kernel before, kernel after), first kernel start,
+    last kernel end) of the GPU timeline: the union of the kernels' intervals."""
+    kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA"
+                      and e.time_range.end > e.time_range.start), key=lambda e: e.time_range.start)
+    busy, gaps, end, before = 0.0, [], None, None
     for kernel in kernels:
-        if end is not None and kernel.time_range.start > end:
-            found.append((kernel.time_range.start - end, end, kernel.time_range.start, before, kernel))
-        if end is None or kernel.time_range.end > end:
-            end, before = kernel.time_range.end, kernel
+        start, stop = kernel.time_range.start, kernel.time_range.end
+        if end is not None and start > end:
+            gaps.append((start - end, end, start, before, kernel))
+        if end is None or stop > end:
+            busy += stop - (start if end is None else max(start, end))   # the part not yet covered
+            end, before = stop, kernel
+    first = kernels[0].time_range.start if kernels else 0
+    return busy / 1000, gaps, first, end or 0
+
+
+def _gap_context(prof, gaps: list[tuple], ops: int = 6) -> list[dict]:
+    """What the host did while the GPU sat idle: for each of `gaps` (_timeline's), the kernels on either
+    side and the CPU ops that overlapped it most (innermost first among equal overlaps, so the op that
+    held the host, e.g. a sync or an allocation, comes before the module that called it)."""
+    host = [e for e in prof.events() if e.device_type.name == "CPU" and e.time_range.end > e.time_range.start]
     context = []
-    for width, start, stop, before, after in sorted(found, key=lambda g: -g[0])[:gaps]:
+    for width, start, stop, before, after in gaps:
         overlaps = [(min(e.time_range.end, stop) - max(e.time_range.start, start), e) for e in host]
         overlaps = sorted(((o, e) for o, e in overlaps if o > 0),
                           key=lambda oe: (-oe[0], oe[1].time_range.end - oe[1].time_range.start))
@@ -122,14 +113,16 @@ def profile(config: Path, warmup: int, steps: int, host: bool = False) -> dict:
         step_ms, pending = _timed_steps(trainer, stream, steps, sync)
     host_side = host_profile(trainer, stream, steps, sync) if host else {}
     stream.close()
-    busy_ms, gaps, first, last = _busy_and_gaps(prof)
+    busy_ms, gaps, first, last = _timeline(prof)
+    gaps = sorted(gaps, key=lambda g: -g[0])
     table = prof.key_averages()
     kernels = sorted((e for e in table if e.device_time_total > 0), key=lambda e: -e.device_time_total)
     cpu = sorted(table, key=lambda e: -e.self_cpu_time_total)
     return {"config": str(config), "steps": steps, "wall_ms_per_step": round(step_ms, 2),
             "gpu_busy_ms_per_step": round(busy_ms / steps, 2),
             "gpu_idle_share": round(1 - busy_ms / max((last - first) / 1000, 1e-9), 4),
-            "largest_idle_gaps_ms": [round(g, 3) for g in gaps], "idle_gaps_host": _gap_context(prof), "losses": [p.read()[0] for p in pending],
+            "largest_idle_gaps_ms": [round(g[0] / 1000, 3) for g in gaps[:10]],
+            "idle_gaps_host": _gap_context(prof, gaps[:3]), "losses": [p.read()[0] for p in pending],
             "packing": trainer.packed, "real_tokens_per_step": pending[-1].tokens,
             "cuda_ms_per_step_by_kernel": [(e.key[:90], round(e.device_time_total / 1000 / steps, 3), e.count // steps)
                                            for e in kernels[:30]],
