@@ -50,7 +50,9 @@ SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),   # the
             # a recomputed layer's MLP runs its down projection too (before 2026-12-06; kernels/lora_patch.py)
             "fulldown": ("kernels.lora_patch", "SKIP_DOWN_IN_RECOMPUTE", False),
             # the LM-head loss runs its logits for every row, labelled or not (before 2026-12-06)
-            "allrows": ("kernels.ops.fused_linear_cross_entropy", "SKIP_UNLABELED_ROWS", False)}
+            "allrows": ("kernels.ops.fused_linear_cross_entropy", "SKIP_UNLABELED_ROWS", False),
+            # a hosted input embedding gathers into a fresh tensor, then pins a copy (before 2026-12-06)
+            "hostcopy": ("kernels.host_embedding", "STAGED_GATHER", False)}
 
 
 def save_base(model, folder: Path, vocab: int) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import peft
 import pytest
 import torch
+import torch.nn.functional as F
 import transformers
 
 from kernels.host_embedding import (HOSTED_ATTR, host_input_embeddings, hostable_reason, hosted, hosted_bytes,
@@ -46,6 +47,24 @@ def test_a_hosted_table_trains_exactly_as_one_on_the_device():
     table = model.get_input_embeddings()
     assert not hosted(model) and "forward" not in vars(table) and not hasattr(table, HOSTED_ATTR)
     assert torch.equal(loss_and_grads(model, ids)[0], loss)
+
+
+def test_the_staging_buffer_is_reused_and_never_handed_out():
+    """Each forward gathers into one buffer kept on the module and returns a copy of it: an earlier
+    forward's rows survive the next gather, and only a longer batch allocates a larger buffer."""
+    model = lora_llama()
+    host_input_embeddings(model, device=torch.device("cpu"))
+    table = model.get_input_embeddings()
+    batches = [torch.randint(0, 101, shape) for shape in ((2, 13), (2, 7), (3, 11))]
+    outs, stages = [], []
+    for ids in batches:
+        outs.append(table(ids))
+        stages.append(table._fusetune_stage.data_ptr())
+    assert stages[0] == stages[1] != stages[2]
+    for ids, out in zip(batches, outs):
+        assert torch.equal(out, F.embedding(ids, table.weight)) and out.data_ptr() not in stages
+    restore_input_embeddings(model)
+    assert not hasattr(model.get_input_embeddings(), "_fusetune_stage")
 
 
 def test_a_table_that_cannot_move_says_why():
