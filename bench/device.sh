@@ -27,7 +27,7 @@
 #   bash bench/device.sh sft40 SHAPE  SFT by issue 38's protocol: Unsloth + TRL (packing) first, ours within its
 #                                            peak, 40 steps; PROFILE=1: then a profile of ours; AB_SWITCH=sftpasses:
 #                                            ours again with the micro-batch in passes of fewer rows
-#   bash bench/device.sh sftab SHAPE PEAK SWITCH  ours alone within PEAK GiB: with the engine switch, then without, then a profile
+#   bash bench/device.sh sftab SHAPE PEAK SWITCH  ours alone within PEAK GiB: the default, then with the engine switch, then a profile
 #   bash bench/device.sh pair40 SHAPE METHOD [fsdpq]  the peer, then ours within its peak, 40 steps, then a profile (issue 38's
 #                                            protocol); METHOD dpo|orpo|kto (KTO 1B: `pair40 llama-3.2-1b kto`); PROFILE=0: no profile
 #   bash bench/device.sh pair SHAPE METHOD   one preference pair: Unsloth + TRL's trainer, then ours within its peak
@@ -326,12 +326,12 @@ case "$what" in
     Y="$DIR/$S-fusetune-auto-bf16-budget$peak.yaml"   # bench_job.py's name for an SFT row (no method suffix)
     [ -e "$Y" ] && [ "${PROFILE:-0}" != 0 ] && stage "profile sft" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 \
       --host --out "$OUT/profile_job_sft_$S.json" ;;
-  sftab)   # sftab SHAPE PEAK_GIB SWITCH: ours alone within PEAK (a peer's peak of an earlier call), the engine switch
-    # first, then the default, then a profile of the default (an engine change's A/B on one machine, no peer)
+  sftab)   # sftab SHAPE PEAK_GIB SWITCH: ours alone within PEAK (a peer's peak of an earlier call)
+    # the default first, then with the engine switch, then a profile of the default (an A/B on one machine, no peer)
     versions
     S=$2; R=$(rows_of "$S")
     prepare "$S" --examples 2000
-    for sw in "$4" ""; do
+    for sw in "" "$4"; do
       job "sft_budget_$3${sw:+_$sw}" 150 --stack fusetune --shape "$S" --rows "$R" --steps 40 --warmup 5 \
         --checkpointing auto --max-gpu-memory-gb "$3" ${sw:+--switch "$sw"}
     done
