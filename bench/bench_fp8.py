@@ -52,7 +52,9 @@ SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),   # the
             # the LM-head loss runs its logits for every row, labelled or not (before 2026-12-06)
             "allrows": ("kernels.ops.fused_linear_cross_entropy", "SKIP_UNLABELED_ROWS", False),
             # a hosted input embedding gathers into a fresh tensor, then pins a copy (before 2026-12-06)
-            "hostcopy": ("kernels.host_embedding", "STAGED_GATHER", False)}
+            "hostcopy": ("kernels.host_embedding", "STAGED_GATHER", False),
+            # ... and reads the token ids back from the GPU, waiting for the queued kernels (before 2026-12-06)
+            "hostsync": ("kernels.host_embedding", "HOST_IDS", False)}
 
 
 def save_base(model, folder: Path, vocab: int) -> None:

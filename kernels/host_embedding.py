@@ -16,6 +16,7 @@ it. A CUDA-graph step cannot hold the host gather (kernels/step_graph.py refuses
 from __future__ import annotations
 
 import types
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -67,16 +68,45 @@ def _staging_rows(self, count: int, device: torch.device) -> torch.Tensor:
     return stage[:count * width].view(count, width)
 
 
+# The training loop names the host copy of the token ids it sends to the GPU (remember_host_ids), so the
+# forward gathers from it instead of reading the device's copy back: that read waits for every kernel
+# queued before it (the previous step's backward and optimizer), leaving the GPU idle while the host
+# gathers. False: always read the ids back (bench switch `hostsync`).
+HOST_IDS = True
+_HOST_IDS_ATTR = "_fusetune_host_ids"
+
+
+def remember_host_ids(model, pairs) -> None:
+    """`pairs`: (token ids on the device, the same ids on the host) of the micro-batches a step is about
+    to run. A hosted table's forward that receives one of those device tensors (the same object) gathers
+    from its host copy; any other ids (a slice, a method's own batch) are read back as before."""
+    table = input_embeddings(model)
+    if not HOST_IDS or table is None or not hasattr(table, HOSTED_ATTR):
+        return
+    known = [(ref, host) for ref, host in getattr(table, _HOST_IDS_ATTR, ()) if ref() is not None]
+    known += [(weakref.ref(device_ids), host_ids) for device_ids, host_ids in pairs
+              if device_ids is not None and host_ids is not None and device_ids is not host_ids]
+    setattr(table, _HOST_IDS_ATTR, known)
+
+
+def _ids_on_host(self, input_ids: torch.Tensor) -> torch.Tensor:
+    for ref, host in getattr(self, _HOST_IDS_ATTR, ()):
+        if ref() is input_ids:
+            return host
+    return input_ids.to("cpu")
+
+
 def _hosted_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
     """nn.Embedding.forward with the table on the host: gather the rows there, copy them in. The table
     is frozen, so padding_idx, scale_grad_by_freq and sparse (gradient options) change nothing."""
-    ids, device = input_ids.to("cpu"), getattr(self, HOSTED_ATTR)
+    device = getattr(self, HOSTED_ATTR)
     if not STAGED_GATHER or self.max_norm is not None:   # max_norm renormalises the table's rows in place
-        rows = F.embedding(ids, self.weight, self.padding_idx, self.max_norm,
+        rows = F.embedding(input_ids.to("cpu"), self.weight, self.padding_idx, self.max_norm,
                            self.norm_type, self.scale_grad_by_freq, self.sparse)
         if device.type == "cuda":
             rows = rows.pin_memory()   # lets the copy run asynchronously on the current stream
         return rows.to(device, non_blocking=True)
+    ids = _ids_on_host(self, input_ids)
     staged = _staging_rows(self, ids.numel(), device)
     torch.index_select(self.weight, 0, ids.reshape(-1), out=staged)
     rows = staged.to(device, non_blocking=True, copy=True)   # copy: on a CPU "device" too, never the buffer
@@ -121,6 +151,6 @@ def restore_input_embeddings(model) -> None:
         return
     table.weight.data = table.weight.data.to(getattr(table, HOSTED_ATTR))
     del table.forward
-    for attr in (HOSTED_ATTR, _STAGE_ATTR, _COPIED_ATTR):
+    for attr in (HOSTED_ATTR, _STAGE_ATTR, _COPIED_ATTR, _HOST_IDS_ATTR):
         if hasattr(table, attr):
             delattr(table, attr)

@@ -37,6 +37,7 @@ from jobs.train.methods import method_for
 from jobs.train.methods.base import StepCancelled
 from jobs.train.steps import PendingStep, cosine_with_warmup
 from kernels.checkpoint import enable_recompute
+from kernels.host_embedding import host_input_embeddings, hostable_reason, remember_host_ids
 
 
 class NonFiniteLoss(RuntimeError):
@@ -161,13 +162,11 @@ class Trainer:
         (kernels/host_embedding.py), after checkpointing read the model's device from its parameters."""
         if not plan or not plan[3]:
             return []
-        from kernels.host_embedding import host_input_embeddings, hostable_reason
         reason = "sharded: FSDP gathers it with the root's weights" if self.sharded else hostable_reason(self.model)
         if reason:
             return [f"  input embeddings: kept on the GPU ({reason})"]
-        freed = host_input_embeddings(self.model)
-        return [f"  input embeddings: in pinned CPU memory ({freed / 2 ** 30:.2f} GiB off the GPU; "
-                "each forward gathers its rows there)"]
+        return [f"  input embeddings: in pinned CPU memory ({host_input_embeddings(self.model) / 2 ** 30:.2f} GiB off "
+                "the GPU; each forward gathers its rows there)"]
 
     def _torch_checkpointing(self) -> str:
         mode = self.spec.gradient_checkpointing
@@ -238,7 +237,10 @@ class Trainer:
         batches = [batch for _, batch in group]
         replayed = self.graphed.step(batches, count, self.device) if self.graphed and not self.graphed.failed else None
         if replayed is None:
-            total, grad_norm = self._device_step([batch.to(self.device) for batch in batches], count)
+            moved = [batch.to(self.device) for batch in batches]
+            remember_host_ids(self.model, [(m.get("input_ids"), b.tensors.get("input_ids"))   # a hosted table's gather
+                                           for b, m in zip(batches, moved)])
+            total, grad_norm = self._device_step(moved, count)
             self.optimizer.zero_grad(set_to_none=True)
         else:
             total, grad_norm = replayed

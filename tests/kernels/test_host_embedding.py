@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import transformers
 
 from kernels.host_embedding import (HOSTED_ATTR, host_input_embeddings, hostable_reason, hosted, hosted_bytes,
-                                    restore_input_embeddings)
+                                    remember_host_ids, restore_input_embeddings)
 from kernels.step_graph import capturable_reason
 
 
@@ -65,6 +65,24 @@ def test_the_staging_buffer_is_reused_and_never_handed_out():
         assert torch.equal(out, F.embedding(ids, table.weight)) and out.data_ptr() not in stages
     restore_input_embeddings(model)
     assert not hasattr(model.get_input_embeddings(), "_fusetune_stage")
+
+
+def test_ids_the_loop_sent_are_gathered_from_their_host_copy():
+    """The loop names each micro-batch's host ids beside the device tensor it made of them: the forward that
+    receives that very tensor gathers from the host copy (here a different one, to see which was read), any
+    other tensor is read back, and a tensor that is gone leaves the list at the next step."""
+    model = lora_llama()
+    remember_host_ids(model, [(torch.zeros(3, dtype=torch.long), torch.ones(3, dtype=torch.long))])
+    assert not hasattr(model.get_input_embeddings(), "_fusetune_host_ids")   # not hosted: nothing kept
+    host_input_embeddings(model, device=torch.device("cpu"))
+    table = model.get_input_embeddings()
+    sent, host = torch.randint(0, 101, (2, 5)), torch.randint(0, 101, (2, 5))
+    remember_host_ids(model, [(sent, host)])
+    assert torch.equal(table(sent), F.embedding(host, table.weight))
+    assert torch.equal(table(sent.clone()), F.embedding(sent, table.weight))
+    del sent
+    remember_host_ids(model, [])
+    assert table._fusetune_host_ids == []
 
 
 def test_a_table_that_cannot_move_says_why():
