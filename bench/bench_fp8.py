@@ -51,9 +51,10 @@ SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),   # the
             "fulldown": ("kernels.lora_patch", "SKIP_DOWN_IN_RECOMPUTE", False),
             # the LM-head loss runs its logits for every row, labelled or not (before 2026-12-06)
             "allrows": ("kernels.ops.fused_linear_cross_entropy", "SKIP_UNLABELED_ROWS", False),
-            # a hosted input embedding gathers into a fresh tensor, then pins a copy (before 2026-12-06)
+            # a hosted input embedding as before 2026-12-06: the token ids read back from the GPU (waiting for
+            # the queued kernels), gathered into a fresh tensor, then a pinned copy of it
             "hostcopy": ("kernels.host_embedding", "STAGED_GATHER", False),
-            # ... and reads the token ids back from the GPU, waiting for the queued kernels (before 2026-12-06)
+            # the staged gather, but with the ids read back (the sync alone, for a three-way A/B)
             "hostsync": ("kernels.host_embedding", "HOST_IDS", False)}
 
 
