@@ -3,4 +3,5 @@ import sys
 
 from jobs.train.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":   # importing the module (a tool's import scan) must not start a job
+    sys.exit(main())
