@@ -101,6 +101,16 @@ grpo_ready() {  # grpo_ready SHAPE: the shape's random weights (shared with the 
   mkdir -p "$GDIR"; [ -e "$GDIR/$1" ] || ln -s "$DIR/$1" "$GDIR/$1"
   [ -e "$GDIR/prompts.jsonl" ] || stage "prepare grpo prompts" 60 $PY bench/bench_grpo.py prepare $(grpo_args "$1" 512 3)
 }
+sft_ours() {  # sft_ours SHAPE PEAK_GIB [SWITCH [PROFILE]]: our SFT job within PEAK by issue 38's protocol (40 steps,
+  # 5 warm-up), then the same with an engine switch (bench_fp8.SWITCHES) if one is named, then a profile of the
+  # first unless PROFILE is 0
+  local ours="--stack fusetune --shape $1 --rows $(rows_of "$1") --steps 40 --warmup 5 --checkpointing auto"
+  job "sft_budget_$2" 150 $ours --max-gpu-memory-gb "$2"
+  [ -n "${3:-}" ] && job "sft_budget_$2_$3" 150 $ours --max-gpu-memory-gb "$2" --switch "$3"
+  local y="$DIR/$1-fusetune-auto-bf16-budget$2.yaml"   # bench_job.py's name for an SFT row (no method suffix)
+  [ -e "$y" ] && [ "${4:-1}" != 0 ] && stage "profile sft" 70 $PY bench/profile_job.py "$y" --warmup 3 --steps 3 \
+    --host --out "$OUT/profile_job_sft_$1.json"
+}
 grpo_pair() {  # grpo_pair SHAPE COMPLETION_LEN STEPS [PEER_S [OURS_S]]: Unsloth + TRL GRPOTrainer first, then ours within its peak
   local G="--shape $1 --dir $GDIR --prompts 8 --generations 8 --completion-len $2 --steps $3 --warmup 1"
   mkdir -p "$GDIR"; [ -e "$GDIR/$1" ] || ln -s "$DIR/$1" "$GDIR/$1"   # the same random weights as the prefs rows
@@ -318,26 +328,13 @@ case "$what" in
     unsloth_job 220 --shape "$S" --rows "$R" --steps 40 --warmup 5
     peak=$(peak_of "$OUT/job.jsonl" "unsloth+trl" "shape=$S")
     echo "   peer peak $peak GiB" | tee -a "$LOG"
-    [ "$peak" != 0 ] && job "sft_budget_$peak" 150 --stack fusetune --shape "$S" --rows "$R" --steps 40 --warmup 5 \
-      --checkpointing auto --max-gpu-memory-gb "$peak"
     # AB_SWITCH=NAME: ours again with an engine switch (e.g. sftpasses: the micro-batch in passes of fewer rows)
-    [ "$peak" != 0 ] && [ -n "${AB_SWITCH:-}" ] && job "sft_budget_${peak}_$AB_SWITCH" 150 --stack fusetune --shape "$S" \
-      --rows "$R" --steps 40 --warmup 5 --checkpointing auto --max-gpu-memory-gb "$peak" --switch "$AB_SWITCH"
-    Y="$DIR/$S-fusetune-auto-bf16-budget$peak.yaml"   # bench_job.py's name for an SFT row (no method suffix)
-    [ -e "$Y" ] && [ "${PROFILE:-0}" != 0 ] && stage "profile sft" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 \
-      --host --out "$OUT/profile_job_sft_$S.json" ;;
+    [ "$peak" != 0 ] && sft_ours "$S" "$peak" "${AB_SWITCH:-}" "${PROFILE:-0}" ;;
   sftab)   # sftab SHAPE PEAK_GIB SWITCH: ours alone within PEAK (a peer's peak of an earlier call)
     # the default first, then with the engine switch, then a profile of the default (an A/B on one machine, no peer)
     versions
-    S=$2; R=$(rows_of "$S")
-    prepare "$S" --examples 2000
-    for sw in "" "$4"; do
-      job "sft_budget_$3${sw:+_$sw}" 150 --stack fusetune --shape "$S" --rows "$R" --steps 40 --warmup 5 \
-        --checkpointing auto --max-gpu-memory-gb "$3" ${sw:+--switch "$sw"}
-    done
-    Y="$DIR/$S-fusetune-auto-bf16-budget$3.yaml"
-    [ -e "$Y" ] && stage "profile sft" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 --host \
-      --out "$OUT/profile_job_sft_$S.json" ;;
+    prepare "$2" --examples 2000
+    sft_ours "$2" "$3" "$4" 1 ;;
   pair)   # pair SHAPE METHOD: prepares the shape's pairs once (shared with GRPO), then pref_pair
     versions
     { [ -e "$DIR/$2/config.json" ] && [ -e "$DIR/kto.jsonl" ]; } || stage "prepare pairs $2" 200 $PY \
