@@ -3,7 +3,6 @@ one process with the same global batch, two nodes simulated on one host, resume,
 under the fused engine."""
 import os
 import signal
-import socket
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -11,13 +10,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 import yaml
-from safetensors.torch import load_file
 
 from jobs import launch
 from jobs.train.distributed import Distributed, rescale_micro_index
 from jobs.io.events import summarize
 from jobs.io.layout import JobLayout
 from tests.conftest import ROOT
+from tests.jobs.train.job_runs import (ENV, assert_same_training, finish, free_port, grads, lora_model, train,
+                                       write_config)
 from tests.tiny import make_tiny_model
 
 
@@ -173,24 +173,6 @@ def test_the_rendezvous_keys_are_refused_naming_the_field(data, key, words):
 
 
 # ---- DDP hooks under the fused engine ------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _lora_model(folder):
-    from jobs.models import load as models
-    from jobs.spec import JobSpec
-    torch.manual_seed(0)
-    base = models.load_base_model(str(folder), torch.float32, torch.device("cpu"))
-    return models.add_lora(base, JobSpec(model=str(folder), lora_r=4))
-
-
-def _grads(model):
-    return torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])
-
-
 def _ddp_rank(rank, folder, port, out):
     """One gloo rank: gradients of two accumulated micro-batches through DDP, and (on the same
     weights, before wrapping) of the whole global batch in one process."""
@@ -198,7 +180,7 @@ def _ddp_rank(rank, folder, port, out):
     from kernels import patch_model
     from kernels.checkpoint import _set_policy, decoder_layers
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    model = _lora_model(folder)
+    model = lora_model(folder)
     report = patch_model(model, backend="triton")
     layers = decoder_layers(model)
     _set_policy(layers, [True] * len(layers), True, torch.device("cpu"))  # offloaded recompute
@@ -207,7 +189,7 @@ def _ddp_rank(rank, folder, port, out):
     model.train()
     for micro in ids:
         model(input_ids=micro, labels=micro, num_items_in_batch=count).loss.backward()
-    reference = _grads(model)
+    reference = grads(model)
     model.zero_grad(set_to_none=True)
     group = Distributed(rank=rank, world_size=2, local_world_size=2, local_rank=rank, backend="gloo")
     ddp = group.wrap(model)
@@ -217,7 +199,7 @@ def _ddp_rank(rank, folder, port, out):
             mine = torch.stack(group.shard(list(micro)))
             with group.accumulating(ddp, last=i == len(ids) - 1):
                 ddp(input_ids=mine, labels=mine, num_items_in_batch=count).loss.backward()
-        results.append(_grads(model))
+        results.append(grads(model))
         model.zero_grad(set_to_none=True)
     torch.save({"reference": reference, "ddp": results, "report": report.lines()}, out / f"rank{rank}.pt")
     dist.destroy_process_group()
@@ -231,7 +213,7 @@ def test_ddp_over_fused_lora_and_offloaded_checkpointing_sums_gradients_like_one
     folder = make_tiny_model(tmp_path / "one-layer", layers=1)
     # spawn, not fork: forked ranks deadlock on locks held by an earlier test's threads (the
     # session's playwright, when the browser tests run first in the same process)
-    torch.multiprocessing.start_processes(_ddp_rank, args=(folder, _free_port(), tmp_path), nprocs=2,
+    torch.multiprocessing.start_processes(_ddp_rank, args=(folder, free_port(), tmp_path), nprocs=2,
                                           start_method="spawn")
     for rank in (0, 1):
         got = torch.load(tmp_path / f"rank{rank}.pt")
@@ -242,22 +224,6 @@ def test_ddp_over_fused_lora_and_offloaded_checkpointing_sums_gradients_like_one
 
 
 # ---- whole jobs --------------------------------------------------------------------------------
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-
-def write_config(tmp_path, name, model, **overrides):
-    config = {"model": str(model), "output_dir": str(tmp_path / name), "max_steps": 8, "learning_rate": 2e-3,
-              "batch_size": 2, "max_seq_length": 64, "save_steps": 0, "seed": 3, "warmup_steps": 2, **overrides}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def train(config, *extra):
-    return subprocess.Popen([sys.executable, "-m", "jobs.train", str(config), *extra], cwd=ROOT, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
 def node(config, port, *extra):
     """One simulated node: `torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d ...`."""
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
@@ -272,40 +238,6 @@ def node_by_keys(config, port, rank):
     return train(config, "--nodes", "2", "--node_rank", str(rank), "--rdzv_endpoint", f"127.0.0.1:{port}")
 
 
-def finish(*procs):
-    outputs = [proc.communicate(timeout=600)[0] for proc in procs]
-    for proc, output in zip(procs, outputs):
-        assert proc.returncode == 0, output[-3000:]
-    return outputs
-
-
-def adapter_weights(job_dir):
-    return load_file(str(job_dir / "adapter" / "adapter_model.safetensors"))
-
-
-def assert_same_training(two, one, steps):
-    """Two job folders trained the same: per-step losses, tokens, and the LoRA weights: each tensor
-    within 1e-3 relative, every element within 25 % of one AdamW step (lr 2e-3). Why not a flat 1e-5:
-    the ranks sum gradients in another order, and where a coordinate's gradient is near zero Adam's
-    m / sqrt(v) turns that rounding into a visible share of a step (seen: one element of 1,024 off
-    by 2e-5 on an AMD EPYC host, the tensor within 9e-6; and on a fresh CI clone of 2026-12-05 a
-    LoRA tensor 2.8e-4 off in norm after 6 steps, an element 9.3e-5 (4.6 % of a step), the same on
-    every rerun on that host: a B matrix that starts at zero is small, so a few elements a fraction of
-    a step apart weigh in its norm). A wrong gradient moves most elements by whole steps, and the
-    losses must agree within 1e-5 at every step."""
-    run2, run1 = summarize(two), summarize(one)
-    assert [s["loss"] for s in run2.steps] == pytest.approx([s["loss"] for s in run1.steps], rel=1e-5)
-    assert [s["tokens"] for s in run2.steps] == [s["tokens"] for s in run1.steps]
-    assert [s["tokens_per_s"] > 0 for s in run2.steps] == [True] * steps
-    got, want = adapter_weights(two), adapter_weights(one)
-    assert got.keys() == want.keys()
-    assert max(((got[k] - want[k]).norm() / want[k].norm()).item() for k in got) < 1e-3
-    assert max((got[k] - want[k]).abs().max().item() for k in got) < 0.25 * 2e-3
-    assert max(want[k].abs().max().item() for k in want if "lora_B" in k) > 1e-3  # it did train
-    assert run2.final["type"] == "done" and len(run2.steps) == steps  # one writer: rank 0
-    return run2, run1
-
-
 @pytest.mark.parametrize("packing, started", [("off", "torchrun"), ("on", "keys")])
 def test_two_nodes_on_one_host_train_the_same_adapter_as_one_process(tmp_path, tiny_model, packing, started):
     """Two torchrun launchers (one process each, rendezvous on localhost, gloo) with batch 2
@@ -318,7 +250,7 @@ def test_two_nodes_on_one_host_train_the_same_adapter_as_one_process(tmp_path, t
     config = write_config(tmp_path, "nodes", tiny_model, packing=packing, max_steps=steps,
                           max_seq_length=160 if packing == "on" else 64, eval_fraction=0.1, eval_steps=2,
                           keep_best=True)
-    port = _free_port()
+    port = free_port()
     nodes = ([node(config, port), node(config, port)] if started == "torchrun"
              else [node_by_keys(config, port, 1), node_by_keys(config, port, 0)])
     outputs = finish(*nodes, train(config, "--output_dir", str(tmp_path / "one"), "--batch_size", "4"))

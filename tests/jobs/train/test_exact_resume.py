@@ -6,7 +6,7 @@ import torch
 from jobs.train.checkpoints import latest_checkpoint
 from jobs.io.events import summarize
 from jobs.train.rng_state import RNG_FILE
-from tests.jobs.train.test_distributed import adapter_weights, finish, train, write_config
+from tests.jobs.train.job_runs import adapter_weights, finish, train, write_config
 
 
 def _same_after_resume(tmp_path, tiny_model, **overrides):

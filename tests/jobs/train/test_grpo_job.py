@@ -6,6 +6,7 @@ import json
 import pytest
 
 from jobs.io.events import summarize
+from tests.jobs.train.job_runs import adapter_weights, finish, train, write_config
 from tests.jobs.train.test_train import run_job
 
 pytestmark = pytest.mark.slow
@@ -107,7 +108,6 @@ def test_two_processes_each_sample_their_share_and_sharded_ones_train_the_same(t
     sharded layers in lockstep, jobs/train/rollout.py), run at once: the same seeds per rank, so the
     same completions, rewards, losses, KL and adapter. (Not against one process: each rank samples
     with its own random stream; that two ranks' gradients sum to one process's is test_distributed's.)"""
-    from tests.jobs.train.test_distributed import adapter_weights, finish, train, write_config
     config = grpo_config(tmp_path, max_steps=2, processes=2, beta=0.04)
     finish(train(write_config(tmp_path, "grpo-ddp", tiny_model, **config)),
            train(write_config(tmp_path, "grpo-fsdp", tiny_model, sharding="fsdp", **config)))

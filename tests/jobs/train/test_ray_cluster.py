@@ -23,7 +23,7 @@ import yaml
 from jobs.io.events import summarize
 from jobs.train.checkpoints import latest_checkpoint
 from tests.conftest import ROOT
-from tests.jobs.train.test_distributed import assert_same_training, write_config
+from tests.jobs.train.job_runs import assert_same_training, write_config
 
 pytest.importorskip("ray", reason="Ray is an optional extra: pip install -r requirements-cluster.txt")
 pytestmark = pytest.mark.slow  # a cluster and four jobs: a minute or two alone, more on a loaded machine

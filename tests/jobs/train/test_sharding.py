@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 
 from jobs.io.events import summarize
 from jobs.spec import JobSpec, SpecError
-from tests.jobs.train.test_distributed import (_free_port, _grads, _lora_model, assert_same_training, finish, train,
-                                              write_config)
+from tests.jobs.train.job_runs import (adapter_weights, assert_same_training, finish, free_port, grads, lora_model,
+                                       train, write_config)
 from tests.tiny import make_tiny_model
 
 
@@ -28,7 +28,7 @@ def _fsdp_rank(rank, folder, port, out):
     from kernels import patch_model
     from kernels.checkpoint import _set_policy, decoder_layers
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    model = _lora_model(folder)
+    model = lora_model(folder)
     ids = torch.randint(3, 300, (2, 4, 9), generator=torch.Generator().manual_seed(5))
     count = 2 * 4 * 8
 
@@ -40,7 +40,7 @@ def _fsdp_rank(rank, folder, port, out):
     accelerate()
     for micro in ids:
         model(input_ids=micro, labels=micro, num_items_in_batch=count).loss.backward()
-    reference = _grads(model)
+    reference = grads(model)
     model.zero_grad(set_to_none=True)
     group = Distributed(rank=rank, world_size=2, local_world_size=2, local_rank=rank, backend="gloo")
     line = sharding.shard_model(model, group, log=lambda _: None)
@@ -62,7 +62,7 @@ def test_fsdp_over_fused_lora_and_offloaded_checkpointing_sums_gradients_like_on
     offloaded checkpoint's recompute in backward gathers them again: two sharded ranks' gradients
     equal one process's of the same global batch."""
     folder = make_tiny_model(tmp_path / "one-layer", layers=1)
-    torch.multiprocessing.start_processes(_fsdp_rank, args=(folder, _free_port(), tmp_path), nprocs=2,
+    torch.multiprocessing.start_processes(_fsdp_rank, args=(folder, free_port(), tmp_path), nprocs=2,
                                           start_method="spawn")
     for rank in (0, 1):
         got = torch.load(tmp_path / f"rank{rank}.pt")
@@ -87,7 +87,7 @@ def _decode_rank(rank, folder, port, out):
     from jobs.train.distributed import Distributed
     from jobs.train.rollout import pad_left, sample_completions
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    model, tok = _lora_model(folder), AutoTokenizer.from_pretrained(folder)
+    model, tok = lora_model(folder), AutoTokenizer.from_pretrained(folder)
     with torch.no_grad():   # a LoRA that changes the output
         for name, param in model.named_parameters():
             if "lora_B" in name:
@@ -116,7 +116,7 @@ def test_sharded_ranks_sample_in_lockstep_what_the_unsharded_policy_samples(tmp_
     unsharded policy's tokens, also when one rank's rows end long before the other's and when the
     ranks' prompt widths would send them down different paths (decode loop vs generate)."""
     folder = make_tiny_model(tmp_path / "one-layer", layers=1)
-    torch.multiprocessing.start_processes(_decode_rank, args=(folder, _free_port(), tmp_path), nprocs=2,
+    torch.multiprocessing.start_processes(_decode_rank, args=(folder, free_port(), tmp_path), nprocs=2,
                                           start_method="spawn")
     for rank in (0, 1):
         got = torch.load(tmp_path / f"decode{rank}.pt")
@@ -200,7 +200,6 @@ def test_a_sharded_vision_job_with_a_text_only_rank_trains_as_one_process(tmp_pa
     still reduce alike, and train what one process trains."""
     from PIL import Image
 
-    from tests.jobs.train.test_distributed import adapter_weights
     Image.new("RGB", (56, 56), (200, 30, 30)).save(tmp_path / "red.png")
     rows = [{"messages": [{"role": "user", "content": [{"type": "image", "image": "red.png"},
                                                         {"type": "text", "text": "What colour is this?"}]},
