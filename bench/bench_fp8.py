@@ -55,7 +55,10 @@ SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),   # the
             # the queued kernels), gathered into a fresh tensor, then a pinned copy of it
             "hostcopy": ("kernels.host_embedding", "STAGED_GATHER", False),
             # the staged gather, but with the ids read back (the sync alone, for a three-way A/B)
-            "hostsync": ("kernels.host_embedding", "HOST_IDS", False)}
+            "hostsync": ("kernels.host_embedding", "HOST_IDS", False),
+            # the fused MLP's forward without grad writing e, g and h as the forward with grad does (before
+            # 2026-12-06, session 61)
+            "mlpsave": ("kernels.ops.lora_mlp", "NO_GRAD_OVER_E", False)}
 
 
 def save_base(model, folder: Path, vocab: int) -> None:

@@ -34,6 +34,9 @@ BLOCK = 1024
 # 0.47 ms fused vs 0.27 ms for addmm_ + the flat kernel; 64x128 tiles of 4 warps hold ~64 fp32
 # values x 5 live tensors a thread). Kept, tested, for a retune (smaller tiles / 8 warps).
 FUSE_DOWN_LORA_BACKWARD = False
+# A forward without grad writes h over e and leaves e, g without their adapters' terms (LoraMLP, saving
+# False). False: it writes them as a forward with grad does (bench/bench_fp8.py switch `mlpsave`).
+NO_GRAD_OVER_E = True
 
 
 @triton.jit
@@ -75,9 +78,11 @@ def _act_mul_backward_kernel(dh_ptr, e_ptr, g_ptr, n, GEGLU: tl.constexpr, BLOCK
 @triton.jit
 def _lora_act_forward_kernel(E, G, H, XA, BG, BU, n_rows, n_cols, xa_stride, off_g, off_u, sg, su,
                              GEGLU: tl.constexpr, RANK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                             DOT_FP32: tl.constexpr):
+                             DOT_FP32: tl.constexpr, SAVE: tl.constexpr):
     """In place e += sg (X Ag^T)_tile Bg^T_tile, g += su (X Au^T) Bu^T (tl.dot, K = rank); h = act(e) g.
-    Saves the two addmm_ passes over [M, I] (7 -> 5 passes, 2 launches fewer)."""
+    Saves the two addmm_ passes over [M, I] (7 -> 5 passes, 2 launches fewer). SAVE False (a forward
+    without grad): e and g are not written back, and H may be E (each tile is read before it is
+    written): 3 passes."""
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     cols = tl.program_id(1) * BN + tl.arange(0, BN)
     ks = tl.arange(0, RANK)
@@ -96,8 +101,9 @@ def _lora_act_forward_kernel(E, G, H, XA, BG, BU, n_rows, n_cols, xa_stride, off
     offs = rows[:, None].to(tl.int64) * n_cols + cols[None, :]
     e = (tl.load(E + offs, mask=mask, other=0.0).to(tl.float32) + sg * lora_g).to(E.dtype.element_ty)
     g = (tl.load(G + offs, mask=mask, other=0.0).to(tl.float32) + su * lora_u).to(G.dtype.element_ty)
-    tl.store(E + offs, e, mask=mask)
-    tl.store(G + offs, g, mask=mask)
+    if SAVE:
+        tl.store(E + offs, e, mask=mask)
+        tl.store(G + offs, g, mask=mask)
     act, _ = _act_and_grad(e.to(tl.float32), GEGLU)
     tl.store(H + offs, (act * g.to(tl.float32)).to(H.dtype.element_ty), mask=mask)
 
@@ -149,19 +155,22 @@ def _lora_act_fusable(ag, au, bg_, bu_) -> bool:
     return _rank_fusable(rank) and bg_.shape[1] == rank == bu_.shape[1]
 
 
-def _lora_act_(e, g, xa, bg_, bu_, offsets, sg, su, geglu: bool):
-    h = torch.empty_like(e)
+def _lora_act_(e, g, xa, bg_, bu_, offsets, sg, su, geglu: bool, save: bool = True):
+    """h = act(e + sg xa_g Bg^T) (g + su xa_u Bu^T); save: e and g take their adapters' terms in place
+    (backward reads them), else h is written over e."""
+    h = torch.empty_like(e) if save else e
     (n_rows, n_cols), rank = e.shape, bg_.shape[1]
     grid = (triton.cdiv(n_rows, 64), triton.cdiv(n_cols, 128))
     _lora_act_forward_kernel[grid](e, g, h, xa, bg_.contiguous(), bu_.contiguous(), n_rows, n_cols,
                                    xa.stride(0), offsets[0], offsets[1], float(sg), float(su),
                                    GEGLU=geglu, RANK=rank, BM=64, BN=128,
-                                   DOT_FP32=not e.is_cuda, num_warps=4)
+                                   DOT_FP32=not e.is_cuda, SAVE=save, num_warps=4)
     return h
 
 
-def _act_mul(e, g, geglu: bool):
-    h = torch.empty_like(e)
+def _act_mul(e, g, geglu: bool, save: bool = True):
+    """h = act(e) g; save False: h written over e (an elementwise kernel: each value read before written)."""
+    h = torch.empty_like(e) if save else e
     n = e.numel()
     _act_mul_forward_kernel[(triton.cdiv(n, BLOCK),)](e, g, h, n, GEGLU=geglu, BLOCK=BLOCK)
     return h
@@ -189,14 +198,17 @@ def _lora_grads(d, lora_B, b_cast, scaling, inp_a, dyb_out):
 
 
 class LoraMLP(torch.autograd.Function):
-    """apply(X, scalings, geglu, output_needed, Wg, Ag, Bg, bg, Wu, Au, Bu, bu, Wd, Ad, Bd, bd).
+    """apply(X, scalings, geglu, output_needed, saving, Wg, Ag, Bg, bg, Wu, Au, Bu, bu, Wd, Ad, Bd, bd).
 
     output_needed False: backward is built as usual but the down projection is not run and the
     output is left unwritten: for a checkpointed layer's recompute, whose output no one reads
-    (its next layer's input was kept), when the MLP's output feeds only the residual sum."""
+    (its next layer's input was kept), when the MLP's output feeds only the residual sum.
+    saving False: no backward will run (a forward without grad: a checkpointed layer's first pass,
+    sampling, a reference pass), so e and g keep no adapter terms and h overwrites e: the fused
+    kernel makes 3 passes over [M, I] instead of 5, and one [M, I] buffer fewer is alive."""
 
     @staticmethod
-    def forward(ctx, x, scalings, geglu, output_needed, *flat):
+    def forward(ctx, x, scalings, geglu, output_needed, saving, *flat):
         (wg, ag, bg_, biasg), (wu, au, bu_, biasu), (wd, ad, bd_, biasd) = (
             flat[0:4], flat[4:8], flat[8:12])
         dtype, x2 = x.dtype, x.reshape(-1, x.shape[-1])
@@ -207,11 +219,11 @@ class LoraMLP(torch.autograd.Function):
         # the adapters in x's dtype once: backward reuses these casts (saved below)
         bg_c, bu_c, ad_c, bd_c = (as_dtype(t, dtype) for t in (bg_, bu_, ad, bd_))
         if _lora_act_fusable(ag, au, bg_, bu_):
-            h = _lora_act_(e, g, xa, bg_c, bu_c, offsets, scalings[0], scalings[1], geglu)
+            h = _lora_act_(e, g, xa, bg_c, bu_c, offsets, scalings[0], scalings[1], geglu, saving)
         else:
             _lora_out(e, None if ag is None else xa[:, offsets[0]:offsets[1]], bg_c, scalings[0])
             _lora_out(g, None if au is None else xa[:, offsets[1]:offsets[2]], bu_c, scalings[1])
-            h = _act_mul(e, g, geglu)
+            h = _act_mul(e, g, geglu, saving)
         ha = torch.mm(h, ad_c.t()) if ad is not None else None
         if output_needed:
             (y,), _ = base_outputs(h, [wd], [biasd])
@@ -252,7 +264,7 @@ class LoraMLP(torch.autograd.Function):
         dx = base_grad_input([e, g], [wg, wu], dtype) if ctx.needs_input_grad[0] else None
         if a_gu is not None:   # X comes back (from FP8 codes, see input_to_save) only here, for dA
             _gate_up_lora_grads(ctx, (x_saved, x_scale), e, g, xa, a_gu, (bg_c, bu_c), dx, result)
-        return (None if dx is None else dx.view(ctx.x_shape), None, None, None, *result)
+        return (None if dx is None else dx.view(ctx.x_shape), None, None, None, None, *result)
 
 
 def _gate_up_lora_grads(ctx, saved_x, de, dg, xa, a_gu, b_casts, dx, result):
@@ -283,7 +295,10 @@ def lora_mlp(x: torch.Tensor, gate: LoraProjection, up: LoraProjection, down: Lo
         if (proj.lora_A is None) != (proj.lora_B is None):
             raise ValueError(f"{name}: lora_A and lora_B must be given together (or both None)")
     scalings = tuple(float(p.scaling) for p in (gate, up, down))
-    return LoraMLP.apply(x, scalings, activation == "geglu", output_needed, *flat_args([gate, up, down]))
+    flat = flat_args([gate, up, down])
+    saving = (not NO_GRAD_OVER_E or torch.is_grad_enabled()
+              and any(getattr(t, "requires_grad", False) for t in (x, *flat)))
+    return LoraMLP.apply(x, scalings, activation == "geglu", output_needed, saving, *flat)
 
 
 def lora_mlp_reference(x, gate: LoraProjection, up: LoraProjection, down: LoraProjection,

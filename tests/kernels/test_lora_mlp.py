@@ -54,3 +54,22 @@ def test_lora_mlp_rank16_adds_gate_up_lora_inside_the_activation_kernel(dtype, a
 def test_lora_mlp_rejects_unknown_activation():
     with pytest.raises(ValueError, match="activation"):
         lora_mlp(torch.randn(2, HIDDEN), *_mlp(torch.float32), activation="relu")
+
+
+
+@pytest.mark.parametrize("rank", [16, 5])   # the fused LoRA + activation kernel, and the addmm_ + flat kernel
+def test_lora_mlp_without_grad_writes_h_over_e_and_gives_the_same_output(rank, monkeypatch):
+    """A forward without grad (a checkpointed layer's first pass, sampling) keeps no adapter terms in e
+    and g for a backward and writes h over e, one [M, I] buffer fewer: the output is the grad-mode
+    output bit for bit."""
+    from kernels.ops import lora_mlp as module
+    name = "_lora_act_" if rank == 16 else "_act_mul"
+    over_e, real = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda e, *a: over_e.append(e.data_ptr() == (h := real(e, *a)).data_ptr()) or h)
+    torch.manual_seed(3)
+    x, mlp = torch.randn(2, 23, HIDDEN), _mlp(torch.float32, rank=rank)
+    with_grad = lora_mlp(x, *mlp)
+    with torch.no_grad():
+        without = lora_mlp(x, *mlp)
+    torch.testing.assert_close(without, with_grad.detach(), rtol=0, atol=0)
+    assert over_e == [False, True] and with_grad.requires_grad
