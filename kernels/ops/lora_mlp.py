@@ -204,7 +204,7 @@ class LoraMLP(torch.autograd.Function):
     output is left unwritten: for a checkpointed layer's recompute, whose output no one reads
     (its next layer's input was kept), when the MLP's output feeds only the residual sum.
     saving False: no backward will run (a forward without grad: a checkpointed layer's first pass,
-    sampling, a reference pass), so e and g keep no adapter terms and h overwrites e: the fused
+    GRPO's sampling), so e and g keep no adapter terms and h overwrites e: the fused
     kernel makes 3 passes over [M, I] instead of 5, and one [M, I] buffer fewer is alive."""
 
     @staticmethod
