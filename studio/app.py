@@ -15,7 +15,7 @@ import gradio as gr
 
 from studio.chat_tab import build_chat_tab
 from studio.compare_tab import build_compare_tab
-from studio.context import StudioContext
+from studio.context import PICKER_REFRESH, StudioContext
 from studio.evaluate_tab import build_evaluate_tab, evaluate_choices_update
 from studio.export_tab import build_export_tab
 from studio.i18n import DEFAULT_LANG, DETECT_LANG_JS, LANGUAGES, SAVE_LANG_JS, language_choices, normalize, t
@@ -133,18 +133,20 @@ def _wire_tab_switches(ctx: StudioContext, built: _Tabs) -> None:
         lambda picked, only, language: compare.refresh(ctx, picked, only, language),
         [compare.select, compare.only_diff, lang], compare.outputs, show_progress="hidden"))
     items["export"].select(lambda picked, language: export.refresh(ctx, picked, language),
-                           [export.picked, lang], export.select, show_progress="hidden")
+                           [export.picked, lang], export.select, show_progress="hidden", **PICKER_REFRESH)
     items["evaluate"].select(lambda picked, language: evaluate_choices_update(ctx, picked, language),
-                             [built.evaluate_select, lang], built.evaluate_select, show_progress="hidden")
+                             [built.evaluate_select, lang], built.evaluate_select, show_progress="hidden",
+                             **PICKER_REFRESH)
     items["chat"].select(lambda language, current, auto: chat.refresh(ctx, language, current, auto),
-                         [lang, chat.adapter, chat.auto], [chat.adapter, chat.model, chat.auto], show_progress="hidden")
+                         [lang, chat.adapter, chat.auto], [chat.adapter, chat.model, chat.auto], show_progress="hidden",
+                         **PICKER_REFRESH)
 
     # a job that ends while the Chat tab is open joins its adapter list (the Jobs poll sees it end)
     def follow_jobs(language: str, current: str | None, auto: str | None, known: Any) -> list[Any]:
         return chat.follow_jobs(ctx, language, current, auto, known)
 
     jobs.table_sig.change(follow_jobs, [lang, chat.adapter, chat.auto, chat.known],
-                          [chat.adapter, chat.model, chat.auto, chat.known], show_progress="hidden")
+                          [chat.adapter, chat.model, chat.auto, chat.known], show_progress="hidden", **PICKER_REFRESH)
 
 
 def _wire_page_load(ctx: StudioContext, demo: gr.Blocks, built: _Tabs) -> None:
@@ -172,7 +174,7 @@ def _wire_page_load(ctx: StudioContext, demo: gr.Blocks, built: _Tabs) -> None:
     loaded.then(fit_check, [lang, *train.inputs], train.fit, **quiet)
     filled = loaded.then(on_load, lang, [*jobs.refresh_outputs, export.select, chat.adapter, chat.model,
                                          chat.auto, train.model, train.dataset, train.gpu_boxes, train.budget],
-                         **quiet)
+                         **quiet, **PICKER_REFRESH)
     filled.then(None, None, None, js=PAGE_READY_JS)
     switched = lang.input(on_language, lang, page_outputs, js=SAVE_LANG_JS, **quiet)
     switched.then(None, lang, None, js=tab_names)

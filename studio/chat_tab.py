@@ -15,7 +15,7 @@ from jobs.export import list_exports
 from jobs.spec import BUILTIN_MODEL
 from studio import jobs_view as view
 from studio.chat import ChatEngine, Sampling, history_to_messages
-from studio.context import StudioContext
+from studio.context import PICKER_REFRESH, StudioContext
 from studio.form import error_text
 from studio.i18n import t
 from studio.serve_panel import build_serve_panel
@@ -184,7 +184,8 @@ def _wire(ctx: StudioContext, tab: ChatTab, prompt: Any, chats: list[Any], setti
     tab.model.input(lambda chosen: gr.update(value=NO_ADAPTER) if is_export(chosen) else gr.skip(),
                     tab.model, tab.adapter)
     ctx.lang.change(lambda language, current, auto: tab.refresh(ctx, language, current, auto)[0::2],
-                    [ctx.lang, tab.adapter, tab.auto], [tab.adapter, tab.auto], show_progress="hidden")
+                    [ctx.lang, tab.adapter, tab.auto], [tab.adapter, tab.auto], show_progress="hidden",
+                    **PICKER_REFRESH)
 
     def on_send(message, model_id, job_id, tuned_h, base_h, temp, top, max_tokens, seed_value, system_text, lang,
                 image=None, served_elsewhere=False):

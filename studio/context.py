@@ -18,6 +18,13 @@ from studio.jobs_view import EventCache
 from studio.shared_views import SharedViews
 from studio.start_check import StartCheck
 
+# Gradio checks a picked value against the choices the page's last answer for that picker set. Two
+# refreshes of one finished-jobs picker (Export, Evaluate, Chat's adapter) running side by side, one
+# read before a job ended and one after, could answer in the other order: the page then sends the new
+# job against the older list and gets "Value ... is not in the list of choices" (seen once in CI at
+# a page load). One concurrency group runs them one at a time, so the last answer is the newest reading.
+PICKER_REFRESH: dict[str, Any] = {"concurrency_id": "finished-job-pickers"}
+
 
 @dataclass
 class StudioContext:

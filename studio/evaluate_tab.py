@@ -28,7 +28,7 @@ from jobs.queue.store import JobState
 from jobs.spec import SpecError
 from studio import jobs_view as view
 from studio import render
-from studio.context import StudioContext
+from studio.context import PICKER_REFRESH, StudioContext
 from studio.i18n import t
 from studio.server_text import translated
 
@@ -248,5 +248,5 @@ def build_evaluate_tab(ctx: StudioContext) -> gr.Dropdown:
 
     cancel.click(on_cancel, None, None, api_name="evaluate_cancel", show_progress="hidden")
     refresh_btn.click(lambda picked, language: evaluate_choices_update(ctx, picked, language), [select, ctx.lang],
-                      select)
+                      select, **PICKER_REFRESH)
     return select

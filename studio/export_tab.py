@@ -25,7 +25,7 @@ from jobs.messages import say
 from jobs.io.storage import describe, is_disk_error
 from studio import jobs_view as view
 from studio import render
-from studio.context import StudioContext
+from studio.context import PICKER_REFRESH, StudioContext
 from studio.export_runs import ExportRuns
 from studio.i18n import t
 from studio.server_text import translated
@@ -296,7 +296,8 @@ def build_export_tab(ctx: StudioContext) -> ExportTab:
     fmt.change(lambda chosen: gr.update(visible=chosen == "gguf"), fmt, quant)
     run.click(on_run, [select, fmt, quant, ctx.lang], [result, files], api_name="export")
     cancel.click(on_cancel, None, None, api_name="export_cancel", show_progress="hidden")
-    refresh_btn.click(lambda picked, language: tab.refresh(ctx, picked, language), [tab.picked, ctx.lang], select)
+    refresh_btn.click(lambda picked, language: tab.refresh(ctx, picked, language), [tab.picked, ctx.lang], select,
+                      **PICKER_REFRESH)
     ctx.lang.change(lambda picked, language: tab.refresh(ctx, picked, language), [tab.picked, ctx.lang], select,
-                    show_progress="hidden")
+                    show_progress="hidden", **PICKER_REFRESH)
     return tab

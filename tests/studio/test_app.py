@@ -88,6 +88,20 @@ def test_the_chat_adapter_list_follows_the_tab_and_the_jobs_table(built):
     assert ("state", "change") in triggers and ("tabitem", "select") in triggers, triggers
 
 
+def test_finished_job_pickers_are_refreshed_one_at_a_time(built):
+    """Two refreshes of the Export picker side by side, one read before a job ended and one after,
+    answered in the other order once (CI): the page then sent the new job against the older list and
+    Gradio refused it. Every handler that refills a finished-jobs picker runs in one concurrency group;
+    the language's labels and the model box's fixed "no adapter" pick change no choices."""
+    demo, _, _ = built
+    by_id = {block._id: getattr(block, "elem_id", None) for block in demo.blocks.values()}
+    pickers = {"ft-export-select", "ft-eval-select", "ft-chat-adapter"}
+    refills = [fn for fn in demo.fns.values() if pickers & {by_id[o._id] for o in fn.outputs}
+               and fn.name != "on_language" and not any(event == "input" for _, event in fn.targets)]
+    groups = {fn.name: fn.concurrency_id for fn in refills}
+    assert len(refills) >= 8 and set(groups.values()) == {"finished-job-pickers"}, groups
+
+
 def test_where_the_engine_runs_the_page_starts_with_it_on(tmp_path):
     """Issue 42's GPU defaults: on a machine whose GPU runs the Triton engine the checkbox starts ticked
     (the JobSpec/YAML default stays off); where it cannot run, it is off and disabled (test above)."""
