@@ -11,6 +11,7 @@ import yaml
 from safetensors.torch import load_file
 
 from jobs.io.events import summarize
+from jobs.io.layout import ADAPTER_WEIGHTS, JobLayout
 from tests.conftest import ROOT
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -55,7 +56,8 @@ def finish(*procs):
 
 
 def adapter_weights(job_dir):
-    return load_file(str(job_dir / "adapter" / "adapter_model.safetensors"))
+    """The finished adapter's tensors of a job folder (or of a checkpoint, laid out the same)."""
+    return load_file(str(JobLayout(job_dir).adapter / ADAPTER_WEIGHTS))
 
 
 def assert_same_training(two, one, steps):

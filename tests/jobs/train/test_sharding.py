@@ -8,7 +8,6 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from jobs.io.events import summarize
 from jobs.spec import JobSpec, SpecError
@@ -143,8 +142,9 @@ def test_two_sharded_ranks_train_like_one_process_and_their_checkpoints_resume_a
     assert any(line.startswith("sharding: fsdp") for line in run.start["patch_report"])
     assert sorted(p.name for p in (tmp_path / "fsdp/adapter").iterdir()) == \
         sorted(p.name for p in (tmp_path / "one/adapter").iterdir())
-    sharded_ckpt = load_file(str(tmp_path / "fsdp/checkpoints/step-4/adapter/adapter_model.safetensors"))
-    assert sharded_ckpt.keys() == load_file(str(tmp_path / "one/checkpoints/step-4/adapter/adapter_model.safetensors")).keys()
+    # a checkpoint folder holds its adapter as a job folder does
+    assert adapter_weights(tmp_path / "fsdp/checkpoints/step-4").keys() == \
+        adapter_weights(tmp_path / "one/checkpoints/step-4").keys()
 
     losses = _losses(tmp_path / "fsdp")
     on_one, on_two = tmp_path / "on-one", tmp_path / "on-two"
@@ -155,9 +155,9 @@ def test_two_sharded_ranks_train_like_one_process_and_their_checkpoints_resume_a
         got = _losses(resumed)
         assert sorted(got) == [5, 6, 7, 8]
         assert [got[s] for s in got] == pytest.approx([losses[s] for s in got], rel=1e-5)
-    want = load_file(str(tmp_path / "fsdp/adapter/adapter_model.safetensors"))
+    want = adapter_weights(tmp_path / "fsdp")
     for resumed in (on_one, on_two):
-        got = load_file(str(resumed / "adapter/adapter_model.safetensors"))
+        got = adapter_weights(resumed)
         assert max((got[k] - want[k]).abs().max().item() for k in want) < 0.05 * 2e-3
 
 
@@ -188,7 +188,7 @@ def test_a_sharded_dpo_job_gives_the_update_of_one_process(tmp_path, tiny_model)
     assert [s["loss"] for s in b.steps] == pytest.approx([s["loss"] for s in a.steps], rel=1e-5)
     assert [s["reward_margin"] for s in b.steps] == pytest.approx([s["reward_margin"] for s in a.steps], abs=1e-5)
     assert b.evals[-1]["eval_loss"] == pytest.approx(a.evals[-1]["eval_loss"], rel=1e-5)
-    got, want = (load_file(str(d / "adapter/adapter_model.safetensors")) for d in (two, one))
+    got, want = adapter_weights(two), adapter_weights(one)
     assert got.keys() == want.keys() and max((got[k] - want[k]).abs().max().item() for k in want) < 1e-4
 
 
@@ -232,5 +232,5 @@ def test_a_sharded_4bit_base_trains_as_one_process(tmp_path, tiny_model):
     assert "4-bit weight sharded by FSDP" in two
     a, b = summarize(tmp_path / "two"), summarize(tmp_path / "one")
     assert [s["loss"] for s in a.steps] == pytest.approx([s["loss"] for s in b.steps], rel=1e-5)
-    got, want = (load_file(str(d / "adapter/adapter_model.safetensors")) for d in (tmp_path / "two", tmp_path / "one"))
+    got, want = adapter_weights(tmp_path / "two"), adapter_weights(tmp_path / "one")
     assert got.keys() == want.keys() and max((got[k] - want[k]).abs().max().item() for k in want) < 0.05 * 2e-3
