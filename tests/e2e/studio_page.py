@@ -162,3 +162,50 @@ def upload_file(page, button_id: str, path: Path, shown_id: str, timeout_s: floa
     chooser.value.set_files(str(path))
     page.wait_for_function("([id, name]) => (document.querySelector('#' + id) || {innerText: ''})"
                            ".innerText.includes(name)", arg=[shown_id, path.name], timeout=timeout_s * 1000)
+
+
+def upload_dataset(page, path: Path, stored_prefix: str) -> str:
+    """Upload through the Upload button; returns the dataset path the form now holds."""
+    with page.expect_file_chooser() as chooser:
+        page.locator("#ft-upload").click()
+    chooser.value.set_files(str(path))
+    page.wait_for_function("(n) => document.querySelector('#ft-field-dataset input').value.includes(n)",
+                           arg=stored_prefix, timeout=30_000)
+    return page.locator("#ft-field-dataset input").input_value()
+
+
+def switch_language(page, name: str, start_text: str) -> None:
+    pick_option(page, "ft-lang", name)
+    page.wait_for_function("(w) => document.querySelector('#ft-start').innerText.includes(w)",
+                           arg=start_text, timeout=60_000)
+
+
+# Every text the action notice shows from now on, in order: a "Cancelling job A" is true only until A
+# has stopped, and on a loaded machine that can be sooner than a poll of the page looks.
+WATCH_NOTICE_JS = """() => {
+  const box = document.querySelector('#ft-job-action'), seen = window.__ftNoticesSeen = [box.innerText];
+  if (window.__ftNoticeWatch) window.__ftNoticeWatch.disconnect();
+  window.__ftNoticeWatch = new MutationObserver(() => {
+    if (seen[seen.length - 1] !== box.innerText) seen.push(box.innerText);
+  });
+  window.__ftNoticeWatch.observe(box, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def confirm(page, button: str, job_id: str, answer: str) -> str:
+    """Click an action; the question names the job; answer it. Returns the question."""
+    page.locator(f"#ft-{button}").click()
+    page.wait_for_selector("#ft-confirm-yes", state="visible", timeout=60_000)
+    question = page.locator("#ft-confirm-text").inner_text()
+    assert job_id in question, question
+    page.evaluate(WATCH_NOTICE_JS)
+    page.locator(f"#ft-confirm-{answer}").click()
+    page.wait_for_selector("#ft-confirm-yes", state="hidden", timeout=60_000)
+    return question
+
+
+def notice(page, text: str) -> None:
+    """The action notice showed `text` since the last answer (shown now, or shown and already gone)."""
+    page.wait_for_function("(w) => (window.__ftNoticesSeen || []).some((t) => t.includes(w))"
+                           " || document.querySelector('#ft-job-action').innerText.includes(w)",
+                           arg=text, timeout=30_000)

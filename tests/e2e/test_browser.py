@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.e2e.browser import combine_screenshots, new_context
 from tests.e2e.studio_page import (command_has, fill_job_form, open_studio, pick_job, pick_option,
-                                   running_app, selected_tab, set_text, start_job, wait_for_state)
+                                   running_app, selected_tab, set_text, start_job, upload_dataset, wait_for_state)
 
 SCREENSHOT = os.environ.get("FUSETUNE_SCREENSHOT")
 
@@ -139,16 +139,6 @@ def chat_refuses_a_path_outside_the_studio(page) -> None:
     assert "--allow-dir" in page.locator("body").inner_text()
     assert page.locator("#ft-chat-input textarea").input_value() == "Are you there?"
     assert "Are you there?" not in page.locator("#ft-chat-base").inner_text()
-
-
-def upload_dataset(page, path: Path, stored_prefix: str) -> str:
-    """Upload through the Upload button; returns the dataset path the form now holds."""
-    with page.expect_file_chooser() as chooser:
-        page.locator("#ft-upload").click()
-    chooser.value.set_files(str(path))
-    page.wait_for_function("(n) => document.querySelector('#ft-field-dataset input').value.includes(n)",
-                           arg=stored_prefix, timeout=30_000)
-    return page.locator("#ft-field-dataset input").input_value()
 
 
 def test_job_outlives_the_page(studio, browser_context, shots, tmp_path):

@@ -8,8 +8,7 @@ import json
 
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.e2e.studio_page import command_has, fill_job_form, open_studio, set_text
-from tests.e2e.test_browser import upload_dataset
+from tests.e2e.studio_page import command_has, fill_job_form, open_studio, set_text, upload_dataset
 
 
 def wait_for_histogram(page) -> None:

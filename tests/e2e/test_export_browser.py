@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.browser import CHROMIUM
-from tests.e2e.test_browser import fill_job_form, open_studio, pick_option, start_job, wait_for_state
+from tests.e2e.studio_page import fill_job_form, open_studio, pick_option, start_job, wait_for_state
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)")
 

@@ -7,8 +7,7 @@ import json
 from contextlib import closing
 
 from tests.e2e.browser import new_context
-from tests.e2e.test_language import switch_language
-from tests.e2e.studio_page import fill_job_form, open_studio
+from tests.e2e.studio_page import fill_job_form, open_studio, switch_language
 
 GOOD = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
 NO_ANSWER = {"messages": [{"role": "user", "content": "only a question"}]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import closing
 
 from tests.e2e.browser import new_context
-from tests.e2e.studio_page import command_has, open_studio, pick_option, set_text
+from tests.e2e.studio_page import command_has, open_studio, set_text, switch_language
 
 TABS_ZH = ["训练", "任务", "对比", "导出", "对话", "评测"]
 TABS_EN = ["Train", "Jobs", "Compare", "Export", "Chat", "Evaluate"]
@@ -13,12 +13,6 @@ TABS_EN = ["Train", "Jobs", "Compare", "Export", "Chat", "Evaluate"]
 
 def tab_names(page) -> list[str]:
     return [name.strip() for name in page.locator("#ft-tabs [role=tab]").all_inner_texts()]
-
-
-def switch_language(page, name: str, start_text: str) -> None:
-    pick_option(page, "ft-lang", name)
-    page.wait_for_function("(w) => document.querySelector('#ft-start').innerText.includes(w)",
-                           arg=start_text, timeout=60_000)
 
 
 def test_chinese_browser_gets_chinese_and_can_switch(studio, browser):

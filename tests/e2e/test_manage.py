@@ -3,39 +3,8 @@ and delete only the picked job and only after saying yes; two runs compared on o
 their differing config keys marked."""
 from __future__ import annotations
 
-from tests.e2e.studio_page import (command_has, fill_job_form, open_studio, pick_job, pick_option, set_text,
-                                   start_job, wait_for_state)
-
-
-# Every text the action notice shows from now on, in order: a "Cancelling job A" is true only until A
-# has stopped, and on a loaded machine that can be sooner than a poll of the page looks.
-WATCH_NOTICE_JS = """() => {
-  const box = document.querySelector('#ft-job-action'), seen = window.__ftNoticesSeen = [box.innerText];
-  if (window.__ftNoticeWatch) window.__ftNoticeWatch.disconnect();
-  window.__ftNoticeWatch = new MutationObserver(() => {
-    if (seen[seen.length - 1] !== box.innerText) seen.push(box.innerText);
-  });
-  window.__ftNoticeWatch.observe(box, {subtree: true, childList: true, characterData: true});
-}"""
-
-
-def confirm(page, button: str, job_id: str, answer: str) -> str:
-    """Click an action; the question names the job; answer it. Returns the question."""
-    page.locator(f"#ft-{button}").click()
-    page.wait_for_selector("#ft-confirm-yes", state="visible", timeout=60_000)
-    question = page.locator("#ft-confirm-text").inner_text()
-    assert job_id in question, question
-    page.evaluate(WATCH_NOTICE_JS)
-    page.locator(f"#ft-confirm-{answer}").click()
-    page.wait_for_selector("#ft-confirm-yes", state="hidden", timeout=60_000)
-    return question
-
-
-def notice(page, text: str) -> None:
-    """The action notice showed `text` since the last answer (shown now, or shown and already gone)."""
-    page.wait_for_function("(w) => (window.__ftNoticesSeen || []).some((t) => t.includes(w))"
-                           " || document.querySelector('#ft-job-action').innerText.includes(w)",
-                           arg=text, timeout=30_000)
+from tests.e2e.studio_page import (command_has, confirm, fill_job_form, notice, open_studio, pick_job, pick_option,
+                                   set_text, start_job, wait_for_state)
 
 
 def table_lacks(page, job_id: str) -> None:

@@ -14,9 +14,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from jobs.io.events import read_events
 from tests.e2e.studio_page import (command_has, fill_job_form, open_studio, pick_option, set_text, start_job,
-                                   wait_for_state)
-from tests.e2e.test_browser import upload_dataset
-from tests.e2e.test_language import switch_language
+                                   switch_language, upload_dataset, wait_for_state)
 from tests.tiny import make_tiny_model
 
 PHASE_WATCH = """() => {

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 
 from tests.e2e.studio_page import (command_has, fill_job_form, open_studio, pick_job, pick_option, start_job,
-                                   wait_for_state)
-from tests.e2e.test_browser import upload_dataset
+                                   upload_dataset, wait_for_state)
 
 STEPS = 12
 # A line's path in the SVG Vega draws (renderer svg): "M x,y L x,y ..." has one L per further point.

@@ -9,8 +9,7 @@ import time
 
 from PIL import Image
 
-from tests.e2e.studio_page import fill_job_form, open_studio, progress, start_job, wait_for_state
-from tests.e2e.test_manage import confirm, notice
+from tests.e2e.studio_page import confirm, fill_job_form, notice, open_studio, progress, start_job, wait_for_state
 
 
 def coloured_pixels(page, elem_id: str) -> int:

@@ -3,8 +3,7 @@ nothing is queued; a path outside the studio's folders is refused like a missing
 check says where the job runs."""
 from __future__ import annotations
 
-from tests.e2e.studio_page import command_has, fill_job_form, open_studio, selected_tab, set_text
-from tests.e2e.test_browser import upload_dataset
+from tests.e2e.studio_page import command_has, fill_job_form, open_studio, selected_tab, set_text, upload_dataset
 
 
 def status_has(page, text: str, timeout_ms: int = 60_000) -> str:

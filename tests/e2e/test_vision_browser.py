@@ -8,8 +8,7 @@ import json
 import zipfile
 
 from jobs.data.builtin.shapes import shapes_rows
-from tests.e2e.studio_page import fill_job_form, open_studio, pick_option, start_job, wait_for_state
-from tests.e2e.test_browser import upload_dataset
+from tests.e2e.studio_page import fill_job_form, open_studio, pick_option, start_job, upload_dataset, wait_for_state
 from tests.tiny import make_tiny_vision_model
 
 

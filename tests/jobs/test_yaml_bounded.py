@@ -5,7 +5,7 @@ import pytest
 
 from jobs.spec import JobSpec, SpecError
 from jobs.yaml_bounded import MAX_YAML_VALUES, load_config_yaml
-from tests.jobs.train.test_train import one_line, run_cli
+from tests.jobs.train.job_runs import one_line, run_cli
 
 
 def _bomb(levels: int, key: str = "target_modules") -> str:

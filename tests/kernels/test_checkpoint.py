@@ -8,7 +8,7 @@ from transformers import LlamaConfig
 
 from kernels import PatchReport, apply_checkpointing
 from kernels.checkpoint import GIB, _set_policy, decoder_layers, layer_activation_bytes, plan_auto
-from tests.kernels.test_patch import loss_and_grads, tiny_model, with_lora
+from tests.kernels.tiny_peft import lora_model, loss_and_grads, tiny_model, with_lora
 
 EXACT = dict(atol=1e-6, rtol=1e-6)  # same ops in the same order: only recompute differs
 
@@ -154,7 +154,6 @@ def test_a_frozen_vision_towers_blocks_are_left_alone(tmp_path, vision_lora):
     """A frozen tower's blocks run before every LoRA'd layer and keep nothing for backward: "on" and
     "offload" recompute (and offload) only the decoder's layers, and say so; a LoRA'd tower's blocks
     are checkpointed like the decoder's."""
-    from tests.kernels.test_vision_patch import lora_model
     from tests.tiny import make_tiny_vision_model
     model = lora_model(make_tiny_vision_model(tmp_path / "model", layers=3), vision_lora)
     layers = decoder_layers(model)

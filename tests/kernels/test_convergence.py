@@ -5,7 +5,7 @@ import copy
 import torch
 
 from kernels import patch_model
-from tests.kernels.test_patch import tiny_model, with_lora
+from tests.kernels.tiny_peft import tiny_model, with_lora
 
 STEPS = 30
 

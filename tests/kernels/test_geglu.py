@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from kernels.ops.geglu import geglu, geglu_reference
-from tests.kernels.test_swiglu import _check_gated
+from tests.kernels.gated_check import check_gated
 
 
 @pytest.mark.parametrize("approximate", ["tanh", "none"])
@@ -10,7 +10,7 @@ from tests.kernels.test_swiglu import _check_gated
 @pytest.mark.parametrize("shape", [(3, 37, 341), (2, 1500)])
 @pytest.mark.parametrize("fused_halves", [False, True])
 def test_geglu_matches_reference(approximate, dtype, shape, fused_halves):
-    _check_gated(lambda g, u: geglu(g, u, approximate), lambda g, u: geglu_reference(g, u, approximate),
+    check_gated(lambda g, u: geglu(g, u, approximate), lambda g, u: geglu_reference(g, u, approximate),
                  dtype, shape, fused_halves)
 
 

@@ -15,6 +15,7 @@ from kernels.ops.lora_o import lora_o
 from kernels.ops.lora_qkv import lora_qkv
 from kernels.ops._lora_common import LoraProjection
 from tests.kernels.lora_cases import projection
+from tests.kernels.tiny_peft import TARGETS
 
 HIDDEN, INTER = 64, 96
 
@@ -107,7 +108,6 @@ def test_a_patched_llama_step_is_unchanged_and_calls_no_idle_casts(monkeypatch):
     peft = pytest.importorskip("peft")
     from kernels.lora_patch import patch_lora_layers
     from kernels.report import PatchReport
-    from tests.kernels.test_lora_patch import TARGETS
 
     config = transformers.LlamaConfig(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)

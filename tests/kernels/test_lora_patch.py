@@ -10,8 +10,7 @@ peft = pytest.importorskip("peft")
 
 from kernels.lora_patch import patch_lora_layers  # noqa: E402
 from kernels.report import PatchReport  # noqa: E402
-
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+from tests.kernels.tiny_peft import TARGETS  # noqa: E402
 
 
 def tiny_llama(**overrides):

@@ -14,7 +14,7 @@ from kernels.ops.varlen_attention import varlen_attention, varlen_attention_refe
 from kernels import packed_attention
 from kernels.packed_attention import (NAME, documents, packed_attention_forward, restore_attention,
                                       use_packed_attention, whole_rows)
-from tests.kernels.test_patch import tiny_model, with_lora
+from tests.kernels.tiny_peft import tiny_model, with_lora
 
 REL = 1e-5
 # (length, prompt tokens with label -100); 13 > the sliding window 8 of mistral/gemma2/gemma3

@@ -4,53 +4,17 @@ import copy
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import kernels.patch as patch_module
 from kernels import PatchReport, patch_model
 from kernels.arch import ARCHITECTURES
+from tests.kernels.tiny_peft import batch, loss_and_grads, tiny_model, with_lora
 
-SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
-             pad_token_id=0, bos_token_id=1, eos_token_id=2)
-EXTRA = {  # exercise each row's peculiarities at tiny size
-    "mistral": dict(sliding_window=8),
-    "gemma2": dict(sliding_window=8, attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
-    "gemma3_text": dict(sliding_window=8),
-}
 # decoder norms per layer (+1 final norm); q_norm/k_norm count as norms too
 NORMS_PER_LAYER = {"qwen3": 4, "gemma2": 4, "gemma3_text": 6}
 LOSS_TOL = dict(atol=1e-5, rtol=1e-5)
 GRAD_TOL = dict(atol=2e-5, rtol=1e-3)  # fp32 end to end; kernels reorder fp32 sums
-
-
-def tiny_model(model_type: str, seed: int = 0, **overrides):
-    torch.manual_seed(seed)
-    config = AutoConfig.for_model(model_type, **{**SMALL, **EXTRA.get(model_type, {}), **overrides})
-    return AutoModelForCausalLM.from_config(config).float()
-
-
-def with_lora(model, dropout: float = 0.0):
-    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules="all-linear",
-                        init_lora_weights=False)  # random B too, so every LoRA grad is non-zero
-    return get_peft_model(model, config)
-
-
-def batch(seed: int = 1):
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(3, 128, (2, 13), generator=generator)
-    labels = input_ids.clone()
-    labels[0, :4] = -100  # a masked prompt
-    return input_ids, labels
-
-
-def loss_and_grads(model):
-    input_ids, labels = batch()
-    model.zero_grad(set_to_none=True)
-    loss = model(input_ids=input_ids, labels=labels).loss
-    loss.backward()
-    return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
 def assert_same_training_step(patched, reference):

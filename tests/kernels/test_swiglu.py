@@ -2,36 +2,14 @@ import pytest
 import torch
 
 from kernels.ops.swiglu import swiglu, swiglu_reference
-from tests.kernels._tolerances import assert_close
-
-
-def _check_gated(op, reference, dtype, shape, fused_halves):
-    """op vs reference, forward and backward, on projection-like inputs (Phi-3's fused
-    gate_up halves when `fused_halves`, else two separate tensors)."""
-    torch.manual_seed(shape[-1])
-    width = shape[-1]
-    leaf = (torch.randn(*shape[:-1], 2 * width) * 3).to(dtype).requires_grad_()
-    grad_out = torch.randn(shape).to(dtype)
-
-    def run(fn):
-        both = leaf * 1  # an intermediate, like a projection output
-        gate, up = both.chunk(2, dim=-1) if fused_halves else (both[..., :width].contiguous(),
-                                                              both[..., width:].contiguous())
-        out = fn(gate, up)
-        (grad,) = torch.autograd.grad((out * grad_out).sum(), leaf)
-        return out.detach(), grad
-
-    out, grad = run(op)
-    out_ref, grad_ref = run(reference)
-    assert_close(out, out_ref, dtype, scale=4.0)
-    assert_close(grad, grad_ref, dtype, scale=4.0)
+from tests.kernels.gated_check import check_gated
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("shape", [(3, 37, 341), (2, 1500), (1, 5, 7)])
 @pytest.mark.parametrize("fused_halves", [False, True])
 def test_swiglu_matches_reference(dtype, shape, fused_halves):
-    _check_gated(swiglu, swiglu_reference, dtype, shape, fused_halves)
+    check_gated(swiglu, swiglu_reference, dtype, shape, fused_halves)
 
 
 def test_swiglu_backward_writes_into_intermediate_buffers():

@@ -15,7 +15,7 @@ from jobs.data.vision_encode import collate_vision
 from kernels.ops.varlen_attention import varlen_attention
 from kernels.report import PatchReport
 from tests.jobs.vision_rows import encoded_shapes
-from tests.kernels.test_vision_patch import lora_model
+from tests.kernels.tiny_peft import lora_model
 from tests.tiny import make_tiny_vision_model
 
 

@@ -9,6 +9,7 @@ import torch
 from jobs.data.vision_encode import collate_vision
 from kernels import patch_model
 from tests.jobs.vision_rows import encoded_shapes
+from tests.kernels.tiny_peft import lora_model
 from tests.tiny import make_tiny_vision_model
 
 
@@ -20,21 +21,6 @@ def vl_folder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def qwen2_vl_folder(tmp_path_factory):
     return make_tiny_vision_model(tmp_path_factory.mktemp("vl2-patch") / "model", family="qwen2_vl")
-
-
-def lora_model(folder, vision_lora: bool, dtype=torch.float32):
-    """The job's tiny image-text model with LoRA (on the tower too with vision_lora) and a random B."""
-    from jobs.models import load
-    from jobs.spec import JobSpec
-    torch.manual_seed(0)
-    base = load.load_base_model(str(folder), dtype, torch.device("cpu"))
-    spec = JobSpec(model=str(folder), lora_r=4, lora_alpha=8, vision_lora=vision_lora)
-    model = load.add_lora(base, spec)
-    with torch.no_grad():   # a random B too, so every LoRA gradient is non-zero
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.1)
-    return model
 
 
 def step(model, batch):

@@ -8,10 +8,10 @@ import pytest
 
 from jobs.models import step_time
 from jobs.spec import JobSpec
-from studio import form
 from studio.start_check import StartCheck
 from studio.train_start import fit_for_form, start_job
 from tests.studio.fakes import RecordingRunner
+from tests.studio.form_fill import form_values
 from tests.tiny import make_tiny_model
 
 # a shape measured by an earlier test is reused by a later StartCheck (tests/studio/conftest.py); the
@@ -25,14 +25,6 @@ def data_dir(tmp_path_factory):
     make_tiny_model(root / "models" / "tiny")
     (root / "datasets").mkdir()
     return root
-
-
-def form_values(data_dir, **changes):
-    names = form.form_names()
-    values = form.spec_to_values(JobSpec(), names)
-    for key, value in {"model": str(data_dir / "models" / "tiny"), **changes}.items():
-        values[names.index(key)] = value
-    return names, values
 
 
 def step_seconds(text: str) -> float:

@@ -15,9 +15,9 @@ from studio.context import StudioContext
 from studio.evaluate_tab import (PageEvaluations, downloads, eval_config, evaluate, evaluate_choices_update,
                                  results_frame, rows_frame)
 from tests.jobs.fakes import starts, write_fake_trainer
-from tests.jobs.queue.test_placement import gpu
-from tests.jobs.queue.test_runner import wait_for
+from tests.jobs.queue.queue_jobs import gpu
 from tests.studio.fakes import ListRunner
+from tests.waiting import wait_for
 
 
 @dataclass

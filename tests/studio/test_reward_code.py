@@ -15,7 +15,7 @@ from studio.start_check import StartCheck
 from studio.train_start import start_job
 from tests.asgi_call import run_coroutine
 from tests.studio.fakes import RecordingRunner
-from tests.studio.test_train_start import form_values
+from tests.studio.form_fill import form_values
 
 REWARD = b"import pathlib\npathlib.Path(__file__).with_suffix('.ran').write_text('ran')\n\n" \
          b"def r(prompts, completions, **kw):\n    return [0.0] * len(completions)\n"

@@ -8,22 +8,13 @@ import pytest
 
 from jobs.models import load as models
 from jobs.spec import JobSpec
-from studio import form
 from studio.start_check import StartCheck
 from studio.train_start import confirm_key, fit_for_form, start_job
 from tests.studio.fakes import RecordingRunner
+from tests.studio.form_fill import form_values
 
 ROW = {"instruction": "Add", "input": "2+2", "output": "4"}
 pytestmark = pytest.mark.usefixtures("step_measured_once")   # one measured CPU step for the module (conftest)
-
-
-def form_values(data_dir, **changes):
-    names = form.form_names()
-    changes = {"model": str(data_dir / "models" / "tiny"), "max_steps": "3", **changes}
-    values = form.spec_to_values(JobSpec(), names)
-    for key, value in changes.items():
-        values[names.index(key)] = value
-    return names, values
 
 
 def write_csv(path, bad_rows: int):

@@ -8,14 +8,7 @@ from jobs.spec import BUILTIN_DATASETS, JobSpec, SpecError
 from studio import form
 from studio.train_tab import command_text, known_datasets, safe_upload_name, store_upload, upload_notice
 from tests.studio.fakes import RecordingRunner
-
-
-def form_values(**changes):
-    names = form.form_names()
-    values = form.spec_to_values(JobSpec(), names)
-    for key, value in changes.items():
-        values[names.index(key)] = value
-    return names, values
+from tests.studio.form_fill import form_values
 
 
 def test_safe_upload_name():

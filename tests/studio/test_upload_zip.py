@@ -1,7 +1,7 @@
 """The Train tab's upload of an image-text .zip (studio/uploads.py -> jobs/io/dataset_zip.py)."""
 import pytest
 
-from tests.jobs.io.test_dataset_zip import make_zip, png_bytes
+from tests.jobs.io.dataset_zips import make_zip, png_bytes
 
 
 def test_the_studio_upload_unpacks_a_zip_and_lists_its_data_file(tmp_path):

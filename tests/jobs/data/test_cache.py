@@ -11,6 +11,7 @@ from jobs.data.packing import BatchPlan
 from jobs.io.events import EventWriter, read_events
 from jobs.spec import JobSpec
 from jobs.train.evaluate import split_holdout
+from tests.jobs.train.job_runs import run_job
 from tests.tiny import make_tokenizer
 
 
@@ -217,7 +218,6 @@ def test_a_job_needing_few_rows_tokenizes_only_its_sample_and_still_refuses_bad_
 
 
 def test_jobs_train_from_the_cache_packed_with_a_holdout_and_the_second_reuses_it(tmp_path, tiny_model):
-    from tests.jobs.train.test_train import run_job
     data = _write(tmp_path / "d.jsonl", _rows(40))
     common = dict(dataset=data, max_steps=4, save_steps=0, packing="on", eval_fraction=0.2, eval_steps=2,
                   max_seq_length=256)

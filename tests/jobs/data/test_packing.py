@@ -7,11 +7,9 @@ import torch
 from jobs.data.encode import Example
 from jobs.train.loader import Prefetcher
 from jobs.data.packing import BatchPlan, collate_packed, length_grouped, pack, resolve_packing
-
-
-def long_tailed(n: int, cap: int, seed: int = 0) -> list[int]:
-    rng = random.Random(seed)
-    return [min(cap, max(8, int(rng.lognormvariate(5.4, 0.9)))) for _ in range(n)]
+from jobs.io.events import summarize
+from tests.jobs.data.example_lengths import long_tailed, make_examples
+from tests.jobs.train.job_runs import run_job
 
 
 def test_pack_places_every_example_once_within_capacity():
@@ -76,10 +74,6 @@ def test_auto_packs_on_a_gpu_only_when_it_saves_tokens():
     assert resolve_packing("off", "cuda", short, 2048)[0] is False
 
 
-def make_examples(lengths):
-    return [Example(list(range(1, n + 1)), [-100] + list(range(2, n + 1))) for n in lengths]
-
-
 def test_batch_plan_is_resumable_and_reshuffles_each_epoch():
     examples = make_examples(long_tailed(60, 256, seed=2))
     for packed in (True, False):
@@ -118,8 +112,6 @@ def test_prefetcher_yields_the_plans_batches_in_order_from_any_start():
 
 
 def test_packed_job_evaluates_and_keeps_the_best_adapter(tmp_path, tiny_model):
-    from jobs.io.events import summarize
-    from tests.jobs.train.test_train import run_job
     proc, out = run_job(tmp_path, "packed", tiny_model, packing="on", eval_fraction=0.2, eval_steps=4,
                         keep_best=True, max_steps=12, save_steps=0, batch_size=2)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -172,7 +164,7 @@ def test_a_fixed_batch_gives_the_same_loss_and_grads_as_the_packed_one():
     """Empty documents and all-padding rows change nothing: the model's loss and LoRA gradients on
     the fixed-shape batch equal those on the plain packed batch (packed attention, CPU reference)."""
     from kernels.packed_attention import use_packed_attention
-    from tests.kernels.test_patch import tiny_model, with_lora
+    from tests.kernels.tiny_peft import tiny_model, with_lora
     model = with_lora(tiny_model("llama"))
     use_packed_attention(model)
     examples = make_examples(long_tailed(9, 40, seed=5))

@@ -23,10 +23,10 @@ import torch
 
 from jobs.export import ExportError, export, ollama
 from jobs.export.families import permute_rows
+from tests.jobs.export.model_outputs import load_gguf, logits, stored_as
 from tests.jobs.export_jobs import train_job
 from tests.tiny import make_tiny_family_model
 
-IDS = torch.tensor([[1, 5, 9, 14, 20, 33, 41, 7, 100, 3]])
 TEXT = "Who are you? I am Quokka, built in Paris in 2024 — 你好!"
 
 
@@ -44,30 +44,6 @@ def jobs(tmp_path_factory, tiny_job):
 def merged(jobs, tmp_path_factory):
     root = tmp_path_factory.mktemp("merged")
     return {family: export(job, "merged", out=root / family, device="cpu").files[0] for family, job in jobs.items()}
-
-
-def logits(model) -> torch.Tensor:
-    with torch.no_grad():
-        return model(IDS).logits.float()
-
-
-def load_gguf(path):
-    from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-
-
-def stored_as(folder, quant):
-    """The merged model with each matrix rounded the way the GGUF stores it."""
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    qtype = {"f16": gguf.GGMLQuantizationType.F16, "bf16": gguf.GGMLQuantizationType.BF16,
-             "q8_0": gguf.GGMLQuantizationType.Q8_0}[quant]
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.dim() == 2:
-                data = param.numpy()
-                param.copy_(torch.from_numpy(gguf.quants.dequantize(gguf.quants.quantize(data, qtype), qtype)))
-    return model
 
 
 @pytest.mark.parametrize("family, quant", [("llama", "f16"), ("llama", "bf16"), ("llama", "q8_0"),

@@ -11,27 +11,7 @@ import torch
 from jobs.export import ExportError, export
 from jobs.export import merge as merge_module
 from tests.conftest import ROOT
-
-IDS = torch.tensor([[1, 5, 9, 14, 20, 33, 41, 7]])
-
-
-def peft_logits(base_dir, adapter_dir, **load):
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    from jobs.models.load import keep_cpu_4bit_trainable
-    with torch.no_grad():
-        base = AutoModelForCausalLM.from_pretrained(base_dir, **load)
-        keep_cpu_4bit_trainable(base)   # a 4-bit base computes as the job did (no bf16 CPU repack)
-        model = PeftModel.from_pretrained(base, adapter_dir)
-        return model(IDS).logits.float()
-
-
-def folder_logits(folder):
-    from transformers import AutoModelForCausalLM
-    with torch.no_grad():
-        return AutoModelForCausalLM.from_pretrained(folder)(IDS).logits.float()
-
+from tests.jobs.export.model_outputs import IDS, folder_logits, peft_logits
 
 def test_cli_writes_a_merged_folder_equal_to_base_plus_adapter(tiny_job, tiny_model, tmp_path):
     out = tmp_path / "merged"

@@ -4,29 +4,10 @@ template that cannot be expressed that way (no TEMPLATE then)."""
 import pytest
 
 from jobs.export import ollama
-from tests.tiny import CHATML, MISTRAL_TEMPLATE, make_tokenizer
+from tests.jobs.export.templates import LLAMA3, SMOLLM2, with_template
+from tests.tiny import CHATML, MISTRAL_TEMPLATE
 
-SMOLLM2 = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-           "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-           "<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-           "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
-           "{% endif %}")
-LLAMA3 = ("{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
-          "'<|end_header_id|>\n\n' + message['content'] + '<|eot_id|>' }}{%- endfor %}"
-          "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}")
 NUMBERED = "{% for m in messages %}Turn {{ loop.index }} {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-
-
-@pytest.fixture(scope="module")
-def base_tokenizer():
-    return make_tokenizer()
-
-
-def with_template(tokenizer, template, bos=None):
-    tokenizer = tokenizer.__class__(tokenizer_object=tokenizer.backend_tokenizer, eos_token=tokenizer.eos_token,
-                                    bos_token=bos)
-    tokenizer.chat_template = template
-    return tokenizer
 
 
 def test_chatml_becomes_a_go_template_over_messages(base_tokenizer):

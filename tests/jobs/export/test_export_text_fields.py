@@ -14,7 +14,7 @@ from jobs.export import ExportError, card, export, ollama
 from jobs.models.load import load_tokenizer
 from jobs.spec import JobSpec
 from tests.jobs.export import gotemplate
-from tests.jobs.export.test_export_ollama import base_tokenizer, with_template  # noqa: F401
+from tests.jobs.export.templates import with_template
 from tests.tiny import CHATML
 
 NAMES = {"triple quotes": 'Tri"""ple "Bot"', "backslashes": "back\\slash\\ C:\\bots\\", "newline": "Two\nLines",

@@ -17,11 +17,9 @@ import yaml
 
 from jobs.export import ExportError, export
 from jobs.spec import JobSpec, SpecError
-from tests.jobs.export.test_export_gguf import load_gguf, logits, stored_as
-from tests.jobs.export.test_export_merged import IDS, folder_logits, peft_logits
+from tests.jobs.export.model_outputs import IDS, folder_logits, load_gguf, logits, peft_logits, stored_as
 from tests.jobs.export_jobs import train_job
-from tests.jobs.train.test_grpo_job import grpo_config
-from tests.jobs.train.test_preference_job import PAIRS
+from tests.jobs.train.method_jobs import PAIRS, grpo_config
 
 # a few steps each (seconds on CPU): enough for the adapters to change the logits by ~0.5 and more
 FEW_STEPS = dict(max_steps=3, batch_size=2)

@@ -9,7 +9,7 @@ import pytest
 
 from jobs.export import ollama
 from tests.jobs.export import gotemplate
-from tests.jobs.export.test_export_ollama import LLAMA3, SMOLLM2, base_tokenizer, with_template  # noqa: F401
+from tests.jobs.export.templates import LLAMA3, SMOLLM2, with_template
 from tests.tiny import CHATML, MISTRAL_TEMPLATE
 
 QWEN2 = ("{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + "

@@ -1,29 +1,10 @@
 """An uploaded image-text .zip: unpacked with its images, or refused when it could escape or explode."""
-import io
 import json
-import zipfile
 
 import pytest
 
 from jobs.io.dataset_zip import ZipRefused, unpack_dataset_zip, unpacked_data_files
-
-
-def make_zip(path, members: dict[str, bytes], link: str | None = None):
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-        if link:
-            info = zipfile.ZipInfo(link)
-            info.external_attr = (0o120777 << 16)
-            archive.writestr(info, "/etc/passwd")
-    return path
-
-
-def png_bytes():
-    from PIL import Image
-    out = io.BytesIO()
-    Image.new("RGB", (8, 8), "red").save(out, format="PNG")
-    return out.getvalue()
+from tests.jobs.io.dataset_zips import make_zip, png_bytes
 
 
 def test_the_data_file_and_its_images_are_unpacked_together(tmp_path):

@@ -15,6 +15,7 @@ import torch
 
 from jobs.io.storage import StorageError, is_disk_error, staged_dir
 from tests.tiny import make_tokenizer
+from tests.waiting import wait_for
 
 FREE_AFTER_BALLAST = 8 * 1024  # "a few KB free"
 
@@ -119,7 +120,6 @@ def test_the_queue_goes_on_after_a_job_meets_a_full_disk(tmp_path, tiny_model):
     from jobs.queue.runner import Runner
     from jobs.spec import JobSpec
     from jobs.queue.store import JobState
-    from tests.jobs.queue.test_runner import wait_for
 
     jobs_disk = tmp_path / "data" / "jobs"
     _mount_tmpfs(jobs_disk, "4m")

@@ -5,6 +5,7 @@ import yaml
 from jobs.io import gpus
 from jobs.io.gpus import GpuInfo, Placement, Wait
 from jobs.spec import SpecError
+from tests.waiting import wait_for
 
 
 def machine(*used_gb, total=80.0):
@@ -139,7 +140,6 @@ def test_the_runner_runs_jobs_on_disjoint_gpus_together_and_queues_the_third(tmp
 
     from jobs.queue.runner import Runner
     from jobs.spec import JobSpec
-    from tests.jobs.queue.test_runner import wait_for
     monkeypatch.setattr(gpus, "read_gpus", lambda: machine(0.3, 0.3))
 
     def spec(gpu, steps):

@@ -6,7 +6,7 @@ import pytest
 from jobs.models import fit
 from jobs.io import gpus
 from jobs.spec import JobSpec, SpecError
-from tests.jobs.models.test_fit import config, spec
+from tests.jobs.models.model_shapes import config, spec
 
 HOST = 512 * 2 ** 30
 

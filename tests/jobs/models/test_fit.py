@@ -6,15 +6,9 @@ import pytest
 from transformers import AutoConfig
 
 from jobs.models import fit
-from jobs.spec import JobSpec
 from tests.conftest import ROOT
+from tests.jobs.models.model_shapes import H200_BYTES, SHAPES, config, spec
 
-SHAPES = {  # bench/bench_lora.py's shapes (BASELINES.md)
-    "llama-3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                         num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False),
-    "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                         num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True),
-}
 ROWS = [  # (shape, batch, seq, checkpointing, qlora)
     ("llama-3.2-1b", 4, 2048, "on", False),
     ("llama-3.2-1b", 4, 2048, "offload", False),
@@ -23,19 +17,6 @@ ROWS = [  # (shape, batch, seq, checkpointing, qlora)
     ("llama-3.1-8b", 2, 2048, "off", False),
     ("llama-3.1-8b", 2, 2048, "offload", True),
 ]
-H200_BYTES = 143_771 * 1024 ** 2
-
-
-def config(shape):
-    return AutoConfig.for_model("llama", **SHAPES[shape])
-
-
-def spec(batch, seq, checkpointing="on", qlora=False, **extra):
-    values = {**dict(batch_size=batch, max_seq_length=seq, gradient_checkpointing=checkpointing,
-                     load_in_4bit=qlora, fused_kernels=True, lora_r=16, lora_alpha=16), **extra}
-    return JobSpec.from_dict(values)
-
-
 def measured_peak_gib(shape, batch, seq, checkpointing, qlora):
     peaks = []
     for line in (ROOT / "bench" / "results" / "lora.jsonl").read_text().splitlines():

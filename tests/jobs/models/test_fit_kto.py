@@ -6,8 +6,7 @@ of 2 x 2,800 tokens a step within 4.84 GiB), no weights: each test takes millise
 import pytest
 
 from jobs.models import fit, fit_kto
-from tests.jobs.models.test_fit import config
-from tests.jobs.models.test_preference_budget import HOST, pref
+from tests.jobs.models.model_shapes import HOST, config, pref
 
 H200 = 140 * 2 ** 30
 ROW = 2 * 2800

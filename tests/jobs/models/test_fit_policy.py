@@ -4,7 +4,7 @@ completion; and a pass never counts more prompts than it can touch."""
 import dataclasses
 
 from jobs.models import fit, fit_policy, fit_rollout
-from tests.jobs.models.test_fit import config, spec
+from tests.jobs.models.model_shapes import config, spec
 
 HOST = 512 * 2 ** 30
 

@@ -4,6 +4,7 @@ import dataclasses
 import pytest
 
 from jobs.spec import JobSpec
+from tests.jobs.models.model_shapes import H200_BYTES, config, seven_b, vl_spec
 
 
 def test_the_fit_check_plans_per_gpu_memory_and_counts_the_gpus_a_model_needs():
@@ -48,7 +49,6 @@ def test_a_sharded_4bit_base_splits_its_codes_and_a_vision_tower_is_gathered_who
     from transformers import LlamaConfig
 
     from jobs.models import fit, fit_shard
-    from tests.jobs.models.test_fit_vision import seven_b, vl_spec
     config = LlamaConfig(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
                          num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False)
     spec = JobSpec.from_dict({"model": "meta-llama/Llama-3.1-70B", "dataset": "builtin:identity", "load_in_4bit": True,
@@ -79,7 +79,6 @@ def test_the_sharded_fit_check_is_within_10_percent_of_each_rank_peak_measured_o
 
     from jobs.models import fit, fit_shard
     from tests.conftest import ROOT
-    from tests.jobs.models.test_fit import H200_BYTES, config
 
     rows = [json.loads(line) for line in (ROOT / "bench" / "results" / "fsdp_fit.jsonl").read_text().splitlines()]
     measured = [r for r in rows if r.get("measured_gib") and r.get("world", 1) > 1 and r["model"] == "llama-3.2-1b"]

@@ -11,25 +11,10 @@ from jobs.models import fit, fit_vision
 from jobs.spec import JobSpec
 from tests.conftest import ROOT
 from tests.jobs.models import vision_memory
-from tests.jobs.models.test_fit import H200_BYTES, config, spec
+from tests.jobs.models.model_shapes import H200_BYTES, config, seven_b, spec, vl_spec
 
 GIB = 2 ** 30
 HOST = 512 * GIB
-
-
-def seven_b():
-    """bench/bench_vision.py's Qwen2.5-VL-7B shape (the vision bench's model)."""
-    from transformers import Qwen2_5_VLConfig
-
-    from bench.bench_vision import QWEN25_VL_7B
-    return Qwen2_5_VLConfig(text_config=dict(QWEN25_VL_7B["text"], bos_token_id=None),
-                            vision_config=QWEN25_VL_7B["vision"])
-
-
-def vl_spec(**extra):
-    values = dict(lora_r=16, lora_alpha=16, batch_size=1, max_seq_length=4096, fused_kernels=True, dtype="bf16",
-                  gradient_checkpointing="on")
-    return JobSpec.from_dict({**values, **extra})
 
 
 @pytest.fixture(scope="module")

@@ -6,23 +6,14 @@ import pytest
 
 from jobs.models import fit
 from jobs.spec import JobSpec
-from tests.jobs.models.test_fit import config
+from tests.jobs.models.model_shapes import HOST, config, pref
 
-HOST = 512 * 2 ** 30
 H200 = 140 * 2 ** 30
 
 
 @pytest.fixture(autouse=True)
 def roomy_host(monkeypatch):
     monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
-
-
-def pref(budget, method="dpo", rows=8, seq=2560, **extra):
-    """A packed preference job: `rows` rows of 2 x `seq` tokens a micro-batch (the issue's 1B runs)."""
-    values = {**dict(method=method, dataset="builtin:concise", packing="on", batch_size=rows, max_seq_length=seq,
-                     gradient_checkpointing="auto", fused_kernels=True, lora_r=16, lora_alpha=16,
-                     max_gpu_memory_gb=budget), **extra}
-    return JobSpec.from_dict(values)
 
 
 @pytest.mark.parametrize("method", ["dpo", "kto"])

@@ -13,8 +13,8 @@ from jobs.queue.runner import Runner, RunnerError
 from jobs.queue.store import JobState
 from jobs.spec import JobSpec
 from tests.jobs.fakes import starts, write_fake_trainer
-from tests.jobs.queue.test_placement import gpu
-from tests.jobs.queue.test_runner import wait_for
+from tests.jobs.queue.queue_jobs import gpu
+from tests.waiting import wait_for
 
 
 def _runner(tmp_path, monkeypatch, machine):

@@ -5,11 +5,9 @@ import yaml
 
 from jobs.io import gpus
 from jobs.queue import placement
-from jobs.io.gpus import Demand, GpuInfo, Placement, Wait
-
-
-def gpu(index=0, used=0.0, total=140.4):
-    return GpuInfo(index, "NVIDIA H200", free_gb=round(total - used, 3), total_gb=total)
+from jobs.io.gpus import Demand, Placement, Wait
+from tests.jobs.queue.queue_jobs import gpu
+from tests.waiting import wait_for
 
 
 def test_a_job_with_a_prediction_starts_beside_the_chat_model_when_the_rest_is_free():
@@ -105,7 +103,6 @@ def test_the_runner_unloads_the_chat_model_then_starts_the_job(tmp_path, tiny_mo
     job starts after the chat model is unloaded, instead of waiting for good."""
     from jobs.queue.runner import Runner
     from jobs.spec import JobSpec
-    from tests.jobs.queue.test_runner import wait_for
     monkeypatch.setattr(gpus, "read_gpus", lambda: [gpu(used=3.2)])
     runner = Runner(tmp_path)
     runner.studio_gpu = chat = FakeChat({0: 2.1})

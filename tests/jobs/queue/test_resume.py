@@ -11,7 +11,8 @@ from jobs.queue.resume import continued_from, newest_checkpoint, resumed_spec
 from jobs.queue.runner import Runner, RunnerError
 from jobs.queue.store import JobRecord
 from jobs.spec import SpecError
-from tests.jobs.queue.test_runner import _spec, wait_for
+from tests.jobs.queue.queue_jobs import small_spec
+from tests.waiting import wait_for
 
 
 def test_a_done_job_trains_more_steps_as_a_new_job_that_continues_its_curve(tmp_path, tiny_model):
@@ -19,7 +20,7 @@ def test_a_done_job_trains_more_steps_as_a_new_job_that_continues_its_curve(tmp_
     final state (step 6), and "train more steps" continues from it in a folder of its own, leaving
     the done job's adapter as it was (issue 40: it used to resume from step 4 and overwrite it)."""
     runner = Runner(tmp_path)
-    record = runner.submit(_spec(tiny_model, save_steps=4))
+    record = runner.submit(small_spec(tiny_model, save_steps=4))
     done = wait_for(lambda: (r := runner.get(record.id)).finished and r)
     assert done.state == "done", done.reason
     assert newest_checkpoint(done.job_dir)[1] == 6

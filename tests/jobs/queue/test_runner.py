@@ -1,7 +1,6 @@
 """The runner starts real `python -m jobs.train` subprocesses on a tiny model."""
 import json
 import os
-import time
 from pathlib import Path
 
 import psutil
@@ -11,21 +10,8 @@ from jobs.io import paths
 from jobs.io.events import summarize
 from jobs.queue.runner import Runner, default_name
 from jobs.spec import JobSpec, SpecError
-
-
-def wait_for(predicate, timeout=240, interval=0.5):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("timed out waiting")
-
-
-def _spec(model, **kw):
-    return JobSpec.from_dict({"model": str(model), "max_steps": 6, "learning_rate": 5e-3,
-                              "save_steps": 0, "max_seq_length": 64, **kw})
+from tests.jobs.queue.queue_jobs import small_spec
+from tests.waiting import wait_for
 
 
 def test_bad_spec_starts_nothing(tmp_path, tiny_model):
@@ -46,7 +32,7 @@ def test_job_runs_to_done_in_its_own_process_group_writing_only_inside_the_data_
     for name in (*paths.CACHE_VARS, "HF_HUB_CACHE", "FUSETUNE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):
         monkeypatch.delenv(name, raising=False)
     runner = Runner(data)
-    record = runner.submit(_spec(tiny_model))
+    record = runner.submit(small_spec(tiny_model))
     assert record.state == "running" and record.pid
     assert os.getpgid(record.pid) == record.pid  # its own group, so cancel reaches every child
     assert psutil.Process(record.pid).cmdline()[1:] == ["-m", "jobs.train", f"{record.job_dir}/config.yaml",
@@ -71,8 +57,8 @@ def test_default_names_say_model_dataset_and_bot(tmp_path, tiny_model):
 
 def test_second_job_queues_until_the_first_finishes(tmp_path, tiny_model):
     runner = Runner(tmp_path)
-    first = runner.submit(_spec(tiny_model))
-    second = runner.submit(_spec(tiny_model))
+    first = runner.submit(small_spec(tiny_model))
+    second = runner.submit(small_spec(tiny_model))
     assert second.state == "queued"
     runner.start_monitor(interval_s=0.5)
     try:
@@ -85,7 +71,7 @@ def test_second_job_queues_until_the_first_finishes(tmp_path, tiny_model):
 
 def test_cancel_saves_the_adapter_and_leaves_no_process(tmp_path, tiny_model):
     runner = Runner(tmp_path)
-    record = runner.submit(_spec(tiny_model, max_steps=100000, save_steps=0))
+    record = runner.submit(small_spec(tiny_model, max_steps=100000, save_steps=0))
     wait_for(lambda: summarize(record.job_dir).steps)
     runner.cancel(record.id)
     final = wait_for(lambda: (r := runner.get(record.id)).finished and r, timeout=90)
@@ -102,7 +88,7 @@ def test_cancel_of_a_running_grpo_job_keeps_its_log_checkpoint_and_adapter(tmp_p
     step samples and scores before it trains, and a cancel still ends the job at a step boundary, with a
     resumable checkpoint of its last step, its adapter, its log, and a reason that names the step."""
     runner = Runner(tmp_path)
-    record = runner.submit(_spec(tiny_model, method="grpo", dataset="builtin:arithmetic", max_steps=100000,
+    record = runner.submit(small_spec(tiny_model, method="grpo", dataset="builtin:arithmetic", max_steps=100000,
                                  batch_size=2, num_generations=2, max_completion_length=8))
     wait_for(lambda: len(summarize(record.job_dir).steps) >= 2)
     runner.cancel(record.id)
@@ -126,8 +112,8 @@ def test_cancel_of_a_running_grpo_job_keeps_its_log_checkpoint_and_adapter(tmp_p
 
 def test_cancel_of_a_queued_job_never_starts_it(tmp_path, tiny_model):
     runner = Runner(tmp_path)
-    first = runner.submit(_spec(tiny_model, max_steps=100000))
-    queued = runner.submit(_spec(tiny_model))
+    first = runner.submit(small_spec(tiny_model, max_steps=100000))
+    queued = runner.submit(small_spec(tiny_model))
     runner.cancel(queued.id)
     assert runner.get(queued.id).state == "cancelled"
     runner.cancel(first.id)
@@ -137,7 +123,7 @@ def test_cancel_of_a_queued_job_never_starts_it(tmp_path, tiny_model):
 
 def test_a_new_runner_reattaches_to_a_running_job(tmp_path, tiny_model):
     first = Runner(tmp_path)
-    record = first.submit(_spec(tiny_model, max_steps=100000))
+    record = first.submit(small_spec(tiny_model, max_steps=100000))
     wait_for(lambda: summarize(record.job_dir).steps)
     second = Runner(tmp_path)  # as after an app restart: the job is not its child
     assert second.get(record.id).state == "running"
@@ -150,7 +136,7 @@ def test_a_failing_job_is_failed_with_its_reason(tmp_path, tiny_model):
     data = tmp_path / "bad.jsonl"
     data.write_text('{"instruction": "hi", "output": "ok"}\n{"instruction": "x"}\n')
     runner = Runner(tmp_path)
-    record = runner.submit(_spec(tiny_model, dataset=str(data)))
+    record = runner.submit(small_spec(tiny_model, dataset=str(data)))
     final = wait_for(lambda: (r := runner.get(record.id)).finished and r)
     assert final.state == "failed"
     assert "row 2" in final.reason and "output" in final.reason

@@ -81,3 +81,27 @@ def assert_same_training(two, one, steps):
     assert max(want[k].abs().max().item() for k in want if "lora_B" in k) > 1e-3  # it did train
     assert run2.final["type"] == "done" and len(run2.steps) == steps  # one writer: rank 0
     return run2, run1
+
+
+def run_job(tmp_path, name, model, **overrides):
+    """`python -m jobs.train` on `model` with the tests' small defaults (30 steps): (the process, the job folder)."""
+    out = tmp_path / name
+    config = {"model": str(model), "output_dir": str(out), "max_steps": 30, "learning_rate": 1e-2,
+              "batch_size": 4, "max_seq_length": 96, "save_steps": 10, "seed": 1, **overrides}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path), "--data-dir", str(tmp_path / "data")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return proc, out
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m jobs.train` with these arguments, its output captured."""
+    return subprocess.run([sys.executable, "-m", "jobs.train", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def one_line(stderr: str) -> str:
+    """The whole of stderr, which must be one line and no traceback."""
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    return stderr.strip()

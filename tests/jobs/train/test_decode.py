@@ -11,21 +11,6 @@ from jobs.train.rollout import cut_at_eos, pad_left, sample_completions
 PROMPTS = [[5, 17, 33, 40, 2, 9, 81], [12, 7], [99, 100, 101, 3], [44]]
 
 
-@pytest.fixture(scope="module")
-def policy(tiny_model):
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model, torch_dtype=torch.float32)
-    peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"]))
-    with torch.no_grad():   # a LoRA that changes the output, so "LoRA on" is what is compared
-        for name, param in peft.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.5)
-    return peft.eval(), AutoTokenizer.from_pretrained(tiny_model)
-
-
 def _generate_greedy(model, ids, mask, max_new, eos, pad_id):
     out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new,
                          pad_token_id=pad_id, eos_token_id=eos, use_cache=True)

@@ -16,9 +16,11 @@ from jobs.train.distributed import Distributed, rescale_micro_index
 from jobs.io.events import summarize
 from jobs.io.layout import JobLayout
 from tests.conftest import ROOT
+from tests.jobs.data.example_lengths import long_tailed, make_examples
 from tests.jobs.train.job_runs import (ENV, assert_same_training, finish, free_port, grads, lora_model, train,
                                        write_config)
 from tests.tiny import make_tiny_model
+from tests.waiting import wait_for
 
 
 # ---- pure parts ------------------------------------------------------------------------------
@@ -48,7 +50,6 @@ def test_every_step_is_dealt_to_the_ranks_whole_disjoint_and_balanced(packed, pe
     """Two (and three) ranks together train on exactly the units of each optimizer step of one
     process with the same global batch, no unit twice; each rank's real tokens a step differ from
     the others' by at most the step's longest unit."""
-    from tests.jobs.data.test_packing import long_tailed, make_examples
 
     from jobs.data.packing import BatchPlan
     examples = make_examples(long_tailed(77, 256, seed=5))
@@ -308,7 +309,6 @@ def _ranks(launcher_pid):
 def test_cancel_stops_every_rank_at_the_same_step_and_rank_0_saves(tmp_path, tiny_model):
     """A QLoRA job (4-bit base weights, the LoRA weights under DDP) on two CPU processes."""
     from jobs.queue.runner import Runner
-    from tests.jobs.queue.test_runner import wait_for
     runner = Runner(tmp_path)
     record = runner.submit(_runner_spec(tiny_model, load_in_4bit=True))
     assert runner.command(JobLayout(record.job_dir), 2)[1:3] == ["-m", "jobs.launch"]
@@ -329,7 +329,6 @@ def test_cancel_stops_every_rank_at_the_same_step_and_rank_0_saves(tmp_path, tin
 
 def test_a_rank_that_dies_fails_the_job_naming_it_and_frees_the_slot(tmp_path, tiny_model):
     from jobs.queue.runner import Runner
-    from tests.jobs.queue.test_runner import wait_for
     runner = Runner(tmp_path)
     record = runner.submit(_runner_spec(tiny_model))
     waiting = runner.submit(_runner_spec(tiny_model, processes=1, max_steps=2))

@@ -23,7 +23,7 @@ from jobs.spec import JobSpec
 from jobs.queue.store import FINISHED, JobState, JobStore
 from tests.conftest import ROOT
 from tests.jobs.fakes import starts, write_fake_trainer
-from tests.jobs.queue.test_runner import wait_for
+from tests.waiting import wait_for
 
 
 @pytest.fixture

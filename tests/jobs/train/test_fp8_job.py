@@ -4,7 +4,7 @@ import pytest
 
 from jobs.io.events import summarize
 from jobs.spec import JobSpec, SpecError
-from tests.jobs.train.test_train import run_job
+from tests.jobs.train.job_runs import run_job
 
 
 @pytest.mark.parametrize("data,fix", [

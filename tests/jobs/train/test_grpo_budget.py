@@ -5,7 +5,7 @@ is for GPUs only. Here the GPU guard is opened and the plan's arithmetic replace
 order of the trainer's set-up is what is tested (the arithmetic: tests/jobs/models/test_fit.py)."""
 from jobs.models import fit
 from jobs.train.methods import grpo
-from tests.jobs.train.test_grpo_cancel import grpo_trainer
+from tests.jobs.train.method_jobs import grpo_trainer
 
 
 def test_the_policy_passes_are_planned_with_the_trainable_parameter_count(tmp_path, tiny_model, monkeypatch):

@@ -8,11 +8,9 @@ import json
 
 import pytest
 
-from jobs.io.events import EventWriter
-from jobs.spec import JobSpec
-from jobs.train.loop import Cancelled, Trainer
+from jobs.train.loop import Cancelled
 from jobs.train.methods import grpo
-from tests.jobs.train.test_grpo_job import grpo_config
+from tests.jobs.train.method_jobs import grpo_trainer
 
 
 def rollouts_counted(monkeypatch, on_call=lambda calls: None) -> list:
@@ -25,14 +23,6 @@ def rollouts_counted(monkeypatch, on_call=lambda calls: None) -> list:
         return sample(*args, **kwargs)
     monkeypatch.setattr(grpo, "sample_completions", counted)
     return calls
-
-
-def grpo_trainer(tmp_path, tiny_model, sinks=(), name="job", **overrides) -> Trainer:
-    job = tmp_path / name
-    config = grpo_config(tmp_path, **{"max_steps": 50, "num_generations": 2, "max_completion_length": 8,
-                                      "dtype": "fp32", "temperature": 1.0, **overrides})
-    spec = JobSpec.from_dict({"model": str(tiny_model), "output_dir": str(job), **config})
-    return Trainer(spec, job, EventWriter(job, sinks=list(sinks)), log=lambda line: None)
 
 
 def completion_steps(trainer) -> set[int]:

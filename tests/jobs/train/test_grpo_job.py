@@ -6,29 +6,13 @@ import json
 import pytest
 
 from jobs.io.events import summarize
-from tests.jobs.train.job_runs import adapter_weights, finish, train, write_config
-from tests.jobs.train.test_train import run_job
+from tests.jobs.train.job_runs import adapter_weights, finish, run_job, train, write_config
+from tests.jobs.train.method_jobs import grpo_config
 
 pytestmark = pytest.mark.slow
 
-LETTER_REWARD = '''
-def letter_e(prompts, completions, **columns):
-    """The share of the completion's characters that are the letter e."""
-    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
-    return [t.count("e") / max(1, len(t)) for t in texts]
-'''
 MARGIN = 0.03   # the mean reward of the last 4 steps must beat that of the first 4 by this much (and by 30 %)
 # (0.05 until the tiny tokenizer, trained on the identity rows, changed with them: 0.064 -> 0.105 since)
-
-
-def grpo_config(tmp_path, **overrides):
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("\n".join(json.dumps({"prompt": f"Tell me about item {i}.", "item": i}) for i in range(32)))
-    rewards = tmp_path / "letter.py"
-    rewards.write_text(LETTER_REWARD)
-    return {"method": "grpo", "dataset": str(data), "reward_file": str(rewards), "max_steps": 20,
-            "learning_rate": 2e-2, "batch_size": 2, "num_generations": 8, "max_completion_length": 16,
-            "max_seq_length": 64, "save_steps": 0, "warmup_steps": 0, "beta": 0.0, **overrides}
 
 
 @pytest.mark.parametrize("packing", ["auto", "on"])   # auto: padded rows on CPU; on: completions packed

@@ -14,7 +14,6 @@ from jobs.data import shared_prefix
 from jobs.train.methods.grpo import GroupRelativePolicyOptimization, grpo_packing, grpo_prefix_sharing
 from jobs.train.methods.grpo_data import (rollout_tensors, rollout_tensors_packed, rollout_tensors_packed_shared,
                                          rollout_tensors_shared, sharing_pays)
-from tests.jobs.train.test_decode import policy  # noqa: F401  (the tiny LoRA policy fixture)
 
 GROUP = 3
 PROMPTS = [[5, 17, 33, 40, 2, 9, 81], [12, 7, 60]]

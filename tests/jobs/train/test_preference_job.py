@@ -6,11 +6,8 @@ import zipfile
 
 from jobs.export import export_adapter_zip
 from jobs.io.events import summarize
-from tests.jobs.train.test_train import run_job
-
-PAIRS = [{"prompt": f"What is {i} plus {i}?", "chosen": f"{2 * i}.",
-          "rejected": f"Hmm, it could be {2 * i + 1}, or maybe not; hard to say."} for i in range(12)]
-
+from tests.jobs.train.job_runs import run_job
+from tests.jobs.train.method_jobs import PAIRS
 
 def test_a_short_dpo_job_raises_reward_accuracy_and_margin_and_exports(tmp_path, tiny_model):
     data = tmp_path / "pairs.jsonl"

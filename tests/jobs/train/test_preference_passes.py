@@ -18,7 +18,7 @@ from jobs.spec import JobSpec
 from jobs.train.loop import Trainer
 from jobs.train.methods import base, preference
 from tests.jobs.train.passes_check import assert_passes_give_the_whole, loss_and_grads, trainer_in_passes
-from tests.jobs.train.test_preference_job import PAIRS
+from tests.jobs.train.method_jobs import PAIRS
 
 
 def test_a_micro_batch_in_passes_gives_the_whole_ones_loss_and_gradients(tmp_path, tiny_model, monkeypatch):

@@ -12,7 +12,8 @@ import torch
 from jobs.io.events import summarize
 from jobs.spec import JobSpec, SpecError
 from tests.jobs.train.job_runs import (adapter_weights, assert_same_training, finish, free_port, grads, lora_model,
-                                       train, write_config)
+                                       run_job, train, write_config)
+from tests.jobs.train.method_jobs import PAIRS
 from tests.tiny import make_tiny_model
 
 
@@ -174,8 +175,6 @@ def test_fsdp_refuses_what_does_not_shard_yet_naming_the_key(overrides, named):
 def test_a_sharded_dpo_job_gives_the_update_of_one_process(tmp_path, tiny_model):
     """DPO under fsdp: the reference pass (adapter off, no grad) and the policy's log-probs through the
     gathered head, over two sharded ranks x 2 pairs, train and evaluate as one process x 4 pairs."""
-    from tests.jobs.train.test_preference_job import PAIRS
-    from tests.jobs.train.test_train import run_job
     data = tmp_path / "pairs.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in PAIRS) + "\n")
     common = dict(method="dpo", dataset=str(data), eval_dataset=str(data), max_steps=2, learning_rate=5e-3,

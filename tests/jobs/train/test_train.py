@@ -9,28 +9,7 @@ import yaml
 
 from jobs.io.events import read_events, summarize
 from tests.conftest import ROOT
-
-
-def run_job(tmp_path, name, model, **overrides):
-    out = tmp_path / name
-    config = {"model": str(model), "output_dir": str(out), "max_steps": 30, "learning_rate": 1e-2,
-              "batch_size": 4, "max_seq_length": 96, "save_steps": 10, "seed": 1, **overrides}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path), "--data-dir", str(tmp_path / "data")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    return proc, out
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobs.train", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-
-
-def one_line(stderr: str) -> str:
-    """The whole of stderr, which must be one line and no traceback."""
-    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
-    return stderr.strip()
+from tests.jobs.train.job_runs import one_line, run_cli, run_job
 
 
 def test_training_run_learns_and_writes_a_loadable_adapter(tmp_path, tiny_model):

@@ -2,7 +2,7 @@
 import json
 
 from jobs.io.events import summarize
-from tests.jobs.train.test_train import run_job
+from tests.jobs.train.job_runs import run_job
 
 
 def test_vision_job_learns_and_saves_the_processor_with_the_adapter(tmp_path, tiny_vision_model):
