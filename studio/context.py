@@ -22,8 +22,9 @@ from studio.start_check import StartCheck
 # refreshes of one finished-jobs picker (Export, Evaluate, Chat's adapter) running side by side, one
 # read before a job ended and one after, could answer in the other order: the page then sends the new
 # job against the older list and gets "Value ... is not in the list of choices" (seen once in CI at
-# a page load). One concurrency group runs them one at a time, so the last answer is the newest reading.
-PICKER_REFRESH: dict[str, Any] = {"concurrency_id": "finished-job-pickers"}
+# a page load). One concurrency group of limit 1 (the queue's default is 4) runs them one at a time, so
+# the last answer is the newest reading.
+PICKER_REFRESH: dict[str, Any] = {"concurrency_id": "finished-job-pickers", "concurrency_limit": 1}
 
 
 @dataclass

@@ -98,8 +98,8 @@ def test_finished_job_pickers_are_refreshed_one_at_a_time(built):
     pickers = {"ft-export-select", "ft-eval-select", "ft-chat-adapter"}
     refills = [fn for fn in demo.fns.values() if pickers & {by_id[o._id] for o in fn.outputs}
                and fn.name != "on_language" and not any(event == "input" for _, event in fn.targets)]
-    groups = {fn.name: fn.concurrency_id for fn in refills}
-    assert len(refills) >= 8 and set(groups.values()) == {"finished-job-pickers"}, groups
+    groups = {fn.name: (fn.concurrency_id, fn.concurrency_limit) for fn in refills}
+    assert len(refills) >= 8 and set(groups.values()) == {("finished-job-pickers", 1)}, groups
 
 
 def test_where_the_engine_runs_the_page_starts_with_it_on(tmp_path):
