@@ -13,7 +13,6 @@ from kernels.ops import lora_mlp as mlp_module
 from kernels.ops.lora_mlp import lora_mlp
 from kernels.ops.lora_o import lora_o
 from kernels.ops.lora_qkv import lora_qkv
-from kernels.ops._lora_common import LoraProjection
 from tests.kernels.lora_cases import projection
 from tests.kernels.tiny_peft import TARGETS
 

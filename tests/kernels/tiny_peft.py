@@ -4,6 +4,9 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from jobs.models import load
+from jobs.spec import JobSpec
+
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
@@ -47,15 +50,13 @@ def loss_and_grads(model):
     return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
-def lora_model(folder, vision_lora: bool, dtype=torch.float32):
-    """The job's tiny image-text model with LoRA (on the tower too with vision_lora) and a random B."""
-    from jobs.models import load
-    from jobs.spec import JobSpec
+def lora_model(folder, vision_lora: bool = False, dtype=torch.float32):
+    """The tiny model at `folder` as a job loads it (jobs.models.load), with LoRA r=4 alpha 8 (on the
+    tower too with vision_lora) and a random B, so every LoRA gradient is non-zero."""
     torch.manual_seed(0)
     base = load.load_base_model(str(folder), dtype, torch.device("cpu"))
-    spec = JobSpec(model=str(folder), lora_r=4, lora_alpha=8, vision_lora=vision_lora)
-    model = load.add_lora(base, spec)
-    with torch.no_grad():   # a random B too, so every LoRA gradient is non-zero
+    model = load.add_lora(base, JobSpec(model=str(folder), lora_r=4, lora_alpha=8, vision_lora=vision_lora))
+    with torch.no_grad():
         for name, param in model.named_parameters():
             if "lora_B" in name:
                 param.normal_(0, 0.1)

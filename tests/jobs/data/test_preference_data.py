@@ -59,7 +59,7 @@ def test_a_bad_row_names_its_field(row, field):
 def test_kto_labels_are_booleans_only_and_a_text_or_number_label_is_named_by_row(tmp_path):
     """Issue 36 item 6: "true" and 1 were taken as labels (a quoted "false", or a 0/1 score column,
     would train a row the wrong way without a word). Only a CSV, which has no booleans, gives words."""
-    from jobs.data.dataset import Problems, scan_rows
+    from jobs.data.dataset import scan_rows
     from jobs.data.pairs import read_preference_rows
     rows = [{"prompt": "Q", "completion": "a", "label": label} for label in (True, "true", 1, 0, False)]
     found, problems = scan_rows(_jsonl(tmp_path / "k.jsonl", rows))

@@ -74,7 +74,6 @@ def test_lora_targets_follow_the_parts():
 
 def test_a_data_uri_image_is_named_by_row_without_echoing_its_base64(tmp_path):
     """Issue 36 item 6: the error for a `data:` URI quoted the whole base64 text (megabytes)."""
-    from jobs.data.dataset import Problems
     from jobs.data.vision import read_vision_rows
     uri = "data:image/png;base64," + "iVBORw0KGgo" * 20_000
     path = write_dataset(tmp_path, [PARTS_ROW, {**LLAMA_FACTORY_ROW, "images": [uri]},

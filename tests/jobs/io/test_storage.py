@@ -81,7 +81,7 @@ def test_a_failed_rewrite_keeps_the_old_file_and_leaves_no_staging_file(tmp_path
 def test_a_real_failed_torch_save_is_a_storage_error(tmp_path):
     """torch's zip writer hitting a file size limit (EFBIG, like ENOSPC an error from write(2))
     raises its own RuntimeError; the staged folder turns it into a StorageError and cleans up."""
-    script = f"""
+    script = """
 import resource, signal, sys, torch
 from pathlib import Path
 from jobs.io.storage import StorageError, staged_dir

@@ -8,8 +8,6 @@ from jobs.io import gpus
 from jobs.spec import JobSpec, SpecError
 from tests.jobs.models.model_shapes import config, spec
 
-HOST = 512 * 2 ** 30
-
 
 def budget_spec(budget, **extra):
     return spec(1, 4096, "auto", max_gpu_memory_gb=budget, **extra)   # one row: no passes (fit_passes.py)
@@ -19,8 +17,7 @@ def recomputed(plan):
     return sum(plan[0])
 
 
-def test_the_plan_follows_the_budget_on_the_8b_shape(monkeypatch):
-    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+def test_the_plan_follows_the_budget_on_the_8b_shape(roomy_host):
     model = config("llama-3.1-8b")
     roomy, tight, tighter = (fit.plan_within_budget(budget_spec(b), model) for b in (80.0, 24.0, 19.8))
     assert recomputed(roomy) == 0 and "no recompute" in roomy[2]
@@ -32,8 +29,7 @@ def test_the_plan_follows_the_budget_on_the_8b_shape(monkeypatch):
         assert estimate.checkpointing == plan[2]   # the fit check states the plan the job runs
 
 
-def test_one_layer_less_recompute_would_break_the_budget(monkeypatch):
-    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+def test_one_layer_less_recompute_would_break_the_budget(roomy_host):
     model, s = config("llama-3.1-8b"), budget_spec(24.0)
     shape, b = fit._Shape.of(model), 2
     n, offload, _, _ = fit._budget_plan(s, shape, b, fit._static_bytes(s, shape, b, True, None), True)
@@ -41,16 +37,14 @@ def test_one_layer_less_recompute_would_break_the_budget(monkeypatch):
     assert fit._static_bytes(s, shape, b, True, None) + sum(parts.values()) > fit.allocatable_bytes(24.0)
 
 
-def test_qlora_budget_plans_less_recompute_than_bf16_at_the_same_budget(monkeypatch):
-    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+def test_qlora_budget_plans_less_recompute_than_bf16_at_the_same_budget(roomy_host):
     model = config("llama-3.1-8b")
     bf16 = fit.plan_within_budget(budget_spec(19.8), model)
     qlora = fit.plan_within_budget(budget_spec(19.8, qlora=True), model)
     assert recomputed(qlora) < recomputed(bf16)
 
 
-def test_an_impossible_budget_says_so_and_the_fit_check_warns(monkeypatch):
-    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+def test_an_impossible_budget_says_so_and_the_fit_check_warns(roomy_host):
     estimate = fit.estimate_peak(budget_spec(8.0), config("llama-3.1-8b"), free_bytes=140 * 2 ** 30)
     assert estimate.over_budget and "does not fit even with all 32 layers" in estimate.checkpointing
     from studio.start_check import FitView
@@ -113,11 +107,10 @@ def budget_job_rows():
 
 @pytest.mark.parametrize("row", budget_job_rows(), ids=lambda r: f"{r['shape']}-{r.get('method', 'sft')}-"
                          f"{r['memory_estimate']['budget_gb']:g}")
-def test_the_fit_check_is_within_10_percent_of_each_budget_jobs_measured_peak(row, tmp_path, monkeypatch):
+def test_the_fit_check_is_within_10_percent_of_each_budget_jobs_measured_peak(row, tmp_path, roomy_host):
     """Issue 22: the estimate the fit check states, for the plan the job ran, against its measured peak.
     The part that makes or breaks it: a partly recomputed plan peaks at the kept layers' backward or
     at a recomputed layer's, never both at once."""
-    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
     c = row["config"]
     data = tmp_path / "data.jsonl"
     data.write_text('{"prompt": "q", "chosen": "a", "rejected": "b"}\n')
@@ -133,14 +126,13 @@ def test_the_fit_check_is_within_10_percent_of_each_budget_jobs_measured_peak(ro
     assert abs(predicted - row["peak_gib"]) <= 0.10 * row["peak_gib"], (ran, parts, predicted, row["peak_gib"])
 
 
-def test_an_sft_micro_batch_trains_in_passes_where_the_whole_cannot_fit(monkeypatch):
+def test_an_sft_micro_batch_trains_in_passes_where_the_whole_cannot_fit(monkeypatch, roomy_host):
     """SFT 1B, 4 packed rows of 4,096: 3 GiB is under what the whole micro-batch can hold (3.99 with
     every layer recomputed and offloaded), so it trains a row a pass, within the budget, and the least
     budget is a row's. Where the whole fits, a pass is charged like a preference one (fit_passes.py
     SFT_PASS_SECONDS) and the 4 rows stay one pass; charged its GPU work alone (the bench's sftpasses
     switch), a row a pass recomputes 6 of 16 layers instead of 14."""
     from jobs.models import fit_passes
-    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
     model = config("llama-3.2-1b")
     tight, roomy = spec(4, 4096, "auto", max_gpu_memory_gb=3.0), spec(4, 4096, "auto", max_gpu_memory_gb=5.37)
     least, how = fit.least_budget(tight, model)

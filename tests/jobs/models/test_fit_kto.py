@@ -6,15 +6,12 @@ of 2 x 2,800 tokens a step within 4.84 GiB), no weights: each test takes millise
 import pytest
 
 from jobs.models import fit, fit_kto
-from tests.jobs.models.model_shapes import HOST, config, pref
+from tests.jobs.models.model_shapes import config, pref
 
 H200 = 140 * 2 ** 30
 ROW = 2 * 2800
 
-
-@pytest.fixture(autouse=True)
-def roomy_host(monkeypatch):
-    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+pytestmark = pytest.mark.usefixtures("roomy_host")
 
 
 def bench_job(budget=4.84, rows=1):

@@ -6,8 +6,6 @@ import dataclasses
 from jobs.models import fit, fit_policy, fit_rollout
 from tests.jobs.models.model_shapes import config, spec
 
-HOST = 512 * 2 ** 30
-
 
 def test_a_pass_counts_the_groups_it_can_touch():
     assert fit_policy.prompts_in_pass(8, 8, 64) == 8     # the whole micro-batch
@@ -22,8 +20,7 @@ def grpo(budget=0.0, **extra):
                 max_completion_length=256, max_gpu_memory_gb=budget, **extra)
 
 
-def test_prompts_once_per_group_plan_less_recompute_within_a_budget(monkeypatch):
-    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+def test_prompts_once_per_group_plan_less_recompute_within_a_budget(roomy_host):
     model = config("llama-3.2-1b")
     once = fit.plan_within_budget(grpo(12.0), model, prompts_once=True)
     repeated = fit.plan_within_budget(grpo(12.0), model, prompts_once=False)

@@ -14,7 +14,6 @@ from tests.jobs.models import vision_memory
 from tests.jobs.models.model_shapes import H200_BYTES, config, seven_b, spec, vl_spec
 
 GIB = 2 ** 30
-HOST = 512 * GIB
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +119,7 @@ def test_the_frozen_towers_forward_peaks_as_the_formula_says(family, inter):
     assert measured == pytest.approx(256 * per_patch, rel=0.02)
 
 
-def test_a_budget_plan_flags_every_checkpointing_layer_vision_blocks_first(tiny_configs, monkeypatch):
+def test_a_budget_plan_flags_every_checkpointing_layer_vision_blocks_first(tiny_configs, roomy_host):
     """kernels.apply_checkpointing wants a flag per GradientCheckpointingLayer, and an image-text
     model's vision blocks are such layers (before the decoder's): a frozen tower's stay off (they
     keep nothing), a LoRA'd tower's are recomputed first."""
@@ -128,7 +127,6 @@ def test_a_budget_plan_flags_every_checkpointing_layer_vision_blocks_first(tiny_
 
     from jobs.models import load
     from kernels.checkpoint import apply_checkpointing, decoder_layers
-    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
     job = vl_spec(gradient_checkpointing="auto", max_gpu_memory_gb=0.001, max_seq_length=64)   # below any plan
     model = load.add_lora(AutoModelForImageTextToText.from_config(tiny_configs["qwen2_5_vl"]), job)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -10,10 +10,7 @@ from tests.jobs.models.model_shapes import HOST, config, pref
 
 H200 = 140 * 2 ** 30
 
-
-@pytest.fixture(autouse=True)
-def roomy_host(monkeypatch):
-    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
+pytestmark = pytest.mark.usefixtures("roomy_host")
 
 
 @pytest.mark.parametrize("method", ["dpo", "kto"])

@@ -23,24 +23,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def lora_model(folder):
-    from jobs.models import load as models
-    from jobs.spec import JobSpec
-    torch.manual_seed(0)
-    base = models.load_base_model(str(folder), torch.float32, torch.device("cpu"))
-    return models.add_lora(base, JobSpec(model=str(folder), lora_r=4))
-
-
 def grads(model):
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])
 
 
-def write_config(tmp_path, name, model, **overrides):
-    config = {"model": str(model), "output_dir": str(tmp_path / name), "max_steps": 8, "learning_rate": 2e-3,
-              "batch_size": 2, "max_seq_length": 64, "save_steps": 0, "seed": 3, "warmup_steps": 2, **overrides}
+def job_yaml(tmp_path, name, config: dict):
+    """The job's config as tmp_path/NAME.yaml, its output folder tmp_path/NAME."""
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump({"output_dir": str(tmp_path / name), **config}))
     return path
+
+
+def write_config(tmp_path, name, model, **overrides):
+    """A short job (8 steps) with the data-parallel comparisons' defaults."""
+    return job_yaml(tmp_path, name, {"model": str(model), "max_steps": 8, "learning_rate": 2e-3, "batch_size": 2,
+                                     "max_seq_length": 64, "save_steps": 0, "seed": 3, "warmup_steps": 2,
+                                     **overrides})
 
 
 def train(config, *extra):
@@ -85,20 +83,15 @@ def assert_same_training(two, one, steps):
 
 def run_job(tmp_path, name, model, **overrides):
     """`python -m jobs.train` on `model` with the tests' small defaults (30 steps): (the process, the job folder)."""
-    out = tmp_path / name
-    config = {"model": str(model), "output_dir": str(out), "max_steps": 30, "learning_rate": 1e-2,
-              "batch_size": 4, "max_seq_length": 96, "save_steps": 10, "seed": 1, **overrides}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path), "--data-dir", str(tmp_path / "data")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    return proc, out
+    path = job_yaml(tmp_path, name, {"model": str(model), "max_steps": 30, "learning_rate": 1e-2, "batch_size": 4,
+                                     "max_seq_length": 96, "save_steps": 10, "seed": 1, **overrides})
+    return run_cli(str(path), "--data-dir", str(tmp_path / "data"), timeout=600), tmp_path / name
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
+def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """`python -m jobs.train` with these arguments, its output captured."""
     return subprocess.run([sys.executable, "-m", "jobs.train", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=timeout)
 
 
 def one_line(stderr: str) -> str:

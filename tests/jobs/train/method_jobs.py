@@ -28,6 +28,8 @@ def grpo_config(tmp_path, **overrides):
 
 
 def grpo_trainer(tmp_path, tiny_model, sinks=(), name="job", **overrides) -> Trainer:
+    """An in-process GRPO Trainer on the letter-reward task (fp32, 2 completions of 8 tokens, 50 steps
+    unless `overrides` say otherwise), its events written to tmp_path/NAME and to `sinks`."""
     job = tmp_path / name
     config = grpo_config(tmp_path, **{"max_steps": 50, "num_generations": 2, "max_completion_length": 8,
                                       "dtype": "fp32", "temperature": 1.0, **overrides})

@@ -17,8 +17,8 @@ from jobs.io.events import summarize
 from jobs.io.layout import JobLayout
 from tests.conftest import ROOT
 from tests.jobs.data.example_lengths import long_tailed, make_examples
-from tests.jobs.train.job_runs import (ENV, assert_same_training, finish, free_port, grads, lora_model, train,
-                                       write_config)
+from tests.jobs.train.job_runs import ENV, assert_same_training, finish, free_port, grads, train, write_config
+from tests.kernels.tiny_peft import lora_model
 from tests.tiny import make_tiny_model
 from tests.waiting import wait_for
 
@@ -219,8 +219,8 @@ def test_ddp_over_fused_lora_and_offloaded_checkpointing_sums_gradients_like_one
     for rank in (0, 1):
         got = torch.load(tmp_path / f"rank{rank}.pt")
         assert any("triton  lora_mlp" in line for line in got["report"]), got["report"]
-        for grads in got["ddp"]:
-            torch.testing.assert_close(grads, got["reference"], rtol=1e-4, atol=1e-6)
+        for replica in got["ddp"]:
+            torch.testing.assert_close(replica, got["reference"], rtol=1e-4, atol=1e-6)
         assert got["reference"].abs().max() > 1e-3
 
 

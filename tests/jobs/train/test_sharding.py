@@ -11,9 +11,10 @@ import torch
 
 from jobs.io.events import summarize
 from jobs.spec import JobSpec, SpecError
-from tests.jobs.train.job_runs import (adapter_weights, assert_same_training, finish, free_port, grads, lora_model,
-                                       run_job, train, write_config)
+from tests.jobs.train.job_runs import (adapter_weights, assert_same_training, finish, free_port, grads, run_job,
+                                       train, write_config)
 from tests.jobs.train.method_jobs import PAIRS
+from tests.kernels.tiny_peft import lora_model
 from tests.tiny import make_tiny_model
 
 
@@ -68,8 +69,8 @@ def test_fsdp_over_fused_lora_and_offloaded_checkpointing_sums_gradients_like_on
         got = torch.load(tmp_path / f"rank{rank}.pt")
         assert got["report"][0].startswith("sharding: fsdp over 2 processes")
         assert any("triton  lora_mlp" in line for line in got["report"]), got["report"]
-        for grads in got["fsdp"]:
-            torch.testing.assert_close(grads, got["reference"], rtol=1e-4, atol=1e-6)
+        for sharded in got["fsdp"]:
+            torch.testing.assert_close(sharded, got["reference"], rtol=1e-4, atol=1e-6)
         assert got["reference"].abs().max() > 1e-3
 
 
@@ -182,7 +183,8 @@ def test_a_sharded_dpo_job_gives_the_update_of_one_process(tmp_path, tiny_model)
     (done_one, one), (done_two, two) = (run_job(tmp_path, "one", tiny_model, batch_size=4, **common),
                                         run_job(tmp_path, "two", tiny_model, batch_size=2, processes=2,
                                                 sharding="fsdp", **common))
-    assert done_two.returncode == 0, done_two.stdout[-2000:] + done_two.stderr[-2000:]
+    for done in (done_one, done_two):
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     a, b = summarize(one), summarize(two)
     assert [s["loss"] for s in b.steps] == pytest.approx([s["loss"] for s in a.steps], rel=1e-5)
     assert [s["reward_margin"] for s in b.steps] == pytest.approx([s["reward_margin"] for s in a.steps], abs=1e-5)

@@ -14,6 +14,7 @@ from jobs.data.vision_encode import collate_vision, encode_vision
 from jobs.data.vision_packing import collate_vision_packed, mrope_positions
 from kernels.packed_attention import restore_attention, use_packed_attention
 from tests.jobs.vision_rows import processor_parts
+from tests.kernels.tiny_peft import lora_model
 from tests.tiny import make_tiny_vision_model
 
 FAMILIES = ("qwen2_5_vl", "qwen2_vl")
@@ -45,19 +46,6 @@ def examples(folder, tmp_path, images=IMAGES, questions=(None, None, None)):
     rows = [encode_vision(conversation(tmp_path, i, image, q), tokenizer, processor, image_id, 512)
             for i, (image, q) in enumerate(zip(images, questions))]
     return tokenizer, image_id, rows
-
-
-def lora_model(folder):
-    from jobs.models import load
-    from jobs.spec import JobSpec
-    torch.manual_seed(0)
-    base = load.load_base_model(str(folder), torch.float32, torch.device("cpu"))
-    model = load.add_lora(base, JobSpec(model=str(folder), lora_r=4, lora_alpha=8))
-    with torch.no_grad():   # a random B too, so every LoRA gradient is non-zero
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.1)
-    return model
 
 
 def packed(rows, tokenizer, image_id, length=None):
