@@ -13,7 +13,7 @@ import transformers
 from kernels.host_embedding import (HOSTED_ATTR, host_input_embeddings, hostable_reason, hosted, hosted_bytes,
                                     remember_host_ids, restore_input_embeddings)
 from kernels.step_graph import capturable_reason
-from tests.jobs.models.model_shapes import seven_b, vl_spec
+from tests.jobs.models.model_shapes import HOST, seven_b, vl_spec
 
 
 def lora_llama(tied=False):
@@ -108,7 +108,7 @@ def test_the_budget_hosts_the_table_only_when_no_plan_fits_without_it(monkeypatc
     with its untied 1.02 GiB table on the GPU; hosted, the estimate drops by the table. Never for GRPO
     (it generates from the table token by token) nor where a plan fits anyway."""
     from jobs.models import fit
-    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: 512 * 2 ** 30)
+    monkeypatch.setattr("kernels.checkpoint._host_free_bytes", lambda: HOST)
     extra = dict(num_generations=2, max_completion_length=256, max_seq_length=1024) if method == "grpo" else {}
     tight = vl_spec(gradient_checkpointing="auto", max_gpu_memory_gb=16.27, method=method, **extra)
     plan = fit.plan_within_budget(tight, seven_b())
