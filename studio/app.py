@@ -62,6 +62,7 @@ PAGE_CSS = """
 #ft-jobs-table .body-cell { cursor: pointer; }
 #ft-jobs-table .body-cell.cell-selected { box-shadow: none !important; }
 #ft-jobs-table .body-cell .cell-menu-button { display: none !important; }
+#ft-chat-image [data-testid="upload-text"] .prompt { white-space: normal; text-align: center; }
 """
 
 

@@ -151,8 +151,8 @@ def build_chat_tab(ctx: StudioContext) -> ChatTab:
                      placeholder="chat.tuned_placeholder")
         base = bind(gr.Chatbot(elem_id="ft-chat-base", height=380), label="chat.base")
     with gr.Row():
-        image = bind(gr.Image(type="filepath", sources=["upload"], elem_id="ft-chat-image", height=120, scale=1,
-                              min_width=120), label="chat.image")   # for a vision-language model
+        image = bind(gr.Image(type="filepath", sources=["upload"], elem_id="ft-chat-image", height=140, scale=1,
+                              min_width=160), label="chat.image")   # for a vision-language model
         prompt = bind(gr.Textbox(show_label=False, elem_id="ft-chat-input", scale=6, lines=1),
                       placeholder="chat.prompt_placeholder")
         send = bind(gr.Button(variant="primary", elem_id="ft-chat-send", scale=1, min_width=100), value="chat.send")
