@@ -10,12 +10,46 @@ from __future__ import annotations
 import html
 from typing import Any
 
+import gradio as gr
+
 from jobs.spec import SpecError
 from studio import form, render
 from studio.i18n import t
 
 PROMPT_COLOR, ANSWER_COLOR, CUT_COLOR = "#6b8fd6", "#3cb371", "#e07b39"
 BAR_HEIGHT_PX = 90
+MEASURED_FIELDS = ("dataset", "max_seq_length", "model")   # what the numbers depend on
+
+
+def wire_stats(ctx: Any, tab: Any, button: Any, stats: Any, warning: Any) -> None:
+    """Dataset statistics on demand (`button`), and the warning beside Start after a Start press too
+    (its preflight measured the data). A change of the dataset, the model or max_seq_length clears
+    both, unless they were measured for the values the form holds now: a field's change event can
+    land after the numbers were drawn (an upload's chained events do, on a busy machine)."""
+    shown_for = gr.State(None)   # MEASURED_FIELDS' values the numbers on the page were measured for
+    fields = [tab.inputs[tab.names.index(name)] for name in MEASURED_FIELDS]
+
+    def measured(values: list[Any]) -> list[Any]:
+        return [values[tab.names.index(name)] for name in MEASURED_FIELDS]
+
+    def on_click(language: str, *values: Any) -> tuple[str, str, list[Any]]:
+        return (*analyse(ctx.start_check, tab.names, list(values), language), measured(list(values)))
+
+    def on_status(status: str, language: str, *values: Any) -> tuple[str, list[Any]]:   # Start ran
+        return warning_after_start(ctx.start_check, tab.names, list(values), status, language), measured(list(values))
+
+    shown = button.click(on_click, [ctx.lang, *tab.inputs], [stats, warning, shown_for])
+    # the data now measured, the fit check sizes a CPU job by its longest row (jobs/models/fit_cpu.py)
+    shown.then(lambda language, *values: tab.fit_check(ctx, language, *values), [ctx.lang, *tab.inputs], tab.fit,
+               show_progress="hidden")
+    tab.status.change(on_status, [tab.status, ctx.lang, *tab.inputs], [warning, shown_for], show_progress="hidden")
+    for field in fields:
+        field.change(stale_cleared, [shown_for, *fields], [stats, warning], show_progress="hidden")
+
+
+def stale_cleared(shown_for: list[Any] | None, *current: Any) -> tuple[Any, Any]:
+    """The statistics and the warning cleared, or left where they were measured for `current`."""
+    return (gr.skip(), gr.skip()) if shown_for == list(current) else ("", "")
 
 
 def analyse(check: Any, names: list[str], values: list[Any], lang: str = "en") -> tuple[str, str]:

@@ -19,6 +19,7 @@ from studio.method_fields import dataset_default_update, wire_method
 from studio.newest_event import stamped
 from studio.server_text import translated
 from studio.data_preview import preview_data
+from studio.data_stats import wire_stats
 from studio.train_start import FIT_FIELDS, fit_for_form, start_job
 
 
@@ -256,27 +257,9 @@ def build_train_tab(ctx: StudioContext) -> TrainTab:
     gpu_boxes.input(gpus_value, gpu_boxes, made["gpus"])
     gpu_boxes.input(lambda checked: budget_update(ctx, checked), gpu_boxes, tab.budget)
     _wire(ctx, tab, made, upload, upload_info, preview_btn, preview)
-    _wire_stats(ctx, tab, stats_btn, stats, stats_warning)
+    wire_stats(ctx, tab, stats_btn, stats, stats_warning)
     wire_remove(ctx, made["dataset.remove"], made["dataset"], upload_info, preview)
     return tab
-
-
-def _wire_stats(ctx: StudioContext, tab: TrainTab, button: gr.Button, stats: gr.HTML, warning: gr.HTML) -> None:
-    """Dataset statistics on demand, and the warning beside Start after a Start press too (its
-    preflight measured the data); the dataset, the model or max_seq_length changing makes them stale."""
-    from studio.data_stats import analyse, warning_after_start
-
-    def on_status(status: str, language: str, *values: Any) -> str:   # Start ran (or the form changed)
-        return warning_after_start(ctx.start_check, tab.names, list(values), status, language)
-
-    shown = button.click(lambda language, *values: analyse(ctx.start_check, tab.names, list(values), language),
-                         [ctx.lang, *tab.inputs], [stats, warning])
-    # the data now measured, the fit check sizes a CPU job by its longest row (jobs/models/fit_cpu.py)
-    shown.then(lambda language, *values: tab.fit_check(ctx, language, *values), [ctx.lang, *tab.inputs], tab.fit,
-               show_progress="hidden")
-    tab.status.change(on_status, [tab.status, ctx.lang, *tab.inputs], warning, show_progress="hidden")
-    for name in ("dataset", "max_seq_length", "model"):
-        tab.inputs[tab.names.index(name)].change(lambda: ("", ""), None, [stats, warning], show_progress="hidden")
 
 
 def _wire(ctx: StudioContext, tab: TrainTab, made: dict[str, Any], upload: gr.UploadButton,
