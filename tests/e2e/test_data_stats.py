@@ -11,13 +11,27 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from tests.e2e.studio_page import command_has, fill_job_form, open_studio, set_text, upload_dataset
 
 
-def wait_for_histogram(page) -> None:
-    """The statistics drawn; else a failure that says what the page showed instead."""
+# what the statistics box showed, with the milliseconds since the click: a failure tells an event that
+# never ran from one whose numbers were drawn and then cleared
+WATCH_STATS_JS = """() => {
+  const box = document.querySelector('#ft-data-stats'), start = performance.now(), seen = window.__ftStatsSeen = [];
+  new MutationObserver(() => seen.push([Math.round(performance.now() - start), box.innerText.slice(0, 60)]))
+    .observe(box, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def click_stats_and_wait_for_histogram(page) -> None:
+    """The statistics button clicked and its histograms drawn; else a failure that says what the
+    page showed instead, and what the statistics box showed on the way."""
+    page.evaluate(WATCH_STATS_JS)
+    page.locator("#ft-stats-btn").click()
     try:
         page.wait_for_selector("#ft-data-stats .ft-histogram[data-part=answer]", timeout=120_000)
     except PlaywrightTimeout:
         shown = {box: page.locator(box).inner_text() for box in ("#ft-data-stats", "#ft-train-status", "#ft-command")}
-        raise AssertionError(f"no histogram after 120 s; the page showed {shown}") from None
+        history = page.evaluate("() => window.__ftStatsSeen")
+        raise AssertionError(f"no histogram after 120 s; the statistics box showed {history}; "
+                             f"the page shows {shown}") from None
 
 
 def test_long_rows_show_a_histogram_and_a_warning_beside_start(studio, browser_context, shots, tmp_path):
@@ -31,8 +45,7 @@ def test_long_rows_show_a_histogram_and_a_warning_beside_start(studio, browser_c
     upload_dataset(page, path, "/datasets/long_rows-")
     set_text(page, "ft-field-max_seq_length", "64")
     command_has(page, "max_seq_length: 64")
-    page.locator("#ft-stats-btn").click()
-    wait_for_histogram(page)
+    click_stats_and_wait_for_histogram(page)
     stats = page.locator("#ft-data-stats").inner_text()
     assert "14 rows" in stats and "2 rows are longer than max_seq_length=64" in stats, stats
     assert "Duplicate rows (exact repeats of an earlier row): 1" in stats, stats
