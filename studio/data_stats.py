@@ -35,8 +35,9 @@ def wire_stats(ctx: Any, tab: Any, button: Any, stats: Any, warning: Any) -> Non
     def on_click(language: str, *values: Any) -> tuple[str, str, list[Any]]:
         return (*analyse(ctx.start_check, tab.names, list(values), language), measured(list(values)))
 
-    def on_status(status: str, language: str, *values: Any) -> tuple[str, list[Any]]:   # Start ran
-        return warning_after_start(ctx.start_check, tab.names, list(values), status, language), measured(list(values))
+    def on_status(status: str, language: str, *values: Any) -> tuple[str, Any]:   # Start ran, or "" once cleared
+        warned = warning_after_start(ctx.start_check, tab.names, list(values), status, language)
+        return warned, (measured(list(values)) if status else gr.skip())
 
     shown = button.click(on_click, [ctx.lang, *tab.inputs], [stats, warning, shown_for])
     # the data now measured, the fit check sizes a CPU job by its longest row (jobs/models/fit_cpu.py)

@@ -1,7 +1,9 @@
 """The Train tab's token-length histograms say what their axis is (issue 40: no x-axis labels), and
 stay on the page until what they measured changes."""
-from studio.data_stats import _ticks, stats_html
+import gradio as gr
+
 from jobs.data.stats import histogram_edges
+from studio.data_stats import _ticks, stale_cleared, stats_html
 
 
 def test_the_histogram_axis_has_evenly_spaced_token_counts_and_a_title():
@@ -23,8 +25,6 @@ def test_the_histogram_axis_has_evenly_spaced_token_counts_and_a_title():
 def test_a_late_change_event_leaves_the_numbers_measured_for_the_same_fields():
     """A field's change event that lands after the statistics were drawn for the same dataset, model and
     max_seq_length (an upload's chained events, on a busy machine) keeps them; a real change clears them."""
-    import gradio as gr
-    from studio.data_stats import stale_cleared
     shown_for = ["/d/long.jsonl", 64, "/m/tiny"]
     kept = stale_cleared(shown_for, "/d/long.jsonl", 64, "/m/tiny")
     assert all(isinstance(part, type(gr.skip())) for part in kept)
