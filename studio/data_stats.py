@@ -27,10 +27,11 @@ def wire_stats(ctx: Any, tab: Any, button: Any, stats: Any, warning: Any) -> Non
     both, unless they were measured for the values the form holds now: a field's change event can
     land after the numbers were drawn (an upload's chained events do, on a busy machine)."""
     shown_for = gr.State(None)   # MEASURED_FIELDS' values the numbers on the page were measured for
-    fields = [tab.inputs[tab.names.index(name)] for name in MEASURED_FIELDS]
+    where = [tab.names.index(name) for name in MEASURED_FIELDS]
+    fields = [tab.inputs[i] for i in where]
 
     def measured(values: list[Any]) -> list[Any]:
-        return [values[tab.names.index(name)] for name in MEASURED_FIELDS]
+        return [values[i] for i in where]
 
     def on_click(language: str, *values: Any) -> tuple[str, str, list[Any]]:
         return (*analyse(ctx.start_check, tab.names, list(values), language), measured(list(values)))
