@@ -116,16 +116,31 @@ def _rng_state(device: torch.device):
     return torch.get_rng_state(), cuda_state
 
 
+class _DeviceKeeper:
+    """Keeps a checkpointed layer's input where it is, as plain recompute does (torch's checkpoint saves
+    its input tensor the same way); the stand-in for `_HostOffloader` where nothing is offloaded."""
+
+    @staticmethod
+    def save(index: int, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden
+
+    @staticmethod
+    def load(saved: torch.Tensor) -> torch.Tensor:
+        return saved
+
+
 class _OffloadedCheckpoint(torch.autograd.Function):
     """Run a layer without saving activations; in backward bring its input back and recompute it.
 
     `anchor` is an empty tensor that requires grad, so backward runs even when the layer's input
     does not require grad (frozen embeddings under LoRA) and the layer's LoRA weights get grads.
+    `rows` (kernels/checkpoint_rows.py): recompute and backward over the leading `rows[0]` tokens only,
+    with the layer's arguments cut to them (`rows[1]`); the input gradient past them is zero.
     """
 
     @staticmethod
-    def forward(ctx, run_layer, offloader, index, anchor, hidden, *args):
-        ctx.run_layer, ctx.offloader, ctx.args = run_layer, offloader, args
+    def forward(ctx, run_layer, offloader, index, rows, anchor, hidden, *args):
+        ctx.run_layer, ctx.offloader, ctx.args, ctx.rows = run_layer, offloader, args, rows
         ctx.rng = _rng_state(hidden.device)
         device_type = hidden.device.type
         ctx.autocast = (device_type, torch.is_autocast_enabled(device_type),
@@ -136,7 +151,12 @@ class _OffloadedCheckpoint(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        hidden = ctx.offloader.load(ctx.saved).detach().requires_grad_(True)
+        full = ctx.offloader.load(ctx.saved)
+        run_layer, tokens = ctx.run_layer, None
+        if ctx.rows is not None:
+            tokens, run_layer = ctx.rows
+            grads = tuple(g[:, :tokens] if g is not None else None for g in grads)
+        hidden = (full if tokens is None else full[:, :tokens]).detach().requires_grad_(True)
         device_type, autocast_on, autocast_dtype = ctx.autocast
         devices = [hidden.device] if device_type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.enable_grad(), _recompute_scope(), \
@@ -144,15 +164,26 @@ class _OffloadedCheckpoint(torch.autograd.Function):
             torch.set_rng_state(ctx.rng[0])
             if ctx.rng[1] is not None:
                 torch.cuda.set_rng_state(ctx.rng[1], hidden.device)
-            outputs = ctx.run_layer(hidden, *ctx.args)
+            outputs = run_layer(hidden, *ctx.args)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         pairs = [(o, g) for o, g in zip(outputs, grads) if torch.is_tensor(o) and o.requires_grad
                  and g is not None]
         torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
-        return (None, None, None, None, hidden.grad) + (None,) * len(ctx.args)
+        grad = hidden.grad
+        if tokens is not None:   # the rows past `tokens` had no gradient to give (checkpoint_rows.py)
+            grad = torch.cat([grad, grad.new_zeros(full.shape[0], full.shape[1] - tokens, *full.shape[2:])], 1)
+        return (None, None, None, None, None, grad) + (None,) * len(ctx.args)
 
 
 _LAYERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # model -> its decoder layers
+
+
+def checkpointing_layers(model: torch.nn.Module) -> list:
+    """`model`'s decoder layers that checkpoint now."""
+    listed = _LAYERS.get(model)
+    if listed is None:   # walking every module is ~0.5 ms of host time on the 1B shape: once per model
+        listed = _LAYERS[model] = decoder_layers(model)
+    return [layer for layer in listed if getattr(layer, "gradient_checkpointing", False)]
 
 
 @contextlib.contextmanager
@@ -160,10 +191,7 @@ def checkpointing_paused(model: torch.nn.Module):
     """No decoder layer checkpoints inside: for a forward without grad in training mode (KTO's KL
     completions), where recomputing is moot and an offloaded layer would copy its input to the host
     for a backward that never runs."""
-    listed = _LAYERS.get(model)
-    if listed is None:   # walking every module is ~0.5 ms of host time on the 1B shape: once per model
-        listed = _LAYERS[model] = decoder_layers(model)
-    layers = [layer for layer in listed if getattr(layer, "gradient_checkpointing", False)]
+    layers = checkpointing_layers(model)
     for layer in layers:
         layer.gradient_checkpointing = False
     try:
@@ -183,7 +211,7 @@ def _plain_checkpoint(run_layer, *args):
 
 def _offload_checkpoint(offloader, index, run_layer, hidden, *args):
     anchor = torch.empty(0, device=hidden.device, requires_grad=True)
-    return _OffloadedCheckpoint.apply(run_layer, offloader, index, anchor, hidden, *args)
+    return _OffloadedCheckpoint.apply(run_layer, offloader, index, None, anchor, hidden, *args)
 
 
 def frozen_lead(model: torch.nn.Module, layers: list) -> int:
