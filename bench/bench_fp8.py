@@ -43,6 +43,10 @@ SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),   # the
             "policyfirst": ("jobs.train.methods.preference", "REFERENCE_FIRST", False),   # DPO's pass order
             "ktowhole": ("jobs.train.methods.preference", "KTO_HALVES", False),   # KTO's KL answers with grad
             "ktohalves": ("jobs.train.methods.preference", "KTO_HALVES", True),   # ... in a forward without grad
+            # KTO's KL answers riding along the answers' packed forward whatever the layer size, or never
+            # (before 2026-12-07: the halves or whole units)
+            "ktoride": ("jobs.train.methods.preference", "KTO_RIDING", True),
+            "ktonoride": ("jobs.train.methods.preference", "KTO_RIDING", False),
             # SFT's further pass charged its fixed GPU work alone: a budgeted SFT micro-batch in passes of
             # fewer rows that recompute fewer layers (jobs/models/fit_passes.py SFT_PASS_SECONDS)
             "sftpasses": ("jobs.models.fit_passes", "SFT_PASS_SECONDS", 0.003),

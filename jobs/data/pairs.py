@@ -16,11 +16,10 @@ batch carries, host-made so the step never syncs, the flat indices of the label 
 causal shift), their targets and the sequence each belongs to, so only label rows reach the LM head
 (kernels/ops/fused_linear_logprobs.py).
 
-KTO's training batches also carry the two halves apart (`KTOBatch`): the completions, and the KL
-completions. No gradient reaches a KL completion (its log-prob only enters the detached KL estimate),
-so the step runs them in a forward without grad and trains on the completions alone, as TRL's
-KTOTrainer computes its KL log-probs under no_grad: their tokens no longer go through backward, nor
-keep activations for it (jobs/train/methods/preference.py KTO).
+No gradient reaches a KTO KL completion (its log-prob only enters the detached KL estimate; TRL's
+KTOTrainer takes it under no_grad), so KTO's training batches may carry the halves apart (`KTOBatch`,
+the KL completions then run in a forward without grad) or, packed, put the KL completions last
+(`collate_units_riding`: checkpointed layers recompute the rest alone); jobs/train/methods/preference.py KTO.
 """
 from __future__ import annotations
 
@@ -36,6 +35,7 @@ from jobs.data.dataset import Problems, Rows, _raise_for, _read
 from jobs.data.encode import IGNORE_INDEX, Example, collate
 from jobs.data.packing import Batch, BatchPlan, collate_packed, pack
 from jobs.data.preference import UNPAIRED_FORMAT, PreferenceRow, csv_rows, encode_answer, preference_format, read_row
+from kernels.checkpoint_rows import BackwardRows
 
 
 @dataclass
@@ -226,6 +226,27 @@ def collate_units_shared(units: list[PairUnit], pad_id: int, cuts: list[int]) ->
     return _with_units(Batch(tensors, {}, real, len(units)), units)
 
 
+def _packed_answer(packed: shared_prefix.PackedDocuments, seq: Example, n: int, prefix: list[int], number: int,
+                   labels: tuple[list, list, list]) -> None:
+    """Sequence `number`'s rest after its shared prefix (`n` tokens at flat `prefix`) as a query document
+    behind that prefix, and its label rows: the flat index of the hidden state that predicts each label
+    (an answer's first token is predicted by the prefix's last), the label, the sequence."""
+    start, rest = len(packed.ids), seq.input_ids[n:]
+    if rest:   # an answer that is all prefix has no document (its labels are the prefix's)
+        packed.document(rest, n, prefix)
+    for p in range(1, len(seq.labels)):
+        if seq.labels[p] != IGNORE_INDEX:
+            labels[0].append(prefix[p - 1] if p - 1 < n else start + p - 1 - n)
+            labels[1].append(seq.labels[p])
+            labels[2].append(number)
+
+
+def _with_labels(tensors: dict, labels: tuple[list, list, list]) -> dict:
+    rows, targets, seqs = (torch.tensor(column, dtype=torch.long) for column in labels)
+    tensors.update(pref_rows=rows, pref_targets=targets, pref_seq=seqs)
+    return tensors
+
+
 def collate_units_packed_shared(units: list[PairUnit], pad_id: int, packed_rows: list[list[int]], row_length: int,
                                 cuts: list[int]) -> Batch:
     """`collate_units`' packed batch with each unit's shared prefix once: in a row, per unit its prefix
@@ -234,28 +255,41 @@ def collate_units_packed_shared(units: list[PairUnit], pad_id: int, packed_rows:
     `cu_seq_lens_k` bounds them (kernels/packed_attention.py); a row's padding tail is a document of its
     own. The label indices point at the hidden states that predict each label, as in
     `collate_units_shared`. `cuts`: the shared prefix length of each unit (`shared_cuts`)."""
-    packed, rows, targets, seqs = shared_prefix.PackedDocuments(), [], [], []
+    packed, labels = shared_prefix.PackedDocuments(), ([], [], [])
     for row in packed_rows:
         row_end = len(packed.ids) + row_length
         for k in row:
             unit, n = units[k], cuts[k]
             prefix = packed.document(unit.first.input_ids[:n]) if n else []
             for j, seq in enumerate((unit.first, unit.second)):
-                start, rest = len(packed.ids), seq.input_ids[n:]
-                if rest:   # an answer that is all prefix has no document (its labels are the prefix's)
-                    packed.document(rest, n, prefix)
-                for p in range(1, len(seq.labels)):
-                    if seq.labels[p] != IGNORE_INDEX:
-                        rows.append(prefix[p - 1] if p - 1 < n else start + p - 1 - n)
-                        targets.append(seq.labels[p])
-                        seqs.append(2 * k + j)
+                _packed_answer(packed, seq, n, prefix, 2 * k + j, labels)
         if len(packed.ids) < row_end:   # the padding tail: attends to itself only
             packed.document([pad_id] * (row_end - len(packed.ids)))
     tensors, ints = packed.tensors(len(packed_rows))
-    tensors.update(pref_rows=torch.tensor(rows, dtype=torch.long), pref_targets=torch.tensor(targets, dtype=torch.long),
-                   pref_seq=torch.tensor(seqs, dtype=torch.long))
     real = sum(len(u.first.input_ids) + len(u.second.input_ids) - n for u, n in zip(units, cuts))
-    return _with_units(Batch(tensors, ints, real, len(units)), units)
+    return _with_units(Batch(_with_labels(tensors, labels), ints, real, len(units)), units)
+
+
+def collate_units_riding(units: list[PairUnit], pad_id: int, length: int, cuts: list[int]) -> Batch:
+    """A KTO training batch whose KL completions ride along: one packed row of `length` tokens holding,
+    per unit, its prefix and its completion, then every unit's KL completion behind its prefix, then the
+    padding. The leading part is what trains; `kto_rows` (kernels/checkpoint_rows.py BackwardRows) says
+    where it ends, in tokens, documents, attention keys and label rows (the KL completions' labels come
+    after all the completions'), so checkpointed layers recompute and backpropagate it alone."""
+    packed, labels, prefixes = shared_prefix.PackedDocuments(), ([], [], []), []
+    for k, (unit, n) in enumerate(zip(units, cuts)):
+        prefixes.append(packed.document(unit.first.input_ids[:n]) if n else [])
+        _packed_answer(packed, unit.first, n, prefixes[k], 2 * k, labels)
+    documents = len(packed.bounds) - 1
+    rows = BackwardRows(len(packed.ids), documents, len(packed.keys), packed.longest(documents),
+                        packed.longest(documents, keys=True), len(labels[0]))
+    for k, (unit, n) in enumerate(zip(units, cuts)):
+        _packed_answer(packed, unit.second, n, prefixes[k], 2 * k + 1, labels)
+    if len(packed.ids) < length:
+        packed.document([pad_id] * (length - len(packed.ids)))
+    tensors, ints = packed.tensors(1)
+    real = sum(len(u.first.input_ids) + len(u.second.input_ids) - n for u, n in zip(units, cuts))
+    return _with_units(Batch(_with_labels(tensors, labels), {**ints, "kto_rows": rows}, real, len(units)), units)
 
 
 def shared_cuts(units: list[PairUnit]) -> list[int]:
@@ -277,12 +311,14 @@ class PairPlan(BatchPlan):
     normalised per pair, so the loop divides by the global batch's units). `pass_units`: at most
     this many units (packed rows, or pairs) a forward; a larger micro-batch becomes `Passes`.
     `reference_given`: the reference sums are precomputed, so KTO's training batches need no whole
-    token tensors beside their halves (`units_only`)."""
+    token tensors beside their halves (`units_only`). `kto_riding`: KTO's packed batches with shared
+    prompts put the KL completions last (`collate_units_riding`)."""
 
     def __init__(self, *args, shared: tuple[int, int] | None = None, kto_halves: bool = False,
-                 reference_given: bool = False, **kwargs):
+                 reference_given: bool = False, kto_riding: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.kto_halves = kto_halves   # KTO training batches also carry their halves apart (KTOBatch)
+        self.kto_riding = kto_riding
         self.reference_given = reference_given
         # (hidden, MLP size): padded units hold their prompt once where that pays; packed ones always
         # (collate_units_packed_shared), and rows are packed by what a unit then holds
@@ -295,6 +331,8 @@ class PairPlan(BatchPlan):
 
     def _collate_one(self, group: list[int]) -> Batch:
         units, where, cuts = self._layout(group)
+        if self.kto_riding and where is not None and cuts is not None:
+            return collate_units_riding(units, self.pad_id, len(where) * self.row_length, cuts)
         if not self.kto_halves:
             return self._collate_whole(units, where, cuts)
         whole = units_only(units, cuts) if self.reference_given else self._collate_whole(units, where, cuts)

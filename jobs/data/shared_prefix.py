@@ -63,15 +63,19 @@ class PackedDocuments:
         self.key_bounds.append(len(self.keys))
         return own
 
+    def longest(self, documents: int | None = None, keys: bool = False) -> int:
+        """The longest of the first `documents` query documents (all: None), or of their key spans."""
+        bounds = (self.key_bounds if keys else self.bounds)[:None if documents is None else documents + 1]
+        return max((y - x for x, y in zip(bounds, bounds[1:])), default=0)
+
     def tensors(self, rows: int = 1) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
         """(input_ids, position_ids [rows, T / rows], cu_seq_lens_q/k, kv_index; max_length_q/k)."""
-        longest = lambda b: max(y - x for x, y in zip(b, b[1:]))   # noqa: E731
         return ({"input_ids": torch.tensor(self.ids, dtype=torch.long).view(rows, -1),
                  "position_ids": torch.tensor(self.positions, dtype=torch.long).view(rows, -1),
                  "cu_seq_lens_q": torch.tensor(self.bounds, dtype=torch.int32),
                  "cu_seq_lens_k": torch.tensor(self.key_bounds, dtype=torch.int32),
                  "kv_index": torch.tensor(self.keys, dtype=torch.long)},
-                {"max_length_q": longest(self.bounds), "max_length_k": longest(self.key_bounds)})
+                {"max_length_q": self.longest(), "max_length_k": self.longest(keys=True)})
 
 
 def _sliding(text_config) -> bool:

@@ -25,6 +25,7 @@ from jobs.train.methods.base import Method
 from jobs.train.methods.logprobs import report_op
 from jobs.train.methods.preference_forward import reference_sums, sequence_sums, unwrap
 from kernels.checkpoint import checkpointing_paused
+from kernels.checkpoint_rows import backward_rows, declined
 from kernels.arch import text_config
 
 # the reference pass before the policy forward (PreferenceMethod.unit_terms); False: after it, as until
@@ -39,6 +40,30 @@ REFERENCE_FIRST = True
 # (bench/bench_fp8.py SWITCHES "ktohalves" / "ktowhole" for an A/B).
 KTO_HALVES: bool | None = None
 HALVES_MIN_LAYER_WEIGHTS = 150e6   # between the two measured sizes
+# Where a packed batch holds each prompt once, KTO's KL completions can ride along in the completions' forward
+# instead: packed last, they skip every checkpointed layer's recompute and backward (kernels/checkpoint_rows.py)
+# and their prompts run once for both answers. Measured on an H100 within the peer's peak (bench/results/
+# job.jsonl, session 65): the 8B 6,498 pair tokens/s riding against 5,967 with the halves (+8.9 %, the same
+# losses to 4 digits); the 1B, host-bound, 19,145 against 20,874 whole (-8 %: its profile's aten::mm took 41
+# against 24 ms of host time a step, the recompute's GEMMs on a row count that changes every step). So it
+# rides where the halves would run. None: so; True: whenever the batch allows (bench SWITCHES "ktoride");
+# False: never ("ktonoride").
+KTO_RIDING: bool | None = None
+
+
+def kto_kl_mode_for(model_config, can_ride: bool) -> tuple[str, str]:
+    """("riding", "halves" or "whole": how KTO's KL completions run, the log's line saying why)."""
+    halves, line = kto_halves_for(model_config)
+    if can_ride and KTO_HALVES is None and (KTO_RIDING or (KTO_RIDING is None and halves)):
+        why = "forced" if KTO_RIDING else f"{_layer_weights(model_config) / 1e6:.0f}M weights a layer: GPU-bound"
+        return "riding", ("kto: KL completions ride along the completions' forward, each prompt once; checkpointed "
+                          f"layers recompute and backpropagate the completions alone ({why})")
+    return ("halves" if halves else "whole"), line
+
+
+def _layer_weights(model_config) -> float:
+    shape = _Shape.of(model_config)
+    return shape.linear_weights() / shape.layers
 
 
 def kto_halves_for(model_config) -> tuple[bool, str]:
@@ -46,8 +71,7 @@ def kto_halves_for(model_config) -> tuple[bool, str]:
     if KTO_HALVES is not None:
         how = "in a forward without grad" if KTO_HALVES else "trained in one forward with the answers"
         return KTO_HALVES, f"kto: KL completions {how} (forced)"
-    shape = _Shape.of(model_config)
-    weights = shape.linear_weights() / shape.layers
+    weights = _layer_weights(model_config)
     if weights >= HALVES_MIN_LAYER_WEIGHTS:
         return True, (f"kto: KL completions in a forward without grad ({weights / 1e6:.0f}M weights a layer: "
                       "the step waits on the GPU, so the backward they skip is worth the extra forward)")
@@ -95,7 +119,8 @@ class PreferenceMethod(Method):
         size = spec.batch_size * t.dist.world_size
         halves = self.kto_halves()
         plan = PairPlan(t.examples, size, row, t.packed, spec.seed, accumulation=spec.gradient_accumulation_steps,
-                        kto_halves=halves, reference_given=halves and spec.precompute_reference, **ranks)
+                        kto_halves=halves, reference_given=halves and spec.precompute_reference,
+                        kto_riding=self.kto_riding(), **ranks)
         eval_plan = (PairPlan(t.eval_examples, size, row, t.packed, spec.seed, shuffle=False, **ranks)
                      if t.eval_examples else None)
         report_op(t, "chosen + rejected in one forward, label rows only")
@@ -103,6 +128,10 @@ class PreferenceMethod(Method):
 
     def kto_halves(self) -> bool:
         """Whether training batches carry KTO's halves apart (KTO decides; pairs never do)."""
+        return False
+
+    def kto_riding(self) -> bool:
+        """Whether KTO's KL completions ride along at the end of its packed training batches (KTO decides)."""
         return False
 
     def _layout(self) -> tuple:
@@ -238,13 +267,25 @@ class KTO(PreferenceMethod):
     def __init__(self, trainer):
         super().__init__(trainer)
         self.completions: tuple[int, ...] | None = None   # fit_sizes', counted once
-        self.halves: bool | None = None                    # kto_halves_for, decided (and logged) once
+        self.mode: str | None = None                       # kto_kl_mode_for, decided (and logged) once
+        self.declined_said = 0                             # kernels/checkpoint_rows.py reasons logged
+
+    def kl_mode(self) -> str:
+        if self.mode is None:
+            packed, _, shared, _ = self._layout()   # the memory plan asks before plan_batches sets the layout
+            # a cut recompute draws other dropout masks than its forward did: riding is exact without dropout
+            config = self.trainer.model.config
+            dropout = self.spec.lora_dropout or getattr(text_config(config), "attention_dropout", 0.0)
+            can_ride = packed and shared is not None and not dropout
+            self.mode, line = kto_kl_mode_for(config, can_ride)
+            self.trainer.log(line)
+        return self.mode
 
     def kto_halves(self) -> bool:
-        if self.halves is None:
-            self.halves, line = kto_halves_for(self.trainer.model.config)
-            self.trainer.log(line)
-        return self.halves
+        return self.kl_mode() == "halves"
+
+    def kto_riding(self) -> bool:
+        return self.kl_mode() == "riding"
 
     def fit_sizes(self) -> dict:
         """What a pass with grad of this job's batches holds: the completion tokens of k units, for k up to
@@ -266,11 +307,19 @@ class KTO(PreferenceMethod):
         return {"kto_completions": self.completions}
 
     def policy_sums(self, model, batch: dict) -> tuple:
-        """A training batch's halves apart (jobs/data/pairs.py KTOBatch): the KL completions in a forward
+        """A riding batch (jobs/data/pairs.py collate_units_riding): one forward, whose checkpointed layers
+        recompute and backpropagate the completions alone (kernels/checkpoint_rows.py). A training batch's
+        halves apart (jobs/data/pairs.py KTOBatch): the KL completions in a forward
         without grad (in training mode, as they ran before, with no layer checkpointed: nothing is
         recomputed from it), then the completions with grad. Each half fills its own sequences' slots,
         so the sums add up to the one forward's; the KL completions' tokens skip backward and keep no
         activations (on the 1B KTO row about half of a step's answer tokens)."""
+        riding = batch.get("kto_rows")
+        if riding is not None and torch.is_grad_enabled():
+            with backward_rows(unwrap(model), riding):
+                sums = sequence_sums(model, batch, self.spec.fused_kernels)
+            self._say_declined()
+            return sums
         halves = batch.get("kto_halves")
         if not halves or not torch.is_grad_enabled():
             return super().policy_sums(model, batch)
@@ -279,6 +328,13 @@ class KTO(PreferenceMethod):
             kl_sums, kl_counts = sequence_sums(unwrap(model), kl_completions, self.spec.fused_kernels)
         sums, counts = sequence_sums(model, completions, self.spec.fused_kernels)
         return sums + kl_sums, counts + kl_counts
+
+    def _say_declined(self) -> None:
+        """Each reason a layer recomputed every token (still exact, only slower), once in the log."""
+        reasons = declined()
+        for reason in reasons[self.declined_said:]:
+            self.trainer.log(f"note: a layer recomputed its KL completions too ({reason})")
+        self.declined_said = len(reasons)
 
     def objective(self, sums, counts, ref, batch):
         kl = losses.kto_kl(sums[:, 1], ref[:, 1], batch["pref_valid"])

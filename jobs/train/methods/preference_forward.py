@@ -19,7 +19,8 @@ from kernels.arch import text_config
 from kernels.loss_patch import find_causal_lm
 from kernels.ops.fused_linear_logprobs import sequence_logps
 
-PREF_KEYS = ("pref_rows", "pref_targets", "pref_seq", "pref_units", "pref_label", "pref_valid", "kto_halves")
+PREF_KEYS = ("pref_rows", "pref_targets", "pref_seq", "pref_units", "pref_label", "pref_valid", "kto_halves",
+             "kto_rows")
 
 
 def unwrap(model):
@@ -52,8 +53,19 @@ def sequence_sums(model, batch: dict, fused: bool) -> tuple[torch.Tensor, torch.
     text = text_config(lm.config)
     softcap = getattr(text, "final_logit_softcapping", None)
     # only the label rows reach the head (indices made with the batch on the host: no sync)
-    rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["pref_rows"])
-    token_logp = logprobs_op(fused)(rows, head.weight, batch["pref_targets"], getattr(head, "bias", None), softcap)
+    flat, rows, targets = hidden.reshape(-1, hidden.shape[-1]), batch["pref_rows"], batch["pref_targets"]
+    op, bias = logprobs_op(fused), getattr(head, "bias", None)
+    riding = batch.get("kto_rows")
+    if riding is None:
+        token_logp = op(flat.index_select(0, rows), head.weight, targets, bias, softcap)
+    else:   # KTO's KL completions (label rows after `labels`): no grad (kernels/checkpoint_rows.py)
+        cut = riding.labels
+        trained = op(flat.index_select(0, rows[:cut]), head.weight, targets[:cut], bias, softcap)
+        if rows.numel() > cut:   # a shape, no sync
+            with torch.no_grad():
+                riders = op(flat.index_select(0, rows[cut:]), head.weight, targets[cut:], bias, softcap)
+            trained = torch.cat([trained, riders])
+        token_logp = trained
     return sequence_logps(token_logp, batch["pref_seq"], 2 * batch["pref_units"].numel())
 
 

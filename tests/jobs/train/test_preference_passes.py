@@ -106,6 +106,48 @@ def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_pat
         assert (got[1][name] - grad).norm() <= 5e-5 * max(grad.norm(), 1e-12), name
 
 
+@pytest.mark.parametrize("offload", [False, True])
+def test_kto_kl_completions_riding_along_skip_the_recompute_and_give_the_same_loss_and_gradients(
+        tmp_path, tiny_model, monkeypatch, offload):
+    """Packed with each prompt once, KTO's KL completions ride along at the end of the row
+    (jobs/data/pairs.py collate_units_riding): the first layer checkpointed (its input kept on the device,
+    or by the offloader) recomputes the completions alone in backward, the second keeps its activations;
+    the loss and LoRA gradients equal the whole units' (fp32, the fused engine). The memory plan asks the
+    method how it will run before plan_batches does (on a GPU within max_gpu_memory_gb): it gets an answer,
+    whole units, and not an error that would drop the budget (_budget_plan's fallback)."""
+    from kernels import checkpoint
+    spec, job = kto_job(tmp_path, tiny_model, batch_size=4, fused_kernels=True)
+    monkeypatch.setattr(preference, "KTO_RIDING", True)   # the bench's switch: a layer this small would not ride
+    lines, sizes = [], []
+    # on a GPU within max_gpu_memory_gb the memory plan asks the method first, before plan_batches
+    monkeypatch.setattr(Trainer, "_budget_plan", lambda self: sizes.append(self.method.fit_sizes()))
+    trainer = Trainer(spec, job, EventWriter(job), log=lines.append)
+    trainer.prepare()
+    assert any("KL completions ride along" in line and "(forced)" in line for line in lines), lines
+    assert trainer.plan.kto_riding and sizes == [{}]   # the memory plan: whole units
+    layers = checkpoint.decoder_layers(trainer.model)
+    checkpoint._set_policy(layers, [True, False], offload, torch.device("cpu"))
+    riding = trainer.plan.batch_at(0)[1]
+    rows = riding.ints["kto_rows"]
+    whole = PairPlan(trainer.examples, 4, 64, True, spec.seed, pad_id=trainer.tokenizer.pad_token_id,
+                     shared=trainer.plan.shared).batch_at(0)[1]
+    total = riding.tensors["input_ids"].numel()
+    assert riding.tensors["input_ids"].shape == (1, whole.tensors["input_ids"].numel()) and rows.tokens < total
+    seen = []   # (recomputing, tokens) of every call of the first layer's attention
+    layers[0].self_attn.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append((checkpoint.recomputing(), kwargs["hidden_states"].shape[1])),
+        with_kwargs=True)
+    count = torch.tensor(float(whole.label_tokens))
+    want = loss_and_grads(trainer, [whole], count)
+    seen.clear()
+    got = loss_and_grads(trainer, [riding], count)
+    assert seen == [(False, total), (False, total), (True, rows.tokens)]   # the reference, the policy, the recompute
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-7)
+    assert want[1] and want[1].keys() == got[1].keys()
+    for name, grad in want[1].items():
+        assert (got[1][name] - grad).norm() <= 5e-5 * max(grad.norm(), 1e-12), name
+
+
 def kto_job(tmp_path, tiny_model, **extra):
     rows = [{"prompt": r["prompt"], "completion": r[k], "label": k == "chosen"}
             for r in PAIRS for k in ("chosen", "rejected")]
@@ -157,13 +199,18 @@ def test_kto_with_the_reference_precomputed_copies_no_whole_batch_and_trains_the
 
 
 def test_kto_runs_its_kl_completions_without_grad_only_where_a_layer_is_large(monkeypatch):
-    """The halves pay where the step waits on the GPU (the 8B, 218M weights a layer) and cost where it waits
-    on the host (the 1B, 61M): both measured on an H100 (bench/results/job.jsonl); the bench's switch forces."""
+    """The halves, and riding along (where a packed batch holds each prompt once), pay where the step waits on
+    the GPU (the 8B, 218M weights a layer) and cost where it waits on the host (the 1B, 61M): measured on an
+    H100 (bench/results/job.jsonl); the bench's switches force."""
     from transformers import LlamaConfig
     one_b = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8)
     eight_b = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8)
     (small, small_why), (large, large_why) = preference.kto_halves_for(one_b), preference.kto_halves_for(eight_b)
     assert (small, large) == (False, True)
     assert "61M weights a layer" in small_why and "218M weights a layer" in large_why
+    # packed with each prompt once, the large layer's KL completions ride along instead (measured the same way)
+    assert [preference.kto_kl_mode_for(c, True)[0] for c in (one_b, eight_b)] == ["whole", "riding"]
+    assert preference.kto_kl_mode_for(eight_b, False)[0] == "halves"
     monkeypatch.setattr(preference, "KTO_HALVES", True)
     assert preference.kto_halves_for(one_b) == (True, "kto: KL completions in a forward without grad (forced)")
+    assert preference.kto_kl_mode_for(eight_b, True)[0] == "halves"
