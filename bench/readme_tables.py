@@ -63,18 +63,19 @@ ROWS = (
     Row("ORPO, Llama-3.1-8B, prompts once (H100, 2026-12-06 04:52, 40 steps)",
         Pick("llama-3.1-8b", "orpo", "fusetune", "2026-12-06T04:54"),
         Pick("llama-3.1-8b", "orpo", "unsloth+trl", "2026-12-06T04:52")),
-    Row("KTO, Llama-3.1-8B, 8 examples a step, prompts once (H100, 2026-12-07 00:57, 40 steps)",
-        Pick("llama-3.1-8b", "kto", "fusetune", "2026-12-07T00:59"),
-        Pick("llama-3.1-8b", "kto", "unsloth+trl", "2026-12-07T00:57")),
+    Row("KTO, Llama-3.1-8B, 8 examples a step, prompts once, KL completions riding along (H100, 2026-12-07 09:34, "
+        "40 steps)",
+        Pick("llama-3.1-8b", "kto", "fusetune", "2026-12-07T09:36"),
+        Pick("llama-3.1-8b", "kto", "unsloth+trl", "2026-12-07T09:34")),
     Row("ORPO, Llama-3.2-1B, prompts once (H100, 2026-12-06 01:55, 40 steps)",
         Pick("llama-3.2-1b", "orpo", "fusetune", "2026-12-06T01:57"),
         Pick("llama-3.2-1b", "orpo", "unsloth+trl", "2026-12-06T01:55")),
     Row("DPO, Llama-3.2-1B, prompts once (H100, 2026-12-05 19:42, 40 steps)",
         Pick("llama-3.2-1b", "dpo", "fusetune", "2026-12-05T19:43"),
         Pick("llama-3.2-1b", "dpo", "unsloth+trl", "2026-12-05T19:42")),
-    Row("KTO, Llama-3.2-1B, 8 examples a step, prompts once (H100, 2026-12-06 08:05, 40 steps)",
-        Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-06T08:08"),
-        Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-06T08:05")),
+    Row("KTO, Llama-3.2-1B, 8 examples a step, prompts once (H100, 2026-12-07 09:39, 40 steps)",
+        Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-07T09:41:40"),   # the whole units (the 1B's default)
+        Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-07T09:39")),
 )
 
 
