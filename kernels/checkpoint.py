@@ -210,8 +210,21 @@ def _plain_checkpoint(run_layer, *args):
 
 
 def _offload_checkpoint(offloader, index, run_layer, hidden, *args):
+    return kept_input_checkpoint(offloader, index, None, run_layer, hidden, *args)
+
+
+def kept_input_checkpoint(keeper, index: int, rows, run_layer, hidden, *args):
+    """`_OffloadedCheckpoint` with its input kept by `keeper` (an offloader, or `_DeviceKeeper`) and
+    `rows` (None: recompute every token; kernels/checkpoint_rows.py)."""
     anchor = torch.empty(0, device=hidden.device, requires_grad=True)
-    return _OffloadedCheckpoint.apply(run_layer, offloader, index, None, anchor, hidden, *args)
+    return _OffloadedCheckpoint.apply(run_layer, keeper, index, rows, anchor, hidden, *args)
+
+
+def input_keeper(policy, index: int) -> tuple:
+    """(keeper, index): where a layer's checkpoint `policy` keeps its input, its offloader or the device."""
+    if isinstance(policy, functools.partial) and policy.func is _offload_checkpoint:
+        return policy.args[0], policy.args[1]
+    return _DeviceKeeper, index
 
 
 def frozen_lead(model: torch.nn.Module, layers: list) -> int:

@@ -12,7 +12,7 @@ own would run again), and the KL answers skip the recompute and the backward of 
 A layer that keeps its activations runs its backward over every token (zeros over the tail).
 
 `backward_rows(model, rows)`: within it, each checkpointing decoder layer runs kernels/checkpoint.py's
-`_OffloadedCheckpoint` with its input kept as its policy keeps it (on the device, or in pinned host
+`kept_input_checkpoint` with its input kept as its policy keeps it (on the device, or in pinned host
 memory) and `rows`: the layer's arguments cut to the leading tokens for the recompute. A call whose
 arguments cannot be cut (a per-token argument this module does not know, more than one row) runs the
 layer's own checkpoint instead, which is exact too (only slower): `declined()` says why.
@@ -89,22 +89,14 @@ def cut_layer_call(run_layer, hidden: torch.Tensor, rows: BackwardRows):
     return functools.partial(run_layer.func, *run_layer.args, **cut)
 
 
-def _keeper(policy, index: int):
-    """Where the layer's policy keeps its input: (the offloader, its index), or on the device."""
-    if isinstance(policy, functools.partial) and policy.func is checkpoint._offload_checkpoint:
-        return policy.args[0], policy.args[1]
-    return checkpoint._DeviceKeeper, index
-
-
 def _rows_checkpoint(rows: BackwardRows, policy, index: int, run_layer, hidden, *args):
     try:
         cut = (rows.tokens, cut_layer_call(run_layer, hidden, rows))
     except ValueError as exc:
         _DECLINED.setdefault(str(exc))
         return policy(run_layer, hidden, *args)
-    keeper, at = _keeper(policy, index)
-    anchor = torch.empty(0, device=hidden.device, requires_grad=True)
-    return checkpoint._OffloadedCheckpoint.apply(run_layer, keeper, at, cut, anchor, hidden, *args)
+    keeper, at = checkpoint.input_keeper(policy, index)
+    return checkpoint.kept_input_checkpoint(keeper, at, cut, run_layer, hidden, *args)
 
 
 @contextlib.contextmanager

@@ -203,3 +203,34 @@ def test_a_post_norm_mlp_computes_its_output_in_recompute(monkeypatch):
     apply_checkpointing(model, "on")
     _assert_same(model, reference)
     assert needed and all(needed)
+
+
+def test_a_layer_call_is_cut_to_its_leading_rows_or_says_why_not():
+    """kernels/checkpoint_rows.py: the packed-attention arguments come from BackwardRows, per-token ones
+    ([T], [B, T, ...]) are sliced, the rest pass; an argument it cannot cut (an attention mask, a per-token
+    tensor of another layout) is a named refusal, on which the layer keeps its own checkpoint."""
+    import functools
+    import re
+
+    from kernels.checkpoint_rows import BackwardRows, cut_layer_call
+
+    def forward(hidden, **kwargs):
+        return kwargs
+    rows = BackwardRows(tokens=5, documents=2, keys=7, longest_query=3, longest_keys=4, labels=2)
+    hidden = torch.zeros(1, 9, 4)
+    cos = torch.arange(9.0).view(1, 9, 1).expand(1, 9, 6)
+    call = functools.partial(forward, position_ids=torch.arange(9)[None], position_embeddings=(cos, cos),
+                             cu_seq_lens_q=torch.tensor([0, 2, 5, 9]), cu_seq_lens_k=torch.tensor([0, 2, 7, 13]),
+                             kv_index=torch.arange(13), max_length_q=4, max_length_k=6, use_cache=False,
+                             attention_mask=None)
+    got = cut_layer_call(call, hidden, rows)(hidden)
+    assert got["position_ids"].tolist() == [[0, 1, 2, 3, 4]] and got["position_embeddings"][0].shape == (1, 5, 6)
+    assert got["cu_seq_lens_q"].tolist() == [0, 2, 5] and got["cu_seq_lens_k"].tolist() == [0, 2, 7]
+    assert got["kv_index"].tolist() == list(range(7)) and (got["max_length_q"], got["max_length_k"]) == (3, 4)
+    assert got["use_cache"] is False and got["attention_mask"] is None
+    for name, value, why in (("attention_mask", torch.ones(1, 1, 9, 9), "an attention mask"),
+                             ("bias", torch.zeros(2, 9, 9), "a per-token argument of shape (2, 9, 9) (bias)")):
+        with pytest.raises(ValueError, match=f"^{re.escape(why)}$"):
+            cut_layer_call(functools.partial(call, **{name: value}), hidden, rows)
+    with pytest.raises(ValueError, match="not one packed row"):
+        cut_layer_call(call, torch.zeros(2, 9, 4), rows)
