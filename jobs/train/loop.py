@@ -146,15 +146,15 @@ class Trainer:
         if self.device.type != "cuda":
             return None
         from jobs.models import fit
+        sizes = self.method.fit_sizes()   # out of the try: the method's errors are bugs, not exotic configs
         try:
             world = sharding.model_world(self)   # a sharded job plans what each process holds
             refusal = fit.budget_refusal(self.spec, self.model.config, trainable=self.trainable, world=world)
             if refusal:   # as --dry-run and Start refuse it (jobs/checks/preflight.py), before any step
                 raise models.ModelError(f"max_gpu_memory_gb: {refusal}")
-            sizes = self.method.fit_sizes()   # GRPO: its prompts (jobs/models/fit_policy.py)
             return fit.plan_within_budget(self.spec, self.model.config, trainable=self.trainable, world=world, **sizes)
         except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: free-memory auto
-            self.log(f"note: no plan within max_gpu_memory_gb for this model ({exc})")
+            self.log(f"note: no plan within max_gpu_memory_gb for this model ({exc}): the budget is not held")
             return None
 
     def _host_embeddings(self, plan) -> list[str]:

@@ -144,3 +144,26 @@ def test_an_sft_micro_batch_trains_in_passes_where_the_whole_cannot_fit(monkeypa
     assert fit.pass_units(roomy, model) == 4 and recomputed(fit.plan_within_budget(roomy, model)) == 14
     monkeypatch.setattr(fit_passes, "SFT_PASS_SECONDS", 0.003)
     assert fit.pass_units(roomy, model) == 1 and recomputed(fit.plan_within_budget(roomy, model)) == 6
+
+
+def test_the_trainers_budget_plan_surfaces_a_methods_error_and_names_a_dropped_budget(monkeypatch):
+    """On a GPU the trainer asks the method what it knows before planning (jobs/train/loop.py _budget_plan): an
+    error there is a bug and raises, where the exotic-config fallback would have trained past the budget (a KTO
+    bug of session 65 ran at 35 GiB within 19.95); an exotic config's fallback says the budget is not held."""
+    from types import SimpleNamespace
+
+    from jobs.train.loop import Trainer
+
+    def broken():
+        raise AttributeError("'Trainer' object has no attribute 'packed'")
+    lines = []
+    trainer = SimpleNamespace(device=SimpleNamespace(type="cuda"), method=SimpleNamespace(fit_sizes=broken),
+                              spec=budget_spec(8.0), model=SimpleNamespace(config=config("llama-3.2-1b")),
+                              trainable=1, sharded=False, log=lines.append)
+    with pytest.raises(AttributeError, match="packed"):
+        Trainer._budget_plan(trainer)
+    trainer.method = SimpleNamespace(fit_sizes=dict)
+    monkeypatch.setattr(fit, "plan_within_budget", lambda *a, **k: broken())
+    assert Trainer._budget_plan(trainer) is None
+    assert lines == ["note: no plan within max_gpu_memory_gb for this model ('Trainer' object has no attribute "
+                     "'packed'): the budget is not held"]
