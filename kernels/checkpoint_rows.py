@@ -10,6 +10,8 @@ jobs/train/methods/preference_forward.py), so the layer's input gradient there i
 filled in, not computed. The prompt then runs once for both of a unit's answers (what the KL pass on its
 own would run again), and the KL answers skip the recompute and the backward of every checkpointed layer.
 A layer that keeps its activations runs its backward over every token (zeros over the tail).
+The leading part may end within a document (its first tokens then, and the keys they read): the collate
+rounds it up into the KL completions to a multiple of `BUCKET` tokens, whose gradient is zero as well.
 
 `backward_rows(model, rows)`: within it, each checkpointing decoder layer runs kernels/checkpoint.py's
 `kept_input_checkpoint` with its input kept as its policy keeps it (on the device, or in pinned host
@@ -27,6 +29,11 @@ import torch
 
 from kernels import checkpoint
 
+# the recomputed tokens are rounded up to a multiple of this (jobs/data/pairs.py): GEMMs of a few row counts,
+# which cuBLAS has met before, not a new one each step (its host time grew 17 ms a step on the 1B, where the
+# cut followed each batch's own length: bench/NOTES.md, session 65)
+BUCKET = 256
+
 _DECLINED: dict[str, None] = {}   # reasons a layer call was not cut, in order, for the log
 
 
@@ -42,10 +49,17 @@ class BackwardRows:
     labels: int
 
 
+def _bounds(value: torch.Tensor, count: int, end: int) -> torch.Tensor:
+    """cu_seq_lens cut to `count` documents, the last ending at `end` (within it, when the cut is)."""
+    bounds = value[:count + 1].clone()
+    bounds[-1] = end   # a fill, not a host-to-device copy: the step does not wait on it
+    return bounds
+
+
 # the packed-attention arguments (kernels/packed_attention.py), cut to the leading documents
 _ATTENTION = {
-    "cu_seq_lens_q": lambda value, rows: value[:rows.documents + 1],
-    "cu_seq_lens_k": lambda value, rows: value[:rows.documents + 1],
+    "cu_seq_lens_q": lambda value, rows: _bounds(value, rows.documents, rows.tokens),
+    "cu_seq_lens_k": lambda value, rows: _bounds(value, rows.documents, rows.keys),
     "kv_index": lambda value, rows: value[:rows.keys],
     "max_length_q": lambda value, rows: rows.longest_query,
     "max_length_k": lambda value, rows: rows.longest_keys,
@@ -66,17 +80,20 @@ def _cut(value, rows: BackwardRows, total: int):
     raise ValueError(f"a per-token argument of shape {tuple(value.shape)}")
 
 
-def cut_layer_call(run_layer, hidden: torch.Tensor, rows: BackwardRows):
+def cut_layer_call(run_layer, hidden: torch.Tensor, rows: BackwardRows, made: dict | None = None):
     """The layer call `run_layer` (transformers' partial of the layer's forward with its keyword
-    arguments) over the leading `rows.tokens` tokens only; ValueError saying why it cannot be cut."""
+    arguments) over the leading `rows.tokens` tokens only; ValueError saying why it cannot be cut.
+    `made`: the attention arguments cut for earlier layers of the forward (each layer gets the same)."""
     if not isinstance(run_layer, functools.partial):
         raise ValueError("the layer's call is not a functools.partial of its forward")
     if hidden.dim() != 3 or hidden.shape[0] != 1:
         raise ValueError(f"hidden states of shape {tuple(hidden.shape)}, not one packed row")
-    total, cut = hidden.shape[1], {}
+    total, cut, made = hidden.shape[1], {}, {} if made is None else made
     for name, value in run_layer.keywords.items():
         if name in _ATTENTION:
-            cut[name] = _ATTENTION[name](value, rows)
+            if (name, id(value)) not in made:   # the tensor is kept beside its cut: its id stays its own
+                made[name, id(value)] = (value, _ATTENTION[name](value, rows))
+            cut[name] = made[name, id(value)][1]
         elif name == "attention_mask" and value is not None:
             raise ValueError("an attention mask")
         else:
@@ -89,9 +106,9 @@ def cut_layer_call(run_layer, hidden: torch.Tensor, rows: BackwardRows):
     return functools.partial(run_layer.func, *run_layer.args, **cut)
 
 
-def _rows_checkpoint(rows: BackwardRows, policy, index: int, run_layer, hidden, *args):
+def _rows_checkpoint(rows: BackwardRows, made: dict, policy, index: int, run_layer, hidden, *args):
     try:
-        cut = (rows.tokens, cut_layer_call(run_layer, hidden, rows))
+        cut = (rows.tokens, cut_layer_call(run_layer, hidden, rows, made))
     except ValueError as exc:
         _DECLINED.setdefault(str(exc))
         return policy(run_layer, hidden, *args)
@@ -103,9 +120,9 @@ def _rows_checkpoint(rows: BackwardRows, policy, index: int, run_layer, hidden, 
 def backward_rows(model: torch.nn.Module, rows: BackwardRows):
     """Within: `model`'s checkpointing layers recompute and backpropagate the leading `rows` only (module doc)."""
     layers = checkpoint.checkpointing_layers(model)
-    policies = [layer._gradient_checkpointing_func for layer in layers]
+    policies, made = [layer._gradient_checkpointing_func for layer in layers], {}
     for index, (layer, policy) in enumerate(zip(layers, policies)):
-        layer._gradient_checkpointing_func = functools.partial(_rows_checkpoint, rows, policy, index)
+        layer._gradient_checkpointing_func = functools.partial(_rows_checkpoint, rows, made, policy, index)
     try:
         yield
     finally:

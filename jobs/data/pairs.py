@@ -23,6 +23,7 @@ the KL completions then run in a forward without grad) or, packed, put the KL co
 """
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass
 
@@ -35,7 +36,7 @@ from jobs.data.dataset import Problems, Rows, _raise_for, _read
 from jobs.data.encode import IGNORE_INDEX, Example, collate
 from jobs.data.packing import Batch, BatchPlan, collate_packed, pack
 from jobs.data.preference import UNPAIRED_FORMAT, PreferenceRow, csv_rows, encode_answer, preference_format, read_row
-from kernels.checkpoint_rows import BackwardRows
+from kernels import checkpoint_rows
 
 
 @dataclass
@@ -270,23 +271,26 @@ def collate_units_packed_shared(units: list[PairUnit], pad_id: int, packed_rows:
     return _with_units(Batch(_with_labels(tensors, labels), ints, real, len(units)), units)
 
 
-def collate_units_riding(units: list[PairUnit], pad_id: int, length: int, cuts: list[int]) -> Batch:
+def collate_units_riding(units: list[PairUnit], pad_id: int, length: int, cuts: list[int],
+                         bucket: int | None = None) -> Batch:
     """A KTO training batch whose KL completions ride along: one packed row of `length` tokens holding,
     per unit, its prefix and its completion, then every unit's KL completion behind its prefix, then the
     padding. The leading part is what trains; `kto_rows` (kernels/checkpoint_rows.py BackwardRows) says
     where it ends, in tokens, documents, attention keys and label rows (the KL completions' labels come
-    after all the completions'), so checkpointed layers recompute and backpropagate it alone."""
+    after all the completions'), so checkpointed layers recompute and backpropagate it alone, rounded up
+    into the KL completions to a multiple of `bucket` tokens (checkpoint_rows.BUCKET: exact, more work)."""
     packed, labels, prefixes = shared_prefix.PackedDocuments(), ([], [], []), []
     for k, (unit, n) in enumerate(zip(units, cuts)):
         prefixes.append(packed.document(unit.first.input_ids[:n]) if n else [])
         _packed_answer(packed, unit.first, n, prefixes[k], 2 * k, labels)
-    documents = len(packed.bounds) - 1
-    rows = BackwardRows(len(packed.ids), documents, len(packed.keys), packed.longest(documents),
-                        packed.longest(documents, keys=True), len(labels[0]))
+    trained, trained_labels = len(packed.ids), len(labels[0])
     for k, (unit, n) in enumerate(zip(units, cuts)):
         _packed_answer(packed, unit.second, n, prefixes[k], 2 * k + 1, labels)
     if len(packed.ids) < length:
         packed.document([pad_id] * (length - len(packed.ids)))
+    bucket = bucket or checkpoint_rows.BUCKET
+    tokens = min(-(-trained // bucket) * bucket, len(packed.ids))
+    rows = checkpoint_rows.BackwardRows(tokens, *packed.leading(tokens), trained_labels)
     tensors, ints = packed.tensors(1)
     real = sum(len(u.first.input_ids) + len(u.second.input_ids) - n for u, n in zip(units, cuts))
     return _with_units(Batch(_with_labels(tensors, labels), {**ints, "kto_rows": rows}, real, len(units)), units)
@@ -343,10 +347,8 @@ class PairPlan(BatchPlan):
         shared prefix when the batch holds it once, else None)."""
         if self.packed:
             members = [self.rows[r] for r in group]
-            where, at = [], 0
-            for row in members:
-                where.append(list(range(at, at + len(row))))
-                at += len(row)
+            ends = itertools.accumulate(len(row) for row in members)
+            where = [list(range(end - len(row), end)) for row, end in zip(members, ends)]
             flat = [i for row in members for i in row]
             cuts = [self.cuts[i] for i in flat] if self.cuts is not None else None
             return [self.examples[i] for i in flat], where, cuts

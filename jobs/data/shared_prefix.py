@@ -13,6 +13,8 @@ than a row per branch: sdpa with a mask computes a row's whole square, so one wi
 branches can cost more than the prompts it saves."""
 from __future__ import annotations
 
+import bisect
+
 import torch
 
 
@@ -67,6 +69,17 @@ class PackedDocuments:
         """The longest of the first `documents` query documents (all: None), or of their key spans."""
         bounds = (self.key_bounds if keys else self.bounds)[:None if documents is None else documents + 1]
         return max((y - x for x, y in zip(bounds, bounds[1:])), default=0)
+
+    def leading(self, tokens: int) -> tuple[int, int, int, int]:
+        """The first `tokens` flat tokens, cut anywhere (within a document too: it keeps its first tokens,
+        and its keys, all it reads behind plus those, as bottom-right causal attention needs): how many
+        query documents they touch, their `kv_index` entries, the longest query document and key span."""
+        documents = bisect.bisect_left(self.bounds, tokens)
+        trimmed = self.bounds[documents] - tokens   # the last document's tokens past the cut
+        keys = self.key_bounds[documents] - trimmed
+        longest_query = max(self.longest(documents - 1), tokens - self.bounds[documents - 1])
+        longest_keys = max(self.longest(documents - 1, keys=True), keys - self.key_bounds[documents - 1])
+        return documents, keys, longest_query, longest_keys
 
     def tensors(self, rows: int = 1) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
         """(input_ids, position_ids [rows, T / rows], cu_seq_lens_q/k, kv_index; max_length_q/k)."""

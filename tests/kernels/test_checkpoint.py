@@ -234,3 +234,7 @@ def test_a_layer_call_is_cut_to_its_leading_rows_or_says_why_not():
             cut_layer_call(functools.partial(call, **{name: value}), hidden, rows)
     with pytest.raises(ValueError, match="not one packed row"):
         cut_layer_call(call, torch.zeros(2, 9, 4), rows)
+    within = BackwardRows(tokens=7, documents=3, keys=11, longest_query=3, longest_keys=5, labels=2)
+    got = cut_layer_call(call, hidden, within)(hidden)   # the cut ends 2 tokens into the third document
+    assert got["cu_seq_lens_q"].tolist() == [0, 2, 5, 7] and got["cu_seq_lens_k"].tolist() == [0, 2, 7, 11]
+    assert call.keywords["cu_seq_lens_q"].tolist() == [0, 2, 5, 9]   # cut from a copy

@@ -97,3 +97,27 @@ def test_with_the_reference_precomputed_the_whole_batch_carries_no_token_tensors
 def test_a_half_counts_its_units(packed):
     half = collate_half(units(5), 0, 0, packed)
     assert half.label_tokens == 5 and half.real_tokens == sum(len(u.first.input_ids) for u in units(5))
+
+
+@pytest.mark.parametrize("bucket", [1, 16, 10_000])
+def test_riding_rounds_the_trained_part_up_into_the_kl_completions(bucket):
+    """collate_units_riding: the recomputed tokens end on a multiple of `bucket` (within a KL completion,
+    or the whole row), and `kto_rows` is what that cut holds: the documents it touches, their key
+    entries (a cut document keeps its prompt's keys and its first tokens'), the longest of each."""
+    from jobs.data.pairs import collate_units_riding, shared_cuts
+    group = units(6, seed=3)
+    cuts = shared_cuts(group)
+    batch = collate_units_riding(group, 0, 4 * ROW, cuts, bucket)
+    rows, tensors = batch.ints["kto_rows"], batch.tensors
+    trained = sum(len(u.first.input_ids) for u in group)   # each prefix and completion (riding's order)
+    assert tensors["input_ids"].shape == (1, 4 * ROW) and rows.tokens == min(-(-trained // bucket) * bucket, 4 * ROW)
+    assert rows.labels == sum(len(u.first.input_ids) - n for u, n in zip(group, cuts))
+    bounds, key_bounds = tensors["cu_seq_lens_q"].tolist(), tensors["cu_seq_lens_k"].tolist()
+    starts = [b for b in bounds if b < rows.tokens]   # the documents the cut touches
+    trimmed = bounds[len(starts)] - rows.tokens
+    assert rows.documents == len(starts) and rows.keys == key_bounds[len(starts)] - trimmed
+    query = [min(b, rows.tokens) - a for a, b in zip(bounds, bounds[1:len(starts) + 1])]
+    keys = [min(b, rows.keys) - a for a, b in zip(key_bounds, key_bounds[1:len(starts) + 1])]
+    assert (rows.longest_query, rows.longest_keys) == (max(query), max(keys))
+    if bucket == 16:
+        assert trimmed > 0, "this seed's cut lands within a document"

@@ -106,18 +106,20 @@ def test_units_with_their_prompt_once_give_the_padded_loss_and_gradients(tmp_pat
         assert (got[1][name] - grad).norm() <= 5e-5 * max(grad.norm(), 1e-12), name
 
 
-@pytest.mark.parametrize("offload", [False, True])
+@pytest.mark.parametrize("offload, bucket", [(False, 1), (True, 5)])
 def test_kto_kl_completions_riding_along_skip_the_recompute_and_give_the_same_loss_and_gradients(
-        tmp_path, tiny_model, monkeypatch, offload):
+        tmp_path, tiny_model, monkeypatch, offload, bucket):
     """Packed with each prompt once, KTO's KL completions ride along at the end of the row
     (jobs/data/pairs.py collate_units_riding): the first layer checkpointed (its input kept on the device,
     or by the offloader) recomputes the completions alone in backward, the second keeps its activations;
-    the loss and LoRA gradients equal the whole units' (fp32, the fused engine). The memory plan asks the
+    the loss and LoRA gradients equal the whole units' (fp32, the fused engine), also where the recomputed
+    part is rounded up to a multiple of `bucket` tokens (into a KL completion). The memory plan asks the
     method how it will run before plan_batches does (on a GPU within max_gpu_memory_gb): it gets an answer,
     whole units, and not an error that would drop the budget (_budget_plan's fallback)."""
-    from kernels import checkpoint
+    from kernels import checkpoint, checkpoint_rows
     spec, job = kto_job(tmp_path, tiny_model, batch_size=4, fused_kernels=True)
     monkeypatch.setattr(preference, "KTO_RIDING", True)   # the bench's switch: a layer this small would not ride
+    monkeypatch.setattr(checkpoint_rows, "BUCKET", bucket)
     lines, sizes = [], []
     # on a GPU within max_gpu_memory_gb the memory plan asks the method first, before plan_batches
     monkeypatch.setattr(Trainer, "_budget_plan", lambda self: sizes.append(self.method.fit_sizes()))
@@ -133,6 +135,8 @@ def test_kto_kl_completions_riding_along_skip_the_recompute_and_give_the_same_lo
                      shared=trainer.plan.shared).batch_at(0)[1]
     total = riding.tensors["input_ids"].numel()
     assert riding.tensors["input_ids"].shape == (1, whole.tensors["input_ids"].numel()) and rows.tokens < total
+    within = rows.tokens not in riding.tensors["cu_seq_lens_q"].tolist()
+    assert rows.tokens % bucket == 0 and within == (bucket > 1)   # bucket 5 cuts this batch within a document
     seen = []   # (recomputing, tokens) of every call of the first layer's attention
     layers[0].self_attn.register_forward_pre_hook(
         lambda module, args, kwargs: seen.append((checkpoint.recomputing(), kwargs["hidden_states"].shape[1])),
