@@ -315,14 +315,14 @@ class PairPlan(BatchPlan):
     normalised per pair, so the loop divides by the global batch's units). `pass_units`: at most
     this many units (packed rows, or pairs) a forward; a larger micro-batch becomes `Passes`.
     `reference_given`: the reference sums are precomputed, so KTO's training batches need no whole
-    token tensors beside their halves (`units_only`). `kto_riding`: KTO's packed batches with shared
-    prompts put the KL completions last (`collate_units_riding`)."""
+    token tensors beside their halves (`units_only`). `kto_kl`: how KTO's training batches hold the KL
+    completions: "halves" (also apart, KTOBatch), "riding" (packed with shared prompts: last,
+    `collate_units_riding`) or "whole" (as the pairs' second sequences)."""
 
-    def __init__(self, *args, shared: tuple[int, int] | None = None, kto_halves: bool = False,
-                 reference_given: bool = False, kto_riding: bool = False, **kwargs):
+    def __init__(self, *args, shared: tuple[int, int] | None = None, kto_kl: str = "whole",
+                 reference_given: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
-        self.kto_halves = kto_halves   # KTO training batches also carry their halves apart (KTOBatch)
-        self.kto_riding = kto_riding
+        self.kto_kl = kto_kl
         self.reference_given = reference_given
         # (hidden, MLP size): padded units hold their prompt once where that pays; packed ones always
         # (collate_units_packed_shared), and rows are packed by what a unit then holds
@@ -335,9 +335,9 @@ class PairPlan(BatchPlan):
 
     def _collate_one(self, group: list[int]) -> Batch:
         units, where, cuts = self._layout(group)
-        if self.kto_riding and where is not None and cuts is not None:
+        if self.kto_kl == "riding" and where is not None and cuts is not None:
             return collate_units_riding(units, self.pad_id, len(where) * self.row_length, cuts)
-        if not self.kto_halves:
+        if self.kto_kl != "halves":
             return self._collate_whole(units, where, cuts)
         whole = units_only(units, cuts) if self.reference_given else self._collate_whole(units, where, cuts)
         return with_halves(whole, units, self.pad_id, self.packed)

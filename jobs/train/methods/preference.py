@@ -117,22 +117,17 @@ class PreferenceMethod(Method):
         ranks = dict(rank=t.dist.rank, world=t.dist.world_size, pad_id=t.tokenizer.pad_token_id,
                      pass_units=self.pass_units, shared=self.shared)
         size = spec.batch_size * t.dist.world_size
-        halves = self.kto_halves()
+        mode = self.kl_mode()
         plan = PairPlan(t.examples, size, row, t.packed, spec.seed, accumulation=spec.gradient_accumulation_steps,
-                        kto_halves=halves, reference_given=halves and spec.precompute_reference,
-                        kto_riding=self.kto_riding(), **ranks)
+                        kto_kl=mode, reference_given=mode == "halves" and spec.precompute_reference, **ranks)
         eval_plan = (PairPlan(t.eval_examples, size, row, t.packed, spec.seed, shuffle=False, **ranks)
                      if t.eval_examples else None)
         report_op(t, "chosen + rejected in one forward, label rows only")
         return plan, eval_plan
 
-    def kto_halves(self) -> bool:
-        """Whether training batches carry KTO's halves apart (KTO decides; pairs never do)."""
-        return False
-
-    def kto_riding(self) -> bool:
-        """Whether KTO's KL completions ride along at the end of its packed training batches (KTO decides)."""
-        return False
+    def kl_mode(self) -> str:
+        """How training batches hold KTO's KL completions (jobs/data/pairs.py PairPlan `kto_kl`; KTO decides)."""
+        return "whole"
 
     def _layout(self) -> tuple:
         """(packed, the log's packing line, _shared_prompts' pair), decided once: the memory plan
@@ -281,19 +276,13 @@ class KTO(PreferenceMethod):
             self.trainer.log(line)
         return self.mode
 
-    def kto_halves(self) -> bool:
-        return self.kl_mode() == "halves"
-
-    def kto_riding(self) -> bool:
-        return self.kl_mode() == "riding"
-
     def fit_sizes(self) -> dict:
         """What a pass with grad of this job's batches holds: the completion tokens of k units, for k up to
         a micro-batch's (jobs/data/pairs.py PairPlan.completion_bounds), over the micro-batches the job
         will train, read from its units grouped as the training plan groups them; the memory plan sizes
         that pass by them (jobs/models/fit_kto.py). Nothing when the KL completions train in the same
-        forward (kto_halves off): whole units, as planned without them."""
-        if not self.kto_halves():
+        forward (not the halves): whole units, as planned without them."""
+        if self.kl_mode() != "halves":
             return {}
         if self.completions is None:
             t, spec = self.trainer, self.spec

@@ -28,7 +28,7 @@ def units(n=40, seed=0, kl_answer=None):
 
 
 def plan(examples, packed, batch_size=3, **extra):
-    return PairPlan(examples, batch_size, ROW, packed, 0, pad_id=0, kto_halves=True, shared=SHARED, **extra)
+    return PairPlan(examples, batch_size, ROW, packed, 0, pad_id=0, kto_kl="halves", shared=SHARED, **extra)
 
 
 def completions_held(job, index) -> list[tuple[int, int]]:

@@ -126,7 +126,7 @@ def test_kto_kl_completions_riding_along_skip_the_recompute_and_give_the_same_lo
     trainer = Trainer(spec, job, EventWriter(job), log=lines.append)
     trainer.prepare()
     assert any("KL completions ride along" in line and "(forced)" in line for line in lines), lines
-    assert trainer.plan.kto_riding and sizes == [{}]   # the memory plan: whole units
+    assert trainer.plan.kto_kl == "riding" and sizes == [{}]   # the memory plan: whole units
     layers = checkpoint.decoder_layers(trainer.model)
     checkpoint._set_policy(layers, [True, False], offload, torch.device("cpu"))
     riding = trainer.plan.batch_at(0)[1]
@@ -194,7 +194,7 @@ def test_kto_with_the_reference_precomputed_copies_no_whole_batch_and_trains_the
     trainer.prepare()
     lean = trainer.plan.batch_at(0)[1]
     full_plan = PairPlan(trainer.examples, 2, 64, True, spec.seed, pad_id=trainer.tokenizer.pad_token_id,
-                         kto_halves=True, shared=trainer.plan.shared)
+                         kto_kl="halves", shared=trainer.plan.shared)
     full = full_plan.batch_at(0)[1]
     assert set(lean.tensors) == {"pref_units", "pref_label", "pref_valid"} and "input_ids" in full.tensors
     count = torch.tensor(float(lean.label_tokens))
