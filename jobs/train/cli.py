@@ -17,6 +17,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse
 import contextlib
 import dataclasses
+import io
 import logging
 import signal
 import sys
@@ -92,6 +93,16 @@ def read_config(path: Path) -> dict:
 
 def _default_output_dir(spec: JobSpec) -> str:
     return str(Path("outputs") / f"{short_name(spec.model)}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def whole_lines() -> None:
+    """Each line this process prints reaches its log in one write. The runner sets PYTHONUNBUFFERED,
+    under which `print` writes a line's text and its newline apart, and torchrun's ranks append to one
+    train.log: another rank's line could land in between (CI saw "rank 1: stopped at step 19rank 0: ...").
+    Line buffering keeps the log live; the whole line then goes out at its newline."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(write_through=False, line_buffering=True)
 
 
 def _classify(exc: BaseException) -> tuple[str, int]:
@@ -343,4 +354,5 @@ def _report_failure(exc: Exception, trainer, events, job_dir: Path, dist) -> int
 
 
 if __name__ == "__main__":
+    whole_lines()
     sys.exit(main())

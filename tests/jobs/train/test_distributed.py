@@ -327,6 +327,21 @@ def test_cancel_stops_every_rank_at_the_same_step_and_rank_0_saves(tmp_path, tin
         os.killpg(record.pid, 0)  # torchrun and both ranks are gone
 
 
+def test_ranks_appending_to_one_log_write_whole_lines(tmp_path):
+    """Under the runner's PYTHONUNBUFFERED, print writes a line's text and its newline apart; ranks sharing
+    train.log then merged lines (a CI run: "rank 1: stopped at step 19rank 0: ..."). jobs.train's
+    whole_lines makes each line one write: three processes of 3,000 lines each leave none merged."""
+    script = ("import sys\nfrom jobs.train.cli import whole_lines\nwhole_lines()\n"
+              "for i in range(3000):\n    print(f'rank {sys.argv[1]}: line {i}', flush=True)\n")
+    log = tmp_path / "train.log"
+    with open(log, "ab") as out:
+        ranks = [subprocess.Popen([sys.executable, "-c", script, str(rank)], cwd=ROOT, stdout=out,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"}) for rank in range(3)]
+        assert [rank.wait(timeout=60) for rank in ranks] == [0, 0, 0]
+    lines = log.read_text().splitlines()
+    assert len(lines) == 9000 and all(line.count("rank") == 1 and line.startswith("rank ") for line in lines)
+
+
 def test_a_rank_that_dies_fails_the_job_naming_it_and_frees_the_slot(tmp_path, tiny_model):
     from jobs.queue.runner import Runner
     runner = Runner(tmp_path)
