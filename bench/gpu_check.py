@@ -189,6 +189,43 @@ def nf4_case():
             "ms_bitsandbytes": ms(lambda: bnbf.dequantize_4bit(packed, state))}
 
 
+def riding_cut_case(bucket: int):
+    """KTO riding's cut attention (kernels/checkpoint_rows.py cut_layer_call) on the GPU's varlen kernel: a
+    packed row from jobs/data/pairs.py collate_units_riding, its leading tokens (rounded up to `bucket`,
+    ending within a KL completion) attended alone against the whole row's attention over them. The CPU
+    reference slices documents to the tensors it gets, so a wrong last bound shows only here."""
+    import functools
+    import random
+    from jobs.data.encode import IGNORE_INDEX, Example
+    from jobs.data.pairs import PairUnit, collate_units_riding, shared_cuts
+    from kernels.checkpoint_rows import cut_layer_call
+    from kernels.packed_attention import packed_attention_forward
+    rng, units = random.Random(0), []
+    for _ in range(3 if SMALL else 8):
+        prompt, answer, other = (rng.randint(2, 9), rng.randint(1, 9), rng.randint(1, 9)) if SMALL else (
+            rng.randint(50, 300), rng.randint(20, 400), rng.randint(20, 400))
+        units.append(PairUnit(Example([1] * prompt + [2] * answer, [IGNORE_INDEX] * prompt + [2] * answer),
+                              Example([1] * prompt + [3] * other, [IGNORE_INDEX] * prompt + [3] * other)))
+    bucket = min(bucket, 7) if SMALL else bucket   # --small: a cut within a document still
+    group = collate_units_riding(units, 0, 64 if SMALL else 6144, shared_cuts(units), bucket)
+    rows, total = group.ints["kto_rows"], group.tensors["input_ids"].shape[1]
+    kwargs = {name: group.tensors[name].to(DEV) for name in ("cu_seq_lens_q", "cu_seq_lens_k", "kv_index")}
+    kwargs.update(max_length_q=group.ints["max_length_q"], max_length_k=group.ints["max_length_k"])
+    heads, kv_heads, dim = (4, 2, 16) if SMALL else (32, 8, 64)
+    q, k, v = (leaf(1, n, total, dim, grad=False) for n in (heads, kv_heads, kv_heads))
+
+    def attend(hidden, **given):
+        n = hidden.shape[1]
+        return packed_attention_forward(None, q[:, :, :n], k[:, :, :n], v[:, :, :n], None, scaling=dim ** -0.5,
+                                        **given)[0]
+    whole = attend(torch.zeros(1, total, 1, device=DEV), **kwargs)[:, :rows.tokens]
+    hidden = torch.zeros(1, total, 1, device=DEV)
+    cut = cut_layer_call(functools.partial(attend, **kwargs), hidden, rows)(hidden[:, :rows.tokens])
+    within = rows.tokens not in group.tensors["cu_seq_lens_q"].tolist()
+    return {"op": f"riding_cut[{bucket}]", "errors": {"out0": rel(cut, whole)}, "tokens": rows.tokens,
+            "row": total, "within_a_document": within}
+
+
 def seeded_lora_model(config):
     """A random-init bf16 model of `config` on DEV (seed 0) with LoRA r16 on every linear."""
     from peft import LoraConfig, get_peft_model
@@ -282,6 +319,7 @@ def main() -> None:
     cases += [(f"model[{m}]", lambda m=m: model_parity(m))
               for m in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")]
     cases += [(f"step_graph[{p}]", lambda p=p: step_graph_case(p)) for p in ("bf16", "fp8")]
+    cases += [(f"riding_cut[{b}]", lambda b=b: riding_cut_case(b)) for b in (1, 256)]
     from bench.fp8_check import fp8_cases   # FP8 base weights (issue 11): `--only fp8`
     cases += list(fp8_cases(DEV, SMALL, rel, ms))
     if args.only:
