@@ -47,7 +47,7 @@ SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),   # the
             # (before 2026-12-07: the halves or whole units)
             "ktoride": ("jobs.train.methods.preference", "KTO_RIDING", True),
             "ktonoride": ("jobs.train.methods.preference", "KTO_RIDING", False),
-            "ktonobucket": ("kernels.checkpoint_rows", "BUCKET", 1),   # riding's cut at the trained part's own end
+            "ktobucket": ("kernels.checkpoint_rows", "BUCKET", 256),   # riding's recompute rounded up to 256 tokens
             # SFT's further pass charged its fixed GPU work alone: a budgeted SFT micro-batch in passes of
             # fewer rows that recompute fewer layers (jobs/models/fit_passes.py SFT_PASS_SECONDS)
             "sftpasses": ("jobs.models.fit_passes", "SFT_PASS_SECONDS", 0.003),

@@ -11,7 +11,7 @@ filled in, not computed. The prompt then runs once for both of a unit's answers 
 own would run again), and the KL answers skip the recompute and the backward of every checkpointed layer.
 A layer that keeps its activations runs its backward over every token (zeros over the tail).
 The leading part may end within a document (its first tokens then, and the keys they read): the collate
-rounds it up into the KL completions to a multiple of `BUCKET` tokens, whose gradient is zero as well.
+can round it up into the KL completions to a multiple of `BUCKET` tokens, whose gradient is zero as well.
 
 `backward_rows(model, rows)`: within it, each checkpointing decoder layer runs kernels/checkpoint.py's
 `kept_input_checkpoint` with its input kept as its policy keeps it (on the device, or in pinned host
@@ -29,10 +29,12 @@ import torch
 
 from kernels import checkpoint
 
-# the recomputed tokens are rounded up to a multiple of this (jobs/data/pairs.py): GEMMs of a few row counts,
-# which cuBLAS has met before, not a new one each step (its host time grew 17 ms a step on the 1B, where the
-# cut followed each batch's own length: bench/NOTES.md, session 65)
-BUCKET = 256
+# the recomputed tokens are rounded up to a multiple of this (jobs/data/pairs.py). 256 would give the GEMMs a
+# few row counts, which cuBLAS has met before, not a new one each step (its host time grew 17 ms a step on the
+# host-bound 1B, where the cut follows each batch's own length: bench/NOTES.md, session 65), at up to 255 more
+# tokens recomputed, which the GPU-bound 8B (the one model that rides by default) would pay. Until an A/B on a
+# GPU says which wins, 1: the cut as measured (bench switch "ktobucket": 256)
+BUCKET = 1
 
 _DECLINED: dict[str, None] = {}   # reasons a layer call was not cut, in order, for the log
 

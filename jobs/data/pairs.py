@@ -278,7 +278,7 @@ def collate_units_riding(units: list[PairUnit], pad_id: int, length: int, cuts: 
     padding. The leading part is what trains; `kto_rows` (kernels/checkpoint_rows.py BackwardRows) says
     where it ends, in tokens, documents, attention keys and label rows (the KL completions' labels come
     after all the completions'), so checkpointed layers recompute and backpropagate it alone, rounded up
-    into the KL completions to a multiple of `bucket` tokens (checkpoint_rows.BUCKET: exact, more work)."""
+    into the KL completions to a multiple of `bucket` tokens (checkpoint_rows.BUCKET; exact, more work)."""
     packed, labels, prefixes = shared_prefix.PackedDocuments(), ([], [], []), []
     for k, (unit, n) in enumerate(zip(units, cuts)):
         prefixes.append(packed.document(unit.first.input_ids[:n]) if n else [])
