@@ -50,7 +50,7 @@ from jobs.models.fit_advice import advice, oom_message  # noqa: F401 (re-exporte
 from jobs.models.fit_estimate import (  # noqa: F401 (re-exported)
     CUDA_CONTEXT_BYTES, FRAGMENTATION, GIB, FitEstimate, _total_gb, allocatable_bytes, least_budget_gb)
 from jobs.models.fit_shape import (  # noqa: F401 (re-exported)
-    ALL_LINEAR, NF4_BYTES_PER_WEIGHT, _dtype_bytes, _Shape, _targets, _weights, lora_params)
+    ALL_LINEAR, NF4_BYTES_PER_WEIGHT, ShapeUnknown, _dtype_bytes, _Shape, _targets, _weights, lora_params)
 from jobs.models.fit_device import _cuda_memory, current_policy, free_gpu_memory  # noqa: F401 (free_gpu_memory: re-exported)
 
 from jobs.models.fit_plan import (  # noqa: F401 (re-exported: tests, the GRPO and preference passes)

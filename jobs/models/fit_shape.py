@@ -8,6 +8,26 @@ NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+class ShapeUnknown(ValueError):
+    """A model config the fit check cannot count (a width missing, or per layer rather than one number): the
+    one error a budget plan may fall back on; any other error from the arithmetic is a bug and surfaces."""
+
+
+_REQUIRED = object()
+
+
+def _width(config, name: str, default=_REQUIRED):
+    """config.<name> as a positive int; `default` when given and the field is absent or None."""
+    value = getattr(config, name, None)
+    if value is None and default is not _REQUIRED:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        found = ("missing" if value is None else f"a list of {len(value)} values"
+                 if isinstance(value, (list, tuple)) else repr(value))
+        raise ShapeUnknown(f"the model config's {name} is {found}, not one positive number")
+    return value
+
+
 @dataclass(frozen=True)
 class _Shape:
     hidden: int
@@ -22,16 +42,18 @@ class _Shape:
 
     @classmethod
     def of(cls, model_config) -> "_Shape":
+        """Raises ShapeUnknown, naming the field, for a config the fit check cannot count."""
         from kernels.arch import find_arch, text_config
         c = text_config(model_config)
         arch = find_arch(model_config)[1]
-        heads = c.num_attention_heads
-        head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
-        kv_heads = getattr(c, "num_key_value_heads", None) or heads
+        heads = _width(c, "num_attention_heads")
+        head_dim = _width(c, "head_dim", None) or _width(c, "hidden_size") // heads
+        kv_heads = _width(c, "num_key_value_heads", None) or heads
         tied = getattr(c, "tie_word_embeddings", None)   # image-text models keep it on the outer config
         tied = getattr(model_config, "tie_word_embeddings", False) if tied is None else tied
-        return cls(c.hidden_size, c.intermediate_size, c.num_hidden_layers, heads * head_dim,
-                   kv_heads * head_dim, c.vocab_size, bool(tied), arch is not None and arch.mlp_feeds_residual)
+        return cls(_width(c, "hidden_size"), _width(c, "intermediate_size"), _width(c, "num_hidden_layers"),
+                   heads * head_dim, kv_heads * head_dim, _width(c, "vocab_size"), bool(tied),
+                   arch is not None and arch.mlp_feeds_residual)
 
     def projections(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each decoder projection."""

@@ -50,6 +50,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jobs.models.fit_shape import ShapeUnknown
+
 PIXEL_BYTES = 4     # pixel_values: the image processor's fp32, not cast on the way to the GPU
 PREFIX = "model.visual"   # where transformers puts the tower (jobs/models/vision.py's markers read it)
 
@@ -71,13 +73,16 @@ class VisionShape:
         family = getattr(model_config, "model_type", None)
         if c is None or family not in ("qwen2_5_vl", "qwen2_vl"):
             return None
-        channels = getattr(c, "in_channels", None) or getattr(c, "in_chans", 3)
-        values = channels * c.temporal_patch_size * c.patch_size ** 2
-        if family == "qwen2_5_vl":
-            return cls(family, c.hidden_size, c.intermediate_size, c.depth, c.num_heads, c.out_hidden_size,
+        try:
+            channels = getattr(c, "in_channels", None) or getattr(c, "in_chans", 3)
+            values = channels * c.temporal_patch_size * c.patch_size ** 2
+            if family == "qwen2_5_vl":
+                return cls(family, c.hidden_size, c.intermediate_size, c.depth, c.num_heads, c.out_hidden_size,
+                           values, c.spatial_merge_size)
+            return cls(family, c.embed_dim, int(c.embed_dim * c.mlp_ratio), c.depth, c.num_heads, c.hidden_size,
                        values, c.spatial_merge_size)
-        return cls(family, c.embed_dim, int(c.embed_dim * c.mlp_ratio), c.depth, c.num_heads, c.hidden_size,
-                   values, c.spatial_merge_size)
+        except (AttributeError, TypeError) as exc:   # reading the config only: the arithmetic's errors surface
+            raise ShapeUnknown(f"the vision tower's config: {exc}") from exc
 
     @property
     def gated(self) -> bool:
