@@ -56,16 +56,12 @@ def sequence_sums(model, batch: dict, fused: bool) -> tuple[torch.Tensor, torch.
     flat, rows, targets = hidden.reshape(-1, hidden.shape[-1]), batch["pref_rows"], batch["pref_targets"]
     op, bias = logprobs_op(fused), getattr(head, "bias", None)
     riding = batch.get("kto_rows")
-    if riding is None:
-        token_logp = op(flat.index_select(0, rows), head.weight, targets, bias, softcap)
-    else:   # KTO's KL completions (label rows after `labels`): no grad (kernels/checkpoint_rows.py)
-        cut = riding.labels
-        trained = op(flat.index_select(0, rows[:cut]), head.weight, targets[:cut], bias, softcap)
-        if rows.numel() > cut:   # a shape, no sync
-            with torch.no_grad():
-                riders = op(flat.index_select(0, rows[cut:]), head.weight, targets[cut:], bias, softcap)
-            trained = torch.cat([trained, riders])
-        token_logp = trained
+    cut = rows.numel() if riding is None else riding.labels
+    token_logp = op(flat.index_select(0, rows[:cut]), head.weight, targets[:cut], bias, softcap)
+    if rows.numel() > cut:   # KTO's KL completions (label rows after `labels`): no grad (kernels/checkpoint_rows.py)
+        with torch.no_grad():
+            riders = op(flat.index_select(0, rows[cut:]), head.weight, targets[cut:], bias, softcap)
+        token_logp = torch.cat([token_logp, riders])
     return sequence_logps(token_logp, batch["pref_seq"], 2 * batch["pref_units"].numel())
 
 
