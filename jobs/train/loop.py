@@ -29,15 +29,14 @@ from jobs.export.card import SMOOTHED_STEPS
 from jobs.io.events import EventWriter
 from jobs.models import load as models
 from jobs.spec import JobSpec
-from jobs.train import checkpoints, rng_state, saving, sharding
+from jobs.train import checkpoints, engine_setup, rng_state, saving, sharding
 from jobs.train.distributed import Distributed, resume_position
 from jobs.train.graph_steps import graphed_steps
 from jobs.train.loader import Prefetcher
 from jobs.train.methods import method_for
 from jobs.train.methods.base import StepCancelled
 from jobs.train.steps import PendingStep, cosine_with_warmup
-from kernels.checkpoint import enable_recompute
-from kernels.host_embedding import host_input_embeddings, hostable_reason, remember_host_ids
+from kernels.host_embedding import remember_host_ids
 
 
 class NonFiniteLoss(RuntimeError):
@@ -95,11 +94,11 @@ class Trainer:
                                          sharded=self.sharded)
         base.config.use_cache = False
         self.model = models.add_lora(base, spec)
-        # counted once, here: the budget plan (_accelerate) and GRPO's policy passes (plan_batches)
+        # counted once, here: the budget plan (engine_setup.py) and GRPO's policy passes (plan_batches)
         # size memory from it; the kernel patches swap frozen modules only, never a trainable one
         self.trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         shard = [sharding.shard_model(self.model, self.dist, self.log)] if self.sharded else []
-        self.patch_report = shard + self._accelerate()
+        self.patch_report = shard + engine_setup.accelerate(self)
         self.plan, self.eval_plan = self.method.plan_batches()
         self.data_order = rng_state.data_order_digest(self.plan)
         self.ddp = self.model if self.sharded else self.dist.wrap(self.model)  # the model itself with one process
@@ -110,7 +109,7 @@ class Trainer:
         self.max_steps = self._total_steps()
         self.lr_factor = cosine_with_warmup(spec.warmup_steps, self.max_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
-        self._estimate_fit()
+        engine_setup.estimate_fit(self)
         if spec.resume_from:
             self._resume(Path(spec.resume_from))
         self.graphed = graphed_steps(self) if self.method.capturable and not self.sharded else None
@@ -123,73 +122,6 @@ class Trainer:
         if self.eval_examples:
             self.log(f"evaluation: {len(self.eval_examples)} examples held out"
                      + (f" ({spec.eval_fraction:g} of the data)" if spec.eval_fraction else f" from {spec.eval_dataset}"))
-
-    def _accelerate(self) -> list[str]:
-        """Fused kernels and activation checkpointing, with what happened written to the log."""
-        if self.spec.fused_kernels:
-            from kernels import apply_checkpointing, patch_model
-            report = patch_model(self.model, backend="auto", base_precision=self.spec.base_precision)
-            tokens, plan = self.method.batch_tokens(), self._budget_plan()
-            policy = apply_checkpointing(self.model, self.spec.gradient_checkpointing, batch_tokens=tokens,
-                                         plan=plan)
-            lines = report.lines() + ["  checkpointing: " + policy] + self._host_embeddings(plan)
-        else:
-            lines = ["fused kernels: off (PyTorch path)", "  checkpointing: " + self._torch_checkpointing()]
-        self.checkpointing_line = lines[-1].strip()
-        for line in lines:
-            self.log(line)
-        return lines
-
-    def _budget_plan(self):
-        """The fastest checkpointing plan within max_gpu_memory_gb (jobs/models/fit.py, the same one the
-        fit check states, with what the method knows of its data), on a GPU; None without a budget."""
-        if self.device.type != "cuda":
-            return None
-        from jobs.models import fit
-        sizes = self.method.fit_sizes()   # out of the try: the method's errors are bugs, not exotic configs
-        try:
-            world = sharding.model_world(self)   # a sharded job plans what each process holds
-            refusal = fit.budget_refusal(self.spec, self.model.config, trainable=self.trainable, world=world)
-            if refusal:   # as --dry-run and Start refuse it (jobs/checks/preflight.py), before any step
-                raise models.ModelError(f"max_gpu_memory_gb: {refusal}")
-            return fit.plan_within_budget(self.spec, self.model.config, trainable=self.trainable, world=world, **sizes)
-        except fit.ShapeUnknown as exc:   # a config the fit check cannot count; any other error is a bug
-            self.log(f"note: no plan within max_gpu_memory_gb for this model ({exc}): the budget is not held")
-            return None
-
-    def _host_embeddings(self, plan) -> list[str]:
-        """The budget plan's last resort: the frozen input embedding table in pinned host memory
-        (kernels/host_embedding.py), after checkpointing read the model's device from its parameters."""
-        if not plan or not plan[3]:
-            return []
-        reason = "sharded: FSDP gathers it with the root's weights" if self.sharded else hostable_reason(self.model)
-        if reason:
-            return [f"  input embeddings: kept on the GPU ({reason})"]
-        return [f"  input embeddings: in pinned CPU memory ({host_input_embeddings(self.model) / 2 ** 30:.2f} GiB off "
-                "the GPU; each forward gathers its rows there)"]
-
-    def _torch_checkpointing(self) -> str:
-        mode = self.spec.gradient_checkpointing
-        if mode == "auto":
-            mode = "on" if self.device.type == "cuda" else "off"
-        if mode == "off":
-            return "off"
-        enable_recompute(self.model)
-        note = " (offload needs fused_kernels; using plain recompute)" if mode == "offload" else ""
-        return "on: every decoder layer recomputed in backward" + note
-
-    def _estimate_fit(self) -> None:
-        """The predicted peak, kept for the OOM message (jobs/models/fit.py)."""
-        from jobs.models import fit
-        try:
-            self.fit_estimate = fit.estimate_peak(self.spec, self.model.config, packed=self.packed,   # per process
-                                                  trainable=self.trainable, model=self.model,
-                                                  world=sharding.model_world(self), **self.method.fit_sizes())
-        except (AttributeError, TypeError, ValueError) as exc:  # an exotic config: no estimate, no failure
-            self.log(f"note: no memory estimate for this model ({exc})")
-            return
-        if self.device.type == "cuda":
-            self.log(f"memory estimate: {self.fit_estimate.summary()}")
 
     def _total_steps(self) -> int:
         return self.spec.optimizer_steps(self.plan.per_epoch)

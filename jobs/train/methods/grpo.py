@@ -89,7 +89,7 @@ class GroupRelativePolicyOptimization(Method):
 
     def _decide_packing(self) -> None:
         """Whether policy passes pack, and hold each prompt once (logged once): the memory plan, made
-        before plan_batches (jobs/train/loop.py _accelerate), sizes the passes by it (fit_sizes)."""
+        before plan_batches (jobs/train/engine_setup.py accelerate), sizes the passes by it (fit_sizes)."""
         t = self.trainer
         if self.decided:
             return

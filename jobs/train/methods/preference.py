@@ -131,7 +131,7 @@ class PreferenceMethod(Method):
 
     def _layout(self) -> tuple:
         """(packed, the log's packing line, _shared_prompts' pair), decided once: the memory plan
-        (jobs/train/loop.py _accelerate, KTO's fit_sizes) reads them before plan_batches logs them."""
+        (jobs/train/engine_setup.py accelerate, KTO's fit_sizes) reads them before plan_batches logs them."""
         if self.layout is None:
             t, spec = self.trainer, self.spec
             lengths = [len(u.input_ids) for u in t.examples]

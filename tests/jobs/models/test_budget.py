@@ -147,13 +147,13 @@ def test_an_sft_micro_batch_trains_in_passes_where_the_whole_cannot_fit(monkeypa
 
 
 def test_the_trainers_budget_plan_surfaces_a_bug_and_names_a_dropped_budget(monkeypatch):
-    """On a GPU the trainer plans within the budget (jobs/train/loop.py _budget_plan): an error from the method or
-    the plan's arithmetic is a bug and raises, where a fallback would have trained past the budget (a KTO bug of
-    session 65 ran at 35 GiB within 19.95); only a config the fit check cannot count (fit_shape.ShapeUnknown, the
-    field named) falls back, saying the budget is not held."""
+    """On a GPU the trainer plans within the budget (jobs/train/engine_setup.py budget_plan): an error from the
+    method or the plan's arithmetic is a bug and raises, where a fallback would have trained past the budget (a KTO
+    bug of session 65 ran at 35 GiB within 19.95); only a config the fit check cannot count (fit_shape.ShapeUnknown,
+    the field named) falls back, saying the budget is not held."""
     from types import SimpleNamespace
 
-    from jobs.train.loop import Trainer
+    from jobs.train import engine_setup
 
     def broken(*args, **kwargs):
         raise AttributeError("'Trainer' object has no attribute 'packed'")
@@ -162,15 +162,15 @@ def test_the_trainers_budget_plan_surfaces_a_bug_and_names_a_dropped_budget(monk
                               spec=budget_spec(8.0), model=SimpleNamespace(config=model_config),
                               trainable=1, sharded=False, log=lines.append)
     with pytest.raises(AttributeError, match="packed"):
-        Trainer._budget_plan(trainer)
+        engine_setup.budget_plan(trainer)
     trainer.method = SimpleNamespace(fit_sizes=dict)
     with monkeypatch.context() as patched:
         patched.setattr(fit, "plan_within_budget", broken)
         with pytest.raises(AttributeError, match="packed"):
-            Trainer._budget_plan(trainer)
-    assert Trainer._budget_plan(trainer) is not None and lines == []
+            engine_setup.budget_plan(trainer)
+    assert engine_setup.budget_plan(trainer) is not None and lines == []
     per_layer = {**model_config.to_dict(), "intermediate_size": [8192] * model_config.num_hidden_layers}
     trainer.model.config = SimpleNamespace(**per_layer)   # one width per layer, as some architectures have
-    assert Trainer._budget_plan(trainer) is None
+    assert engine_setup.budget_plan(trainer) is None
     assert lines == ["note: no plan within max_gpu_memory_gb for this model (the model config's intermediate_size "
                      "is a list of 16 values, not one positive number): the budget is not held"]

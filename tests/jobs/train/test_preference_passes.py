@@ -15,6 +15,7 @@ from jobs.data.pairs import PairPlan, collate_units
 from jobs.io.events import EventWriter
 from jobs.models import fit
 from jobs.spec import JobSpec
+from jobs.train import engine_setup
 from jobs.train.loop import Trainer
 from jobs.train.methods import base, preference
 from tests.jobs.train.passes_check import assert_passes_give_the_whole, loss_and_grads, trainer_in_passes
@@ -115,14 +116,14 @@ def test_kto_kl_completions_riding_along_skip_the_recompute_and_give_the_same_lo
     the loss and LoRA gradients equal the whole units' (fp32, the fused engine), also where the recomputed
     part is rounded up to a multiple of `bucket` tokens (into a KL completion). The memory plan asks the
     method how it will run before plan_batches does (on a GPU within max_gpu_memory_gb): it gets an answer,
-    whole units, and not an error that would drop the budget (_budget_plan's fallback)."""
+    whole units, and not an error that would drop the budget (engine_setup.budget_plan's fallback)."""
     from kernels import checkpoint, checkpoint_rows
     spec, job = kto_job(tmp_path, tiny_model, batch_size=4, fused_kernels=True)
     monkeypatch.setattr(preference, "KTO_RIDING", True)   # the bench's switch: a layer this small would not ride
     monkeypatch.setattr(checkpoint_rows, "BUCKET", bucket)
     lines, sizes = [], []
     # on a GPU within max_gpu_memory_gb the memory plan asks the method first, before plan_batches
-    monkeypatch.setattr(Trainer, "_budget_plan", lambda self: sizes.append(self.method.fit_sizes()))
+    monkeypatch.setattr(engine_setup, "budget_plan", lambda self: sizes.append(self.method.fit_sizes()))
     trainer = Trainer(spec, job, EventWriter(job), log=lines.append)
     trainer.prepare()
     assert any("KL completions ride along" in line and "(forced)" in line for line in lines), lines
