@@ -200,8 +200,9 @@ def run_job(stack: str, args) -> dict:
         # PreferenceMethod.unit_terms: the reference pass first since 2026-12-04 (switch policyfirst: after)
         result["pass_order"] = "policy_first" if args.switch == "policyfirst" else "reference_first"
     result["losses"] = [step["loss"] for step in steps]   # step by step: graph vs eager runs compare exactly
-    # the caching allocator's flush-and-retry count after each step (jobs/train/loop.py): growth is a sync a time
-    result["alloc_retries"] = [e.get("alloc_retries") for e in events if e["type"] == "step"]
+    # the caching allocator's cudaMalloc calls and flush-and-retries after each step (jobs/train/loop.py)
+    for key in ("cuda_mallocs", "alloc_retries"):
+        result[key] = [e.get(key) for e in events if e["type"] == "step"]
     result["cuda_graph_env"] = os.environ.get("FUSETUNE_CUDA_GRAPH", "auto")
     result["switch"] = args.switch
     log = proc.stdout.splitlines()

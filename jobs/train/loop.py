@@ -306,9 +306,11 @@ class Trainer:
         event["gpus"] = telemetry.job_gpus(self.dist, event.get("gpus", []))
         if self.device.type == "cuda":
             event["peak_gb"] = round(torch.cuda.max_memory_allocated() / 1024 ** 3, 3)
-            # times the caching allocator freed its cache and retried (each waits for the GPU): a tight
-            # budget's hidden cost, read by bench/bench_job.py
-            event["alloc_retries"] = torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0)
+            # the caching allocator's cudaMalloc calls and its flush-and-retries (each retry waits for the GPU):
+            # growth after warm-up is host time a step pays (bench/bench_job.py lists them)
+            stats = torch.cuda.memory_stats(self.device)
+            event["cuda_mallocs"], event["alloc_retries"] = (stats.get("num_device_alloc", 0),
+                                                             stats.get("num_alloc_retries", 0))
         self.events.emit("step", **event)
         self.log(f"step {step}/{self.max_steps} loss {loss:.4f} lr {event['lr']:.2e} "
                  f"grad_norm {grad_norm:.3f} {event['tokens_per_s']:.0f} tok/s eta {event['eta_s']:.0f}s")
