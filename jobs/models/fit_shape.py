@@ -2,6 +2,7 @@
 weights' bytes by storage (bf16, NF4, fp8) and the adapter's parameters (jobs/models/fit.py)."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
@@ -21,11 +22,11 @@ def _width(config, name: str, default=_REQUIRED):
     value = getattr(config, name, None)
     if value is None and default is not _REQUIRED:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:   # numpy ints pass
         found = ("missing" if value is None else f"a list of {len(value)} values"
                  if isinstance(value, (list, tuple)) else repr(value))
         raise ShapeUnknown(f"the model config's {name} is {found}, not one positive number")
-    return value
+    return int(value)
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,9 @@ def test_the_trainers_budget_plan_surfaces_a_bug_and_names_a_dropped_budget(monk
         with pytest.raises(AttributeError, match="packed"):
             engine_setup.budget_plan(trainer)
     assert engine_setup.budget_plan(trainer) is not None and lines == []
+    import numpy   # a width read from GGUF metadata may be a numpy integer: counted as the int
+    widths = SimpleNamespace(**{**model_config.to_dict(), "hidden_size": numpy.uint32(model_config.hidden_size)})
+    assert fit._Shape.of(widths) == fit._Shape.of(model_config)
     per_layer = {**model_config.to_dict(), "intermediate_size": [8192] * model_config.num_hidden_layers}
     trainer.model.config = SimpleNamespace(**per_layer)   # one width per layer, as some architectures have
     assert engine_setup.budget_plan(trainer) is None
