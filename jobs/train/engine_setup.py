@@ -71,10 +71,9 @@ def _torch_checkpointing(trainer) -> str:
 
 
 def estimate_fit(trainer) -> None:
-    """The predicted peak, kept for the OOM message (jobs/models/fit.py)."""
+    """The predicted peak of each process, kept for the OOM message (jobs/models/fit.py)."""
     from jobs.models import fit
     try:
-        # per process
         trainer.fit_estimate = fit.estimate_peak(trainer.spec, trainer.model.config, packed=trainer.packed,
                                                  trainable=trainer.trainable, model=trainer.model,
                                                  world=sharding.model_world(trainer), **trainer.method.fit_sizes())

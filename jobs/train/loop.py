@@ -304,11 +304,11 @@ class Trainer:
                      elapsed_s=round(elapsed, 2), eta_s=round(per_step * (self.max_steps - step), 1),
                      **fields, **self.sampler.latest())
         event["gpus"] = telemetry.job_gpus(self.dist, event.get("gpus", []))
-        if self.device.type == "cuda":
-            event["peak_gb"] = round(torch.cuda.max_memory_allocated() / 1024 ** 3, 3)
-            # the caching allocator's cudaMalloc calls and its flush-and-retries (each retry waits for the GPU):
-            # growth after warm-up is host time a step pays (bench/bench_job.py lists them)
+        if self.device.type == "cuda":   # one read of the allocator's stats (max_memory_allocated is one too)
             stats = torch.cuda.memory_stats(self.device)
+            event["peak_gb"] = round(stats.get("allocated_bytes.all.peak", 0) / 1024 ** 3, 3)
+            # its cudaMalloc calls and flush-and-retries (each retry waits for the GPU): growth after warm-up
+            # is host time a step pays (bench/bench_job.py lists them)
             event["cuda_mallocs"], event["alloc_retries"] = (stats.get("num_device_alloc", 0),
                                                              stats.get("num_alloc_retries", 0))
         self.events.emit("step", **event)
