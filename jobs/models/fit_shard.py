@@ -56,15 +56,14 @@ def gpus_needed(spec, model_config, gpu_gb: float, estimate: FitEstimate | None 
 
 def wants_sharding(spec, model_config, world: int, gpu_gb: float | None) -> bool:
     """Whether the job shards: `fsdp` always; `auto` when it has several processes, could shard, and
-    one GPU of `gpu_gb` GiB (the job's max_gpu_memory_gb when set) cannot hold it unsharded."""
+    one GPU of `gpu_gb` GiB (the job's max_gpu_memory_gb when set) cannot hold it unsharded. A config
+    the fit check cannot count raises fit.ShapeUnknown (the caller says so and trains unsharded); any
+    other error is a bug and surfaces, rather than silently training unsharded into an OOM."""
     if spec.sharding == "fsdp":
         return True
     if spec.sharding != "auto" or world < 2 or not gpu_gb or not shardable(spec):
         return False
-    try:
-        return _too_big(spec, fit.estimate_peak(spec, model_config), gpu_gb)
-    except (AttributeError, TypeError, ValueError):   # an exotic config: no estimate, no sharding
-        return False
+    return _too_big(spec, fit.estimate_peak(spec, model_config), gpu_gb)
 
 
 def _too_big(spec, estimate: FitEstimate, gpu_gb: float) -> bool:

@@ -49,19 +49,27 @@ def decide(spec, config, dist, log) -> bool:
     """Whether this job trains sharded (and `dist.sharded` set to it). fsdp shards whenever there are
     several processes (one process has nothing to share: it trains unsharded and saves the same files);
     auto when the fit check says one GPU cannot hold the job (jobs/models/fit_shard.py)."""
-    from jobs.models import fit_shard
     if spec.sharding == "fsdp":
         if dist.world_size < 2:
             log("note: sharding fsdp with one process has nothing to share; training unsharded")
     elif spec.sharding == "none":
         return False
-    elif not fit_shard.wants_sharding(spec, config, dist.world_size, _gpu_gb(dist.device)):
+    elif not _auto_shards(spec, config, dist, log):
         return False
     else:
         log(f"sharding auto: one GPU ({_gpu_gb(dist.device):.0f} GiB) cannot hold this job; fsdp over "
             f"{dist.world_size} processes")
     dist.sharded = dist.world_size > 1
     return dist.sharded
+
+
+def _auto_shards(spec, config, dist, log) -> bool:
+    from jobs.models import fit, fit_shard
+    try:
+        return fit_shard.wants_sharding(spec, config, dist.world_size, _gpu_gb(dist.device))
+    except fit.ShapeUnknown as exc:
+        log(f"note: sharding auto cannot size this model ({exc}); training unsharded")
+        return False
 
 
 def _gpu_gb(device) -> float | None:

@@ -7,7 +7,7 @@ from jobs.spec import JobSpec
 from tests.jobs.models.model_shapes import H200_BYTES, config, seven_b, vl_spec
 
 
-def test_the_fit_check_plans_per_gpu_memory_and_counts_the_gpus_a_model_needs():
+def test_the_fit_check_plans_per_gpu_memory_and_counts_the_gpus_a_model_needs(monkeypatch):
     """An 8B-shaped model: unsharded it needs ~17 GiB of weights on one GPU; sharded over 4 each GPU holds
     a quarter of them plus the gathered layers, and a 12 GiB GPU needs several; auto shards only then."""
     from transformers import LlamaConfig
@@ -35,6 +35,16 @@ def test_the_fit_check_plans_per_gpu_memory_and_counts_the_gpus_a_model_needs():
     assert not fit_shard.wants_sharding(auto, config, 2, 80)    # auto: one GPU holds it
     assert not fit_shard.wants_sharding(auto, config, 1, 12)    # auto: one process has nothing to shard
     assert fit_shard.wants_sharding(auto, config, 2, 12)
+    # a config it cannot count: the trainer says so and trains unsharded (any other error is a bug and raises)
+    import types
+
+    from jobs.train import sharding
+    per_layer = types.SimpleNamespace(**{**config.to_dict(), "intermediate_size": [14336] * 32})
+    with pytest.raises(fit.ShapeUnknown, match="intermediate_size is a list of 32 values"):
+        fit_shard.wants_sharding(auto, per_layer, 2, 12)
+    logs, dist = [], types.SimpleNamespace(world_size=2, device=None, sharded=False)
+    monkeypatch.setattr(sharding, "_gpu_gb", lambda device: 12.0)   # as on a 12 GiB GPU
+    assert not sharding.decide(auto, per_layer, dist, logs.append) and "cannot size this model" in logs[0]
     # what the Start check and --dry-run show: per GPU when it will shard, and how many GPUs it needs
     assert fit_shard.for_job(spec, config, whole, 80) is whole
     alone = fit_shard.for_job(spec, config, whole, 12)
