@@ -76,6 +76,10 @@ ROWS = (
     Row("KTO, Llama-3.2-1B, 8 examples a step, prompts once (H100, 2026-12-07 09:39, 40 steps)",
         Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-07T09:41:40"),   # the whole units (the 1B's default)
         Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-07T09:39")),
+    # the same job on another H100 host: a host-bound step moves with the host (bench/NOTES.md session 68)
+    Row("KTO, Llama-3.2-1B, the same job again (H100, 2026-12-07 19:02, 40 steps)",
+        Pick("llama-3.2-1b", "kto", "fusetune", "2026-12-07T19:03"),
+        Pick("llama-3.2-1b", "kto", "unsloth+trl", "2026-12-07T19:02")),
 )
 
 
