@@ -29,7 +29,8 @@
 #                                            ours again with the micro-batch in passes of fewer rows
 #   bash bench/device.sh sftab SHAPE PEAK SWITCH  ours alone within PEAK GiB: the default, then with the engine switch, then a profile
 #   bash bench/device.sh pair40 SHAPE METHOD [fsdpq]  the peer, then ours within its peak, 40 steps, then a profile (issue 38's
-#                                            protocol); METHOD dpo|orpo|kto (KTO 1B: `pair40 llama-3.2-1b kto`); PROFILE=0: no profile
+#                                            protocol); METHOD dpo|orpo|kto (KTO 1B: `pair40 llama-3.2-1b kto`); PROFILE=0: no profile;
+#                                            AB_SWITCH=NAME: ours again with that switch, and its profile too
 #   bash bench/device.sh pair SHAPE METHOD   one preference pair: Unsloth + TRL's trainer, then ours within its peak
 #   bash bench/device.sh prefbudget [SHAPE]  packed DPO within the DPO peer's peak and 5.78 GiB (8 and 32 pairs a step), and 4 GiB
 #   bash bench/device.sh vision              image-text SFT (Qwen2.5-VL-7B shape) beside transformers + PEFT and Unsloth + TRL (issue 21)
@@ -319,7 +320,10 @@ case "$what" in
     # where our step's time goes with the budget left (idle gaps: host-bound steps, bench/NOTES.md session 51)
     Y=$(ls -t "$DIR/$S"-fusetune-auto-bf16-budget*-"$3".yaml 2>/dev/null | head -1)
     [ -n "$Y" ] && [ "${PROFILE:-1}" != 0 ] && stage "profile $3" 70 $PY bench/profile_job.py "$Y" --warmup 3 --steps 3 --host \
-      --out "$OUT/profile_job_${3}_$S.json" ;;
+      --out "$OUT/profile_job_${3}_$S.json"
+    # and with the A/B's switch, so the two profiles of one call compare (e.g. KTO 1B riding's host time)
+    [ -n "$Y" ] && [ "${PROFILE:-1}" != 0 ] && [ -n "${AB_SWITCH:-}" ] && stage "profile $3 $AB_SWITCH" 70 $PY \
+      bench/profile_job.py "$Y" --warmup 3 --steps 3 --host --switch "$AB_SWITCH" --out "$OUT/profile_job_${3}_${S}_$AB_SWITCH.json" ;;
   sft40)   # sft40 SHAPE: issue 38's protocol for SFT (40 steps, 5 warm-up): Unsloth + TRL with packing first,
     # ours within its peak (PROFILE=1: then where our step's time goes, bench/profile_job.py)
     versions

@@ -138,12 +138,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--host", action="store_true", help="also the unprofiled step and its Python under cProfile")
-    parser.add_argument("--switch", default=None, help="an engine switch from bench_fp8.SWITCHES, e.g. ktonoride")
+    parser.add_argument("--switch", default=None, help="an engine switch from bench_fp8.SWITCHES, e.g. ktonoride, "
+                        "or several joined by + as bench_job.py takes them (ktoride+ktobucket)")
     args = parser.parse_args()
     if args.switch:
         from bench.bench_fp8 import SWITCHES
-        module_name, attr, value = SWITCHES[args.switch]
-        setattr(importlib.import_module(module_name), attr, value)
+        for module_name, attr, value in (SWITCHES[name] for name in args.switch.split("+")):
+            setattr(importlib.import_module(module_name), attr, value)
     summary = profile(args.config, args.warmup, args.steps, args.host)
     args.out.write_text(json.dumps(summary, indent=1))
     print(json.dumps({k: summary[k] for k in ("wall_ms_per_step", "gpu_busy_ms_per_step", "gpu_idle_share",
