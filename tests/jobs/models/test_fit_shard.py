@@ -45,6 +45,9 @@ def test_the_fit_check_plans_per_gpu_memory_and_counts_the_gpus_a_model_needs(mo
     logs, dist = [], types.SimpleNamespace(world_size=2, device=None, sharded=False)
     monkeypatch.setattr(sharding, "_gpu_gb", lambda device: 12.0)   # as on a 12 GiB GPU
     assert not sharding.decide(auto, per_layer, dist, logs.append) and "cannot size this model" in logs[0]
+    with monkeypatch.context() as patched, pytest.raises(TypeError):
+        patched.setattr(fit, "estimate_peak", lambda *a, **k: 1 + None)   # a bug in the arithmetic
+        sharding.decide(auto, config, dist, logs.append)
     # what the Start check and --dry-run show: per GPU when it will shard, and how many GPUs it needs
     assert fit_shard.for_job(spec, config, whole, 80) is whole
     alone = fit_shard.for_job(spec, config, whole, 12)
