@@ -15,6 +15,10 @@ and returns a `CausalLMOutputWithPast` with the loss and `logits=None` (never ma
 N x V logits is the point). Called WITHOUT labels (inference, `generate`), or with arguments the
 fused path does not cover (`logits_to_keep` != 0, `return_dict=False`), it calls the original
 forward unchanged.
+
+`patch_label_rows_loss(model)` binds the same forward with PyTorch's loss over the labelled rows only
+(`label_rows_cross_entropy`) for CPU jobs, where no Triton runs: a chat's prompt and the padding never
+reach the LM head, whose logits over a 49K-128K vocabulary are a large share of a small model's step.
 """
 from __future__ import annotations
 
@@ -24,9 +28,10 @@ import inspect
 import torch
 
 from kernels.arch import text_config
-from kernels.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
+from kernels.ops.fused_linear_cross_entropy import fused_linear_cross_entropy, label_rows_cross_entropy
 
 OP = "fused_linear_cross_entropy"
+ROWS_OP = "label_rows_cross_entropy"
 LOSS_KWARGS = ("num_items_in_batch", "shift_labels", "ignore_index")
 
 
@@ -65,7 +70,7 @@ def _shifted_labels(labels, shift_labels, ignore_index):
     return padded[..., 1:]
 
 
-def _fused_loss_forward(lm, named: dict):
+def _fused_loss_forward(lm, named: dict, loss_fn=fused_linear_cross_entropy):
     labels = named.pop("labels")
     loss_kwargs = {k: named.pop(k) for k in LOSS_KWARGS if k in named}
     named.pop("logits_to_keep", None)
@@ -75,7 +80,7 @@ def _fused_loss_forward(lm, named: dict):
     ignore_index = loss_kwargs.get("ignore_index", -100)
     targets = _shifted_labels(labels, loss_kwargs.get("shift_labels"), ignore_index)
     config = text_config(lm.config)
-    loss = fused_linear_cross_entropy(
+    loss = loss_fn(
         hidden.reshape(-1, hidden.shape[-1]), lm.lm_head.weight,
         targets.reshape(-1).to(hidden.device), ignore_index=ignore_index,
         softcap=getattr(config, "final_logit_softcapping", None),
@@ -85,7 +90,7 @@ def _fused_loss_forward(lm, named: dict):
     return output_cls(loss=loss, logits=None, **rest)
 
 
-def _patch_forward(lm) -> None:
+def _patch_forward(lm, loss_fn=fused_linear_cross_entropy, op: str = OP) -> None:
     original = lm.forward
     names = [n for n, p in inspect.signature(original).parameters.items()
              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -96,10 +101,10 @@ def _patch_forward(lm) -> None:
         plain_keep = isinstance(keep, int) and keep == 0
         if named.get("labels") is None or not plain_keep or named.get("return_dict") is False:
             return original(*args, **kwargs)
-        return _fused_loss_forward(lm, named)
+        return _fused_loss_forward(lm, named, loss_fn)
 
     lm.forward = forward
-    lm._fusetune_loss = OP
+    lm._fusetune_loss = op
     lm._fusetune_patch = "loss"   # kernels.patch's tag: its _restore() undoes this patch
 
 
@@ -118,3 +123,16 @@ def patch_causal_lm_loss(model, report, use_triton: bool) -> None:
     if getattr(lm, "_fusetune_loss", None) is None:
         _patch_forward(lm)
     report.patched(OP, 1)
+
+
+def patch_label_rows_loss(model) -> str:
+    """A CPU job's loss over the labelled rows only, in PyTorch (module doc); returns train.log's line.
+    A loss already patched (the fused one, under TRITON_INTERPRET=1) stays."""
+    lm = find_causal_lm(model)
+    if lm is not None and getattr(lm, "_fusetune_loss", None) is not None:
+        return f"loss: {lm._fusetune_loss}"
+    reason = (f"{type(model).__name__} has no lm_head/model pair" if lm is None else _unsupported_reason(lm))
+    if reason:   # studio/server_text.py REPORT_LINES reads these two lines back for the page's language
+        return f"loss: transformers' own, every position through the LM head ({reason})"
+    _patch_forward(lm, label_rows_cross_entropy, ROWS_OP)
+    return "loss: label rows only through the LM head (the prompt's and padding's logits are skipped)"

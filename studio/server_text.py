@@ -41,6 +41,9 @@ REPORT_LINES = {
     "report_checkpointing": re.compile(r"checkpointing: (?P<policy>.+)"),
     "report_fallback": re.compile(r"torch\s+(?P<op>\S+)(?P<count> x\d+)?: (?P<reason>.+)"),
     "report_note": re.compile(r"note\s+(?P<note>.+)"),
+    "report_loss_rows": re.compile(r"loss: label rows only through the LM head "
+                                   r"\(the prompt's and padding's logits are skipped\)"),
+    "report_loss_own": re.compile(r"loss: transformers' own, every position through the LM head \((?P<reason>.+)\)"),
 }
 CHECKPOINTING = {"off": "report_policy_off", "on: every decoder layer recomputed in backward": "report_policy_on"}
 

@@ -23,6 +23,9 @@ def accelerate(trainer) -> list[str]:
     else:
         lines = ["fused kernels: off (PyTorch path)", "  checkpointing: " + _torch_checkpointing(trainer)]
     trainer.checkpointing_line = lines[-1].strip()
+    if trainer.device.type == "cpu":   # no Triton here: the loss still skips the unlabelled rows' logits
+        from kernels.loss_patch import patch_label_rows_loss
+        lines.append("  " + patch_label_rows_loss(trainer.model))
     for line in lines:
         trainer.log(line)
     return lines

@@ -1,6 +1,6 @@
 """patch_causal_lm_loss: the fused loss equals transformers' ForCausalLMLoss (shifted labels,
 -100, num_items_in_batch, Gemma 2 soft-capping), gradients included; without labels the model
-behaves exactly as before."""
+behaves exactly as before. patch_label_rows_loss (CPU jobs): the same over the labelled rows only."""
 import copy
 
 import pytest
@@ -8,7 +8,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from kernels.loss_patch import patch_causal_lm_loss  # noqa: E402
+from kernels.loss_patch import patch_causal_lm_loss, patch_label_rows_loss  # noqa: E402
 from kernels.report import PatchReport  # noqa: E402
 
 VOCAB = 211
@@ -128,3 +128,17 @@ def test_peft_wrapped_model_is_patched_and_torch_backend_is_not():
     out = model(input_ids=ids, labels=labels)
     assert out.logits is None
     torch.testing.assert_close(out.loss, reference, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_cpu_label_rows_loss_matches_transformers_and_says_so(tied):
+    model = tiny(tie_word_embeddings=tied)
+    twin = copy.deepcopy(model)
+    assert "label rows only" in patch_label_rows_loss(twin)
+    ids, labels, mask = batch(7)
+    assert_same_step(model, twin, input_ids=ids, attention_mask=mask, labels=labels)
+    assert_same_step(model, twin, input_ids=ids, labels=labels, num_items_in_batch=torch.tensor(50))
+    assert patch_label_rows_loss(twin) == "loss: label_rows_cross_entropy"   # bound once
+    peft = pytest.importorskip("peft")
+    adapted = peft.get_peft_model(tiny(), peft.LoraConfig(r=4, target_modules=["lm_head"]))
+    assert "transformers' own" in patch_label_rows_loss(adapted) and "lm_head" in patch_label_rows_loss(adapted)

@@ -179,13 +179,17 @@ def test_the_kernel_report_and_a_stopped_jobs_reason_are_translated():
     report.fallback("rms_norm", 9, "No CUDA GPU found (torch 2.13.0+cpu, a CPU-only build): the Triton kernels "
                                    "need an NVIDIA GPU, so training runs on the PyTorch path.")
     report.patched("rope", 4)
-    lines = report.lines() + ["  checkpointing: off", "fused kernels: off (PyTorch path)"]
+    lines = report.lines() + ["  checkpointing: off", "fused kernels: off (PyTorch path)",
+                              "  loss: label rows only through the LM head (the prompt's and padding's logits are "
+                              "skipped)", "  loss: transformers' own, every position through the LM head (lm_head "
+                              "weight is quantized)"]
     assert [report_line(line, "en") for line in lines] == lines
     chinese = [report_line(line, "zh-CN") for line in lines]
     assert chinese[0] == "融合内核：后端=torch 架构=llama"
     assert chinese[1].startswith("  torch（回退） rms_norm x9：未找到 CUDA GPU") and "仅 CPU 版本" in chinese[1]
     assert chinese[2] == "  triton  rope x4"   # op names stay as the kernels name them
-    assert chinese[3:] == ["  激活检查点：关闭", "融合内核：关闭（PyTorch 路径）"]
+    assert chinese[3:5] == ["  激活检查点：关闭", "融合内核：关闭（PyTorch 路径）"]
+    assert chinese[5].startswith("  损失：只有标签行") and chinese[6].startswith("  损失：transformers 自带")
     assert translated("cancelled by the user", "zh-CN") == "已由用户取消"
     nested = translated("FP8 base weights run on the fused engine: Triton is not installed "
                         "(pip install -r requirements.txt); training uses PyTorch.", "zh-CN")
