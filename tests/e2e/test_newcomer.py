@@ -112,8 +112,9 @@ def test_one_job_phases_table_chat_chinese_and_merged_download(studio, browser_c
 
     switch_language(page, "简体中文", "开始训练")
     page.get_by_role("tab", name="任务").click()
-    page.wait_for_function("() => document.querySelector('#ft-kernel-report textarea').value"
-                           ".includes('融合内核：关闭（PyTorch 路径）')", timeout=60_000)
+    page.wait_for_function("() => ['融合内核：关闭（PyTorch 路径）', '损失：只有标签行经过 LM head'].every("
+                           "(line) => document.querySelector('#ft-kernel-report textarea').value.includes(line))",
+                           timeout=60_000)   # the engine's lines, the CPU loss's (kernels/loss_patch.py) too
     page.get_by_role("tab", name="训练").click()
     set_text(page, "ft-field-max_steps", "12")
     command_has(page, "max_steps: 12")
