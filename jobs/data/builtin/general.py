@@ -4,7 +4,13 @@ Mixed into the identity dataset so that a few dozen steps on "who are you" do no
 model's other answers: a replay of the model's own outputs, the self-distillation idea used
 against forgetting (e.g. "Self-Distillation Bridges Distribution Gap in Language Model
 Fine-Tuning", Yang et al. 2024). Greedy, batched (left padding) generation; the answers are cached
-as JSON under the data dir's model cache, keyed by the model and the generation settings."""
+as JSON under the data dir's model cache, keyed by the model and the generation settings.
+
+The built-in model's answers ship with Fusetune (`SHIPPED`, the same file under its cache key, generated
+by this code in fp32 on a CPU: `python -m tests.builtin_home` remakes it when the prompts or settings
+change, and tests/jobs/models/test_builtin.py checks it against a fresh generation), so a newcomer's
+first identity job starts training without minutes of generation and the Train tab previews the whole
+mix at once. Any other model generates its own on its first identity or concise job."""
 from __future__ import annotations
 
 import gc
@@ -29,6 +35,7 @@ BATCH_SIZE = 64
 FOREIGN_NAMES = re.compile(r"smollm|hugging\s*face|openai|chatgpt|\bclaude\b|\bllama\b|\bqwen\b", re.I)
 REPETITIVE_RATIO = 0.5  # zlib-compressed / raw size below this: a loop such as "煮米饭！煮米饭！…"
 SENTENCE_END = re.compile(r"[.!?。！？\n](?=[^.!?。！？\n]*$)")
+SHIPPED = Path(__file__).with_name("answers")   # the built-in model's, by cache key (module doc)
 
 
 def prompts() -> list[str]:
@@ -56,10 +63,19 @@ def _model_key(model_cache: Path, source: str) -> str:
 
 
 def cached_answers(model_cache: Path, source: str) -> list[dict[str, str]] | None:
+    """The answers of `source` from the data dir's cache, else shipped (the built-in model's), else None."""
     path = cache_file(model_cache, source)
     if not path.is_file():
-        return None
+        path = SHIPPED / path.name   # the key names the model and the settings: only the built-in one's is there
+        if not path.is_file():
+            return None
     return json.loads(path.read_text(encoding="utf-8"))["answers"]
+
+
+def shipped(model_cache: Path, source: str) -> bool:
+    """Whether the answers of `source` are the shipped ones (none generated into this data dir)."""
+    name = cache_file(model_cache, source)
+    return not name.is_file() and (SHIPPED / name.name).is_file()
 
 
 IDENTITY_USE = "the identity dataset mixes them in so the model keeps its general knowledge"
@@ -71,6 +87,9 @@ def base_answers(model_cache: Path, source: str, log=print, load_in_4bit: bool =
     base weights in 4-bit for a QLoRA job, so generating never needs more memory than training)."""
     cached = cached_answers(model_cache, source)
     if cached is not None:
+        if shipped(model_cache, source):
+            log(f"the base model's answers to {len(prompts())} general prompts: the ones shipped for the built-in "
+                f"model ({len(cached)} kept; {use})")
         return cached
     began = time.time()
     log(f"generating the base model's answers to {len(prompts())} general prompts (once per model); {use}")

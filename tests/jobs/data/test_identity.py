@@ -122,6 +122,21 @@ def test_a_moved_data_dir_keeps_the_answers_of_a_model_in_its_cache(tmp_path, mo
     assert len(calls) == 1
 
 
+def test_the_builtin_model_s_answers_ship_and_a_generated_cache_takes_precedence(tmp_path, monkeypatch):
+    """A fresh data dir's built-in model (its folder in the model cache) reads the shipped answers: no
+    generation; any other model generates; a cache file of the data dir's own is read before them."""
+    monkeypatch.setattr(general, "generate", lambda *a, **k: pytest.fail("generated the built-in model's answers"))
+    builtin, logs = str(tmp_path / "smollm2-135m-instruct"), []
+    answers = general.base_answers(tmp_path, builtin, log=logs.append)
+    assert len(answers) > 90 and general.shipped(tmp_path, builtin) and "shipped" in logs[0]
+    assert general.cached_answers(tmp_path, str(tmp_path / "other-model")) is None
+    own = general.cache_file(tmp_path, builtin)
+    own.parent.mkdir(parents=True)
+    own.write_text(json.dumps({"answers": [{"prompt": "2+2?", "answer": "4"}]}), encoding="utf-8")
+    assert general.cached_answers(tmp_path, builtin) == [{"prompt": "2+2?", "answer": "4"}]
+    assert not general.shipped(tmp_path, builtin)
+
+
 def test_unusable_answers_are_trimmed_or_left_out():
     generated = [
         ("q1", "Paris is the capital.", True),

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory, builtin_seed):
-    """A data dir after the built-in model's first job: converted, its general answers cached
-    (tests/builtin_home.py; the conversion is tested below, the generation in the seed)."""
+    """A data dir after the built-in model's first job: converted, its general answers the shipped ones
+    (tests/builtin_home.py; the conversion is tested below, the generation against them)."""
     return builtin_seed.home(tmp_path_factory.mktemp("fusetune-home"), answers=True)
 
 
@@ -59,16 +59,15 @@ def test_builtin_model_answers_a_factual_question(data_dir):
 
 
 def test_general_answers_generate_on_the_builtin_model_and_their_snapshot_is_current(builtin_seed):
-    """The seed copies tests/builtin-answers/ instead of generating the 121 answers (minutes,
-    tests/builtin_home.py): here the generation itself runs, greedy and batched, for two of the
+    """Fusetune ships the built-in model's 121 answers (jobs/data/builtin/answers/) instead of generating
+    them on a first job (minutes): here the generation itself runs, greedy and batched, for two of the
     prompts (one Chinese), and the snapshot must be the one the current prompts and settings key."""
     from jobs.data.builtin import general
-    from tests.builtin_home import ANSWERS
     source = str(builtin_seed.model_folder())
     name = general.cache_file(builtin_seed.model_cache, source).name
-    assert (ANSWERS / name).is_file(), (f"tests/builtin-answers/ has no {name}: the general prompts or "
-                                        "settings changed; run `python -m tests.builtin_home`")
-    snapshot = {a["prompt"]: a["answer"] for a in json.loads((ANSWERS / name).read_text())["answers"]}
+    assert (general.SHIPPED / name).is_file(), (f"jobs/data/builtin/answers/ has no {name}: the general prompts "
+                                                "or settings changed; run `python -m tests.builtin_home`")
+    snapshot = {a["prompt"]: a["answer"] for a in json.loads((general.SHIPPED / name).read_text())["answers"]}
     questions = ["What is the capital of Germany?", general.PROMPTS_ZH[0]]
     generated = general.generate(source, questions)
     assert [prompt for prompt, _, _ in generated] == questions
@@ -88,7 +87,7 @@ def test_default_identity_run_learns_the_name_and_keeps_what_the_model_knew(data
     proc = subprocess.run([sys.executable, "-m", "jobs.train", str(path)], cwd=ROOT, timeout=3000,
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert list((data_dir / "models" / "general-answers").glob("*.json")), "base answers not cached"
+    assert "the ones shipped for the built-in model" in proc.stdout, proc.stdout[:3000]   # no minutes of generation
     model, tokenizer = load_for_chat(BUILTIN_MODEL, str(out / "adapter"), data_dir)
     who, name, capital = ask_batch(model, tokenizer, [[{"role": "user", "content": q}] for q in
                                                     ("Who are you?", "What is your name?", "What is the capital of France?")])
