@@ -63,7 +63,10 @@ SWITCHES = {"savex": ("kernels.ops.fp8_linear", "SAVE_INPUT_FP8", True),   # the
             "hostsync": ("kernels.host_embedding", "HOST_IDS", False),
             # the fused MLP's forward without grad writing e, g and h as the forward with grad does (before
             # 2026-12-06, session 61)
-            "mlpsave": ("kernels.ops.lora_mlp", "NO_GRAD_OVER_E", False)}
+            "mlpsave": ("kernels.ops.lora_mlp", "NO_GRAD_OVER_E", False),
+            # each adapter's cast to bf16 made once a step, not once a forward (kernels/ops/_lora_common.py
+            # step_casts; session 69, off until measured)
+            "stepcasts": ("kernels.ops._lora_common", "CACHE_STEP_CASTS", True)}
 
 
 def save_base(model, folder: Path, vocab: int) -> None:

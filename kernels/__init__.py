@@ -26,6 +26,7 @@ _LAZY = {
     "lora_o": ("kernels.ops.lora_o", "lora_o"),
     "lora_mlp": ("kernels.ops.lora_mlp", "lora_mlp"),
     "dequantize_nf4": ("kernels.ops.nf4", "dequantize_nf4"),
+    "step_casts": ("kernels.ops._lora_common", "step_casts"),
 }
 
 __all__ = sorted(_LAZY)

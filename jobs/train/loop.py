@@ -36,6 +36,7 @@ from jobs.train.loader import Prefetcher
 from jobs.train.methods import method_for
 from jobs.train.methods.base import StepCancelled
 from jobs.train.steps import PendingStep, cosine_with_warmup
+from kernels import step_casts
 from kernels.host_embedding import remember_host_ids
 
 
@@ -193,13 +194,14 @@ class Trainer:
         total = torch.zeros(1 + len(self.method.metric_names), dtype=torch.float32, device=self.device)
         if not self.model.training:   # a walk of every module (~1,300 on a 1B LoRA model): only when an
             self.model.train()        # evaluation or a rollout left it in eval mode (they switch it whole)
-        for i, kwargs in enumerate(micro_batches):
-            with self.dist.accumulating(self.ddp, last=i == len(micro_batches) - 1):
-                loss, metrics = self.method.loss(self.ddp, kwargs, count)
-                loss.backward()
-            total[0] += loss.detach().float()
-            if metrics is not None:
-                total[1:] += metrics.detach().float()
+        with step_casts():   # the adapters' casts made once for the step's passes, dropped before the update
+            for i, kwargs in enumerate(micro_batches):
+                with self.dist.accumulating(self.ddp, last=i == len(micro_batches) - 1):
+                    loss, metrics = self.method.loss(self.ddp, kwargs, count)
+                    loss.backward()
+                total[0] += loss.detach().float()
+                if metrics is not None:
+                    total[1:] += metrics.detach().float()
         self.method.after_backward(micro_batches)   # e.g. a sharded tower no rank ran (methods/vision_sft.py)
         self.dist.all_reduce_(total)  # the global batch's loss, queued on the device
         clip = self.spec.max_grad_norm if self.spec.max_grad_norm > 0 else float("inf")

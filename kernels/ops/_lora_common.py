@@ -22,6 +22,7 @@ quantized together, the weights transposed side by side); the LoRA terms stay in
 """
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import torch
@@ -122,15 +123,58 @@ def rank_offsets(lora_As) -> list[int]:
     return offsets + [total]
 
 
+# Off until a device A/B shows the host time it saves (bench switch `stepcasts`, bench/NOTES.md session 69).
+CACHE_STEP_CASTS = False
+_step_casts: dict | None = None   # (ids of the adapters, dtype) -> (the adapters, their cast or concatenation)
+
+
+@contextlib.contextmanager
+def step_casts():
+    """Within, with CACHE_STEP_CASTS: an adapter's cast to the compute dtype (and a shared input's [A_1; ..;
+    A_k]) is made by the step's first forward and reused by its others (a checkpointed layer's recompute,
+    KTO's KL pass), where each forward made its own: a few hundred launches a step on a host-bound 1B.
+    The trainer holds it over one optimizer step's passes and leaves it before the update: the weights must
+    not change inside, and a version key would not see them change (torch's fused AdamW does not bump a
+    tensor's version). Only casts made without grad (inside the fused ops) are kept, none a graph records."""
+    global _step_casts
+    outer, _step_casts = _step_casts, ({} if CACHE_STEP_CASTS else None)
+    try:
+        yield
+    finally:
+        _step_casts = outer
+
+
+def _once_a_step(adapters: tuple, dtype: torch.dtype, make):
+    cache = _step_casts
+    if cache is None or torch.is_grad_enabled():
+        return make()
+    key = (tuple(map(id, adapters)), dtype)
+    hit = cache.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], adapters)):
+        return hit[1]
+    value = make()
+    cache[key] = (adapters, value)
+    return value
+
+
 def as_dtype(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """`t.to(dtype)` without the call where it would return `t` itself (None stays None): the fused
-    LoRA paths make hundreds of such calls a step (bench/NOTES.md, KTO host time)."""
-    return t if t is None or t.dtype == dtype else t.to(dtype)
+    LoRA paths make hundreds of such calls a step (bench/NOTES.md, KTO host time). An adapter weight's
+    cast is made once a step within `step_casts`."""
+    if t is None or t.dtype == dtype:
+        return t
+    if _step_casts is not None and t.is_leaf and t.requires_grad:
+        return _once_a_step((t,), dtype, lambda: t.to(dtype))
+    return t.to(dtype)
 
 
 def cat_adapters(lora_As, dtype):
-    present = [as_dtype(a, dtype) for a in lora_As if a is not None]
-    return torch.cat(present) if len(present) > 1 else (present[0] if present else None)
+    present = [a for a in lora_As if a is not None]
+    if len(present) > 1:
+        def make():
+            return torch.cat([as_dtype(a, dtype) for a in present])
+        return make() if _step_casts is None else _once_a_step(tuple(present), dtype, make)
+    return as_dtype(present[0], dtype) if present else None
 
 
 def lora_reference(x: torch.Tensor, proj: LoraProjection) -> torch.Tensor:

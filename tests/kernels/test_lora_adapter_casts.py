@@ -150,3 +150,39 @@ def test_a_patched_llama_step_is_unchanged_and_calls_no_idle_casts(monkeypatch):
     assert grads.keys() == grads_c.keys() and len(grads) == 2 * 2 * len(TARGETS)
     for name, grad in grads.items():
         assert grad.dtype == torch.float32 and torch.equal(grad, grads_c[name].float()), name
+    from kernels.ops import _lora_common   # two passes in one step (step_casts): the second reuses the casts
+    monkeypatch.setattr(_lora_common, "CACHE_STEP_CASTS", True)
+    model.zero_grad(set_to_none=True)
+    with _lora_common.step_casts():
+        step(model)
+        loss_twice, grads_twice = step(model)
+    assert torch.equal(loss_twice, loss)
+    for name, grad in grads_twice.items():
+        assert torch.equal(grad, 2 * grads[name]), name
+
+
+@pytest.mark.parametrize("op", ["qkv", "mlp"])
+def test_within_step_casts_a_second_forward_casts_nothing_and_the_next_step_sees_an_update(op, monkeypatch):
+    """step_casts with CACHE_STEP_CASTS (kernels/ops/_lora_common.py): the step's second forward (a recompute,
+    KTO's KL pass) reuses the first's casts and gives the same outputs and gradients; an in-place update that
+    no tensor version records (as torch's fused AdamW makes) between two steps is seen by the next one."""
+    from kernels.ops import _lora_common
+    monkeypatch.setattr(_lora_common, "CACHE_STEP_CASTS", True)
+    projections = _projections(op, 16)
+    x = torch.randn(2, 9, HIDDEN).to(torch.bfloat16)
+    with _lora_common.step_casts():
+        first, again = _Casts(), _Casts()
+        with first:
+            outs, grads = _run(op, x, projections)
+        with again:
+            outs_again, grads_again = _run(op, x, projections)
+    # each A and B once in the step (the rest: _run's upstream gradients, one per output)
+    assert first.narrowing == 2 * len(projections) + len(outs) and again.narrowing == len(outs)
+    assert all(torch.equal(a, b) for a, b in zip(outs + grads, outs_again + grads_again))
+    for p in projections:
+        p.lora_B.data.add_(0.5)   # .data: no version bump
+    with _lora_common.step_casts():
+        updated, _ = _run(op, x, projections)
+    monkeypatch.setattr(_lora_common, "CACHE_STEP_CASTS", False)
+    fresh, _ = _run(op, x, projections)
+    assert all(torch.equal(a, b) for a, b in zip(updated, fresh)) and not torch.equal(updated[0], outs[0])
