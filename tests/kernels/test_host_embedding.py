@@ -62,8 +62,10 @@ def test_the_staging_buffer_is_reused_and_never_handed_out():
         outs.append(table(ids))
         stages.append(table._fusetune_stage.data_ptr())
     assert stages[0] == stages[1] != stages[2]
-    for ids, out in zip(batches, outs):
-        assert torch.equal(out, F.embedding(ids, table.weight)) and out.data_ptr() not in stages
+    # Compare each output with the buffer alive when it was made: the first buffer is freed once the longer
+    # batch replaces it, and the allocator may hand its memory to a later output (CI once saw that).
+    for ids, out, stage in zip(batches, outs, stages):
+        assert torch.equal(out, F.embedding(ids, table.weight)) and out.data_ptr() != stage
     restore_input_embeddings(model)
     assert not hasattr(model.get_input_embeddings(), "_fusetune_stage")
 
