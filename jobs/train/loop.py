@@ -164,8 +164,9 @@ class Trainer:
         if stop and not rollout:   # a stop during a rollout is honoured before the next one, above
             return None
         self.micro_index += drawn
-        count = torch.tensor(max(1.0, labels))
-        count = (count.pin_memory() if self.device.type == "cuda" else count).to(self.device, non_blocking=True)
+        # filled on the device from a host number: no pinned block to allocate and no copy (a profiled
+        # KTO 1B step spent up to 2.7 ms of GPU idle in this scalar's pin_memory, s65's profile_job)
+        count = torch.full((), float(max(1.0, labels)), dtype=torch.float32, device=self.device)
         lr = self.scheduler.base_lrs[0] * self.lr_factor(self.scheduler.last_epoch)   # a host number: no sync
         batches = [batch for _, batch in group]
         replayed = self.graphed.step(batches, count, self.device) if self.graphed and not self.graphed.failed else None
