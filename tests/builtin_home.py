@@ -23,13 +23,13 @@ The conversion itself and the generation stay tested where they are the subject
 a few prompts; tests/jobs/data/test_identity.py: the cache)."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
 from pathlib import Path
 
 from filelock import FileLock
-
 
 
 class BuiltinSeed:
@@ -91,8 +91,6 @@ def _link_or_copy(src: str, dst: str) -> None:
 def write_answers_snapshot(root: Path) -> Path:
     """Generate the built-in model's general answers in data dir `root` and ship them as the snapshot
     for the current prompts and settings (the old snapshots are removed first, so nothing is reused)."""
-    import json
-
     from jobs.data.builtin import general
     seed = BuiltinSeed(root)
     for old in general.SHIPPED.glob("*.json"):

@@ -8,6 +8,7 @@ from jobs.models import load as models
 from jobs.train import sharding
 from kernels.checkpoint import enable_recompute
 from kernels.host_embedding import host_input_embeddings, hostable_reason
+from kernels.loss_patch import patch_label_rows_loss
 
 
 def accelerate(trainer) -> list[str]:
@@ -24,7 +25,6 @@ def accelerate(trainer) -> list[str]:
         lines = ["fused kernels: off (PyTorch path)", "  checkpointing: " + _torch_checkpointing(trainer)]
     trainer.checkpointing_line = lines[-1].strip()
     if trainer.device.type == "cpu":   # no Triton here: the loss still skips the unlabelled rows' logits
-        from kernels.loss_patch import patch_label_rows_loss
         lines.append("  " + patch_label_rows_loss(trainer.model))
     for line in lines:
         trainer.log(line)

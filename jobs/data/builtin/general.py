@@ -62,20 +62,23 @@ def _model_key(model_cache: Path, source: str) -> str:
         return source
 
 
+def answers_file(model_cache: Path, source: str) -> Path | None:
+    """Where the answers of `source` are: the data dir's cache, else the shipped file (the key names the model
+    and the settings, so only the built-in model's is there), else None."""
+    own = cache_file(model_cache, source)
+    return next((path for path in (own, SHIPPED / own.name) if path.is_file()), None)
+
+
 def cached_answers(model_cache: Path, source: str) -> list[dict[str, str]] | None:
     """The answers of `source` from the data dir's cache, else shipped (the built-in model's), else None."""
-    path = cache_file(model_cache, source)
-    if not path.is_file():
-        path = SHIPPED / path.name   # the key names the model and the settings: only the built-in one's is there
-        if not path.is_file():
-            return None
-    return json.loads(path.read_text(encoding="utf-8"))["answers"]
+    path = answers_file(model_cache, source)
+    return None if path is None else json.loads(path.read_text(encoding="utf-8"))["answers"]
 
 
 def shipped(model_cache: Path, source: str) -> bool:
     """Whether the answers of `source` are the shipped ones (none generated into this data dir)."""
-    name = cache_file(model_cache, source)
-    return not name.is_file() and (SHIPPED / name.name).is_file()
+    path = answers_file(model_cache, source)
+    return path is not None and path.parent == SHIPPED
 
 
 IDENTITY_USE = "the identity dataset mixes them in so the model keeps its general knowledge"
